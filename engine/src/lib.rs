@@ -1,0 +1,2 @@
+//! SuperInfer engine (under construction).
+#![forbid(unsafe_code)]

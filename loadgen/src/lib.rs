@@ -1,0 +1,2 @@
+//! SuperInfer load generator (under construction).
+#![forbid(unsafe_code)]

@@ -1,0 +1,128 @@
+//! The vocabulary shared by every policy: what a policy sees and what it decides.
+
+use serde::{Deserialize, Serialize};
+
+/// Engine-wide request identifier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RequestId(pub u64);
+
+/// Tenant identifier as the engine knows it (the gateway maps names and keys to it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TenantId(pub u32);
+
+/// A latency promise: time to first token and time between tokens, in seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Slo {
+    pub ttft_s: f64,
+    pub tbt_s: f64,
+}
+
+impl Default for Slo {
+    /// The paper's SLOs: TTFT 5 s, TBT 100 ms.
+    fn default() -> Self {
+        Slo { ttft_s: 5.0, tbt_s: 0.1 }
+    }
+}
+
+/// The three scheduling states of PAPER.md §2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Phase {
+    /// Arrived, never run (or dropped back by recompute preemption).
+    Waiting,
+    /// KV resident in HBM and in the batch.
+    Running,
+    /// Started, KV parked in DRAM, paused.
+    Rotary,
+}
+
+/// One live request as a policy sees it. Block counts are in KV blocks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReqView {
+    pub id: RequestId,
+    pub tenant: TenantId,
+    /// The tenant's weight (> 0).
+    pub weight: f64,
+    pub slo: Slo,
+    pub phase: Phase,
+    /// Arrival time, seconds on the engine clock.
+    pub t_arr: f64,
+    /// Time of the last emitted token, if any.
+    pub t_last: Option<f64>,
+    /// Start of the current running period (running requests only).
+    pub t_run: Option<f64>,
+    /// HBM blocks the request needs resident for its next step (running: held plus growth).
+    pub blocks: u32,
+    /// HBM blocks it holds now (running only; 0 otherwise).
+    pub held_hbm: u32,
+    /// Blocks that must be copied host-to-device to restore it (rotary only).
+    pub copy_in: u32,
+    /// Blocks without a synced DRAM mirror: the device-to-host copies (and new DRAM blocks)
+    /// that rotating it out costs (running only).
+    pub unsynced: u32,
+    /// Running and still in prefill: not a rotation victim.
+    pub prefilling: bool,
+    /// Rotations out since the request last made sustained progress.
+    pub consecutive_rotations: u32,
+}
+
+impl ReqView {
+    /// When this request's current lag started counting: arrival if it never produced a
+    /// token, otherwise its last token.
+    pub fn since(&self) -> f64 {
+        self.t_last.unwrap_or(self.t_arr)
+    }
+
+    /// The request's next deadline (EDF): first token by `t_arr + ttft`, later tokens by
+    /// `t_last + tbt`.
+    pub fn deadline(&self) -> f64 {
+        match self.t_last {
+            Some(t) => t + self.slo.tbt_s,
+            None => self.t_arr + self.slo.ttft_s,
+        }
+    }
+}
+
+/// What the KV pool can give this iteration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// Free HBM blocks now (not counting the growth running requests need).
+    pub free_hbm: u32,
+    /// Free DRAM blocks now.
+    pub free_dram: u32,
+    /// Rotation budget: blocks moved per iteration, per direction (`B_xfer`).
+    pub b_xfer: u32,
+}
+
+/// A policy's decision for one iteration. Every id appears at most once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Waiting requests to start (prefill), in order.
+    pub admit: Vec<RequestId>,
+    /// Rotary requests to copy back into HBM, in order.
+    pub restore: Vec<RequestId>,
+    /// Running requests to park in DRAM (their unsynced blocks are copied out).
+    pub rotate_out: Vec<RequestId>,
+    /// Running requests whose KV is dropped; they go back to waiting and prefill again.
+    pub recompute: Vec<RequestId>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.admit.is_empty()
+            && self.restore.is_empty()
+            && self.rotate_out.is_empty()
+            && self.recompute.is_empty()
+    }
+}
+
+/// A scheduling policy. Owns admission order *and* victim choice. Must be deterministic:
+/// equal inputs (in any order) give equal plans.
+pub trait Policy: Send {
+    /// Short name as used on the command line.
+    fn name(&self) -> &'static str;
+    /// Decide one iteration.
+    fn plan(&mut self, now: f64, view: &[ReqView], cap: Capacity) -> Plan;
+    /// Service delivered to a tenant in the last step (tokens computed for it).
+    /// Policies that track fairness use it; others ignore it.
+    fn on_service(&mut self, _tenant: TenantId, _weight: f64, _tokens: u64) {}
+}

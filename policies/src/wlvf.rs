@@ -1,0 +1,141 @@
+//! Weighted LVF: LVF across many tenants with weighted fair shares and starvation caps.
+//! The formula and the argument for its guarantees are in `docs/SCHEDULING.md`.
+
+use crate::greedy::{all_fit, plan_greedy, Key, Rules};
+use crate::types::{Capacity, Phase, Plan, Policy, ReqView, TenantId};
+use crate::vlt::VltConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Knobs of weighted LVF.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WlvfConfig {
+    pub vlt: VltConfig,
+    /// A waiting request older than this, or a rotary request paused longer than this, is
+    /// promoted ahead of everything else. `None`: no promotion.
+    pub max_wait_s: Option<f64>,
+    /// A running request rotated out this many times in a row is not rotated out again until
+    /// it has made progress. `None`: no cap.
+    pub max_consecutive_rotations: Option<u32>,
+    /// Fairness band: tenants whose normalized service is within this many tokens (per unit of
+    /// normalized weight) of the least-served active tenant compete on VLT alone; tenants
+    /// further ahead rank below them.
+    pub fairness_quantum_tokens: f64,
+}
+
+impl Default for WlvfConfig {
+    fn default() -> Self {
+        WlvfConfig {
+            vlt: VltConfig::default(),
+            max_wait_s: None,
+            max_consecutive_rotations: None,
+            fairness_quantum_tokens: 4096.0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct TenantState {
+    /// Tokens served, cumulative.
+    tokens: f64,
+    weight: f64,
+    /// Had requests in the previous plan.
+    active: bool,
+}
+
+/// Weighted LVF with starvation caps. With one tenant and no caps it plans exactly as
+/// [`crate::Lvf`].
+#[derive(Clone, Debug, Default)]
+pub struct Wlvf {
+    pub cfg: WlvfConfig,
+    tenants: BTreeMap<TenantId, TenantState>,
+}
+
+/// Tiers of the weighted key, highest first.
+const TIER_OVERDUE: i32 = 2;
+const TIER_FAIR: i32 = 1;
+const TIER_AHEAD: i32 = 0;
+
+impl Wlvf {
+    pub fn new(cfg: WlvfConfig) -> Wlvf {
+        Wlvf { cfg, tenants: BTreeMap::new() }
+    }
+
+    /// Normalized service of every active tenant: tokens / (weight / mean active weight).
+    /// Tenants that just became active catch up to the least-served one (no credit for
+    /// idle time, as in start-time fair queueing).
+    fn normalized_service(&mut self, view: &[ReqView]) -> BTreeMap<TenantId, f64> {
+        let mut present: BTreeMap<TenantId, f64> = BTreeMap::new();
+        for r in view {
+            present.insert(r.tenant, r.weight.max(f64::MIN_POSITIVE));
+        }
+        let mean_w = present.values().sum::<f64>() / present.len().max(1) as f64;
+        let norm = |t: &TenantState, w: f64| t.tokens / (w / mean_w);
+        let continuing_min = present
+            .iter()
+            .filter_map(|(id, &w)| self.tenants.get(id).filter(|t| t.active).map(|t| norm(t, w)))
+            .fold(f64::INFINITY, f64::min);
+        for t in self.tenants.values_mut() {
+            t.active = false;
+        }
+        let mut out = BTreeMap::new();
+        for (&id, &w) in &present {
+            let t = self.tenants.entry(id).or_default();
+            t.weight = w;
+            if !t.active && continuing_min.is_finite() && norm(t, w) < continuing_min {
+                t.tokens = continuing_min * (w / mean_w);
+            }
+            t.active = true;
+            out.insert(id, norm(t, w));
+        }
+        // Tenants that were inactive before and whose catch-up needed a continuing tenant:
+        // mark all present as active now.
+        out
+    }
+
+    fn key(&self, r: &ReqView, now: f64, tier_of_tenant: &BTreeMap<TenantId, i32>) -> Key {
+        let vlt = self.cfg.vlt.vlt(r, now);
+        if r.phase != Phase::Running {
+            if let Some(cap) = self.cfg.max_wait_s {
+                let waited = now - r.since();
+                if waited >= cap {
+                    return Key::new(TIER_OVERDUE, waited);
+                }
+            }
+        }
+        Key::new(tier_of_tenant[&r.tenant], vlt)
+    }
+}
+
+impl Policy for Wlvf {
+    fn name(&self) -> &'static str {
+        "wlvf"
+    }
+
+    fn plan(&mut self, now: f64, view: &[ReqView], cap: Capacity) -> Plan {
+        let service = self.normalized_service(view);
+        if let Some(plan) = all_fit(view, cap) {
+            return plan;
+        }
+        let v_min = service.values().copied().fold(f64::INFINITY, f64::min);
+        let tiers: BTreeMap<TenantId, i32> = service
+            .iter()
+            .map(|(&id, &v)| {
+                let fair = v <= v_min + self.cfg.fairness_quantum_tokens;
+                (id, if fair { TIER_FAIR } else { TIER_AHEAD })
+            })
+            .collect();
+        let keys: Vec<Key> = view.iter().map(|r| self.key(r, now, &tiers)).collect();
+        let rules = Rules {
+            max_consecutive_rotations: self.cfg.max_consecutive_rotations,
+            ..crate::lvf::Lvf::RULES
+        };
+        plan_greedy(view, cap, &keys, rules)
+    }
+
+    fn on_service(&mut self, tenant: TenantId, weight: f64, tokens: u64) {
+        let t = self.tenants.entry(tenant).or_default();
+        t.weight = weight;
+        t.tokens += tokens as f64;
+    }
+}
