@@ -1,2 +1,33 @@
-//! SuperInfer engine (under construction).
+//! SuperInfer engine: continuous batching with chunked prefill over a two-tier (HBM + DRAM)
+//! paged KV cache, scheduled by a pluggable [`superinfer_policies::Policy`] and moved by a
+//! duplex copy engine.
+//!
+//! The [`Engine`] is a state machine driven by [`Engine::step`]; it never sleeps or spawns.
+//! Its runner ([`runner::ModelRunner`]), copy engine ([`transfer::Transfer`]) and clock
+//! ([`clock::Clock`]) are parameters, so the simulated twin (`SimRunner`, `SimTransfer`,
+//! `VirtualClock`) runs the very scheduler, KV pool and accounting that serve traffic.
+//! This crate knows nothing of HTTP or tenants beyond the plain fields of a request.
+//!
+//! - [`engine`]: the iteration loop.
+//! - [`kv`]: blocks, their lifecycle table, the two-tier pool.
+//! - [`request`]: requests and their states.
+//! - [`runner`], [`transfer`], [`clock`]: the backend contracts and the simulated backends.
+//! - [`profile`]: hardware + model profiles for the simulation.
+//! - [`sim`]: a ready-made simulated engine.
 #![forbid(unsafe_code)]
+
+pub mod clock;
+pub mod engine;
+pub mod error;
+pub mod kv;
+pub mod profile;
+pub mod request;
+pub mod runner;
+pub mod sampling;
+pub mod sim;
+pub mod transfer;
+
+pub use engine::{Engine, EngineConfig, EngineEvent, EngineStats, StepReport};
+pub use error::EngineError;
+pub use request::{EngineRequest, FinishReason, ReqState};
+pub use sampling::SamplingParams;

@@ -1,0 +1,289 @@
+//! The engine: a state machine driven by [`Engine::step`]. One step = poll finished copies →
+//! ask the policy for a plan → apply it to the KV pool (rotations, restores, admissions,
+//! eager writebacks) → issue the copies → run one batch → turn its output into events.
+//! It never sleeps or spawns; the clock, runner and copy engine are parameters.
+
+mod apply;
+mod batch;
+
+use crate::clock::Clock;
+use crate::error::EngineError;
+use crate::kv::KvPool;
+use crate::request::{EngineRequest, FinishReason, ReqState, Request};
+use crate::runner::ModelRunner;
+use crate::transfer::Transfer;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use superinfer_policies::{Policy, RequestId, TenantId};
+
+/// Engine settings (deserializable; defaults as in the paper's runs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// Token budget per iteration, shared by decode tokens and prefill chunks.
+    pub max_batched_tokens: u32,
+    /// At most this many requests resident (running or restoring) at once.
+    pub max_num_seqs: u32,
+    /// Rotation budget `B_xfer`: blocks moved per iteration per direction.
+    pub b_xfer: u32,
+    /// HBM tier size in blocks.
+    pub hbm_blocks: u32,
+    /// DRAM tier size in blocks.
+    pub dram_blocks: u32,
+    /// At most this many requests waiting for admission; `submit` refuses more.
+    pub max_queue: usize,
+    /// Write full blocks back to their DRAM mirror right away (DuplexKV).
+    pub eager_writeback: bool,
+    /// Tokens a request must produce in one running period before its consecutive-rotation
+    /// count resets.
+    pub progress_tokens: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            block_size: 16,
+            max_batched_tokens: 16384,
+            max_num_seqs: 1024,
+            b_xfer: 2400,
+            hbm_blocks: 4096,
+            dram_blocks: 16384,
+            max_queue: 100_000,
+            eager_writeback: true,
+            progress_tokens: 16,
+        }
+    }
+}
+
+/// What the engine tells its caller, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineEvent {
+    /// A token was produced at engine time `t`.
+    Token { id: RequestId, token: u32, t: f64 },
+    /// The request ended (exactly once per request).
+    Finished { id: RequestId, reason: FinishReason, t: f64, prompt_tokens: u32, completion_tokens: u32 },
+}
+
+/// What one step did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepReport {
+    /// A batch ran.
+    pub ran: bool,
+    /// Seconds the batch took.
+    pub elapsed: f64,
+    pub batch_size: usize,
+    pub prefill_tokens: u32,
+    pub decode_tokens: u32,
+    /// Nothing could run: the engine time of the next copy completion, if one is pending on a
+    /// virtual clock.
+    pub idle_until: Option<f64>,
+}
+
+/// Counters and gauges for metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EngineStats {
+    pub waiting: usize,
+    pub running: usize,
+    pub rotary: usize,
+    pub evicting: usize,
+    pub restoring: usize,
+    pub hbm_used: u32,
+    pub hbm_capacity: u32,
+    pub dram_used: u32,
+    pub dram_capacity: u32,
+    pub admitted: u64,
+    pub rotations_out: u64,
+    pub restores: u64,
+    pub recomputes: u64,
+    pub finished: u64,
+    pub steps: u64,
+    pub bytes_h2d: u64,
+    pub bytes_d2h: u64,
+}
+
+/// The engine over a runner `R`, a copy engine `T` and a clock `C`.
+pub struct Engine<R, T, C> {
+    cfg: EngineConfig,
+    policy: Box<dyn Policy>,
+    runner: R,
+    transfer: T,
+    clock: C,
+    pool: KvPool,
+    requests: BTreeMap<RequestId, Request>,
+    /// Requests with copies in flight (Evicting or Restoring).
+    transit: BTreeSet<RequestId>,
+    events: Vec<EngineEvent>,
+    counters: EngineStats,
+}
+
+impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
+    pub fn new(
+        cfg: EngineConfig,
+        policy: Box<dyn Policy>,
+        runner: R,
+        transfer: T,
+        clock: C,
+    ) -> Result<Self, EngineError> {
+        if cfg.block_size == 0 || cfg.max_batched_tokens == 0 || cfg.hbm_blocks == 0 {
+            return Err(EngineError::Config(
+                "block_size, max_batched_tokens and hbm_blocks must be positive".into(),
+            ));
+        }
+        if runner.geometry().block_size != cfg.block_size {
+            return Err(EngineError::Config(format!(
+                "runner block size {} differs from engine block size {}",
+                runner.geometry().block_size,
+                cfg.block_size
+            )));
+        }
+        let pool = KvPool::new(cfg.hbm_blocks, cfg.dram_blocks);
+        Ok(Engine {
+            cfg,
+            policy,
+            runner,
+            transfer,
+            clock,
+            pool,
+            requests: BTreeMap::new(),
+            transit: BTreeSet::new(),
+            events: Vec::new(),
+            counters: EngineStats::default(),
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    pub fn clock_mut(&mut self) -> &mut C {
+        &mut self.clock
+    }
+
+    pub fn pool(&self) -> &KvPool {
+        &self.pool
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// Live requests (not finished).
+    pub fn len(&self) -> usize {
+        self.requests.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    /// A live request, for inspection.
+    pub fn request(&self, id: RequestId) -> Option<&Request> {
+        self.requests.get(&id)
+    }
+
+    /// Takes the events produced since the last call.
+    pub fn take_events(&mut self) -> Vec<EngineEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Accepts a request. Refuses (and keeps nothing of) an empty prompt, one that could never
+    /// fit in HBM, a duplicate id, bad weights, or a full queue.
+    pub fn submit(&mut self, spec: EngineRequest) -> Result<(), EngineError> {
+        let id = spec.id;
+        if spec.prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt(id));
+        }
+        let ok_num = |x: f64| x.is_finite() && x > 0.0;
+        if !ok_num(spec.weight) || !ok_num(spec.slo.ttft_s) || !ok_num(spec.slo.tbt_s) {
+            return Err(EngineError::BadRequest { id, weight: spec.weight });
+        }
+        let tokens = spec.prompt.len() as u32 + spec.max_tokens.max(1);
+        let blocks = tokens.div_ceil(self.cfg.block_size);
+        if blocks > self.cfg.hbm_blocks {
+            let capacity = self.cfg.hbm_blocks;
+            return Err(EngineError::TooLong { id, tokens, blocks, capacity });
+        }
+        if self.requests.contains_key(&id) {
+            return Err(EngineError::Duplicate(id));
+        }
+        let waiting = self.requests.values().filter(|r| r.state == ReqState::Waiting).count();
+        if waiting >= self.cfg.max_queue {
+            return Err(EngineError::QueueFull(waiting));
+        }
+        let req = Request::new(spec, self.clock.now());
+        self.requests.insert(id, req);
+        Ok(())
+    }
+
+    /// Ends a request now: its blocks are released (slots with a copy in flight are held back
+    /// until it lands) and it finishes with `Abort`. Unknown ids are ignored.
+    pub fn abort(&mut self, id: RequestId) {
+        let t = self.clock.now();
+        self.finish(id, FinishReason::Abort, t);
+    }
+
+    fn finish(&mut self, id: RequestId, reason: FinishReason, t: f64) {
+        let Some(req) = self.requests.remove(&id) else {
+            return;
+        };
+        self.pool.free(id);
+        self.transit.remove(&id);
+        self.counters.finished += 1;
+        self.events.push(EngineEvent::Finished {
+            id,
+            reason,
+            t,
+            prompt_tokens: req.spec.prompt.len() as u32,
+            completion_tokens: req.generated,
+        });
+    }
+
+    /// Gauges and counters now.
+    pub fn stats(&self) -> EngineStats {
+        let mut s = self.counters.clone();
+        for r in self.requests.values() {
+            match r.state {
+                ReqState::Waiting => s.waiting += 1,
+                ReqState::Running => s.running += 1,
+                ReqState::Rotary => s.rotary += 1,
+                ReqState::Evicting => s.evicting += 1,
+                ReqState::Restoring => s.restoring += 1,
+            }
+        }
+        s.hbm_capacity = self.pool.hbm_capacity();
+        s.dram_capacity = self.pool.dram_capacity();
+        s.hbm_used = s.hbm_capacity - self.pool.hbm_free();
+        s.dram_used = s.dram_capacity - self.pool.dram_free();
+        (s.bytes_h2d, s.bytes_d2h) = self.transfer.bytes_moved();
+        s
+    }
+
+    /// Service delivered to a tenant, for policies that track fairness.
+    fn serve(&mut self, tenant: TenantId, weight: f64, tokens: u32) {
+        self.policy.on_service(tenant, weight, u64::from(tokens));
+    }
+
+    /// One iteration. See the module docs for the order of work.
+    pub fn step(&mut self) -> Result<StepReport, EngineError> {
+        let now = self.clock.now();
+        self.ingest_copies(now);
+        let mut copies = crate::transfer::CopyBatch::default();
+        self.schedule(now, &mut copies);
+        self.grow_and_write_back(&mut copies);
+        if !copies.is_empty() {
+            let ticket = self.transfer.submit(now, copies);
+            self.pool.commit(ticket);
+        }
+        self.counters.steps += 1;
+        self.run_batch()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,137 @@
+//! Execution half of a step: build the batch under the token budget (decode tokens first,
+//! then prefill chunks in admission order), run it, and turn its output into tokens, finishes
+//! and service accounting.
+
+use super::{Engine, EngineEvent, StepReport};
+use crate::clock::Clock;
+use crate::error::EngineError;
+use crate::request::{FinishReason, ReqState};
+use crate::runner::{BatchEntry, ModelRunner, StepBatch};
+use crate::transfer::Transfer;
+use superinfer_policies::RequestId;
+
+/// One planned entry: request, span to run, whether it samples.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    id: RequestId,
+    pos: u32,
+    end: u32,
+    sample: bool,
+}
+
+impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
+    fn plan_spans(&self) -> Vec<Span> {
+        let bs = self.cfg.block_size;
+        let mut budget = self.cfg.max_batched_tokens;
+        let mut spans = Vec::new();
+        let mut prefills = Vec::new();
+        for r in self.requests.values().filter(|r| r.state == ReqState::Running) {
+            let id = r.spec.id;
+            if r.prefilling() {
+                prefills.push((r.t_run.unwrap_or(r.t_arr), id));
+                continue;
+            }
+            let room = self.pool.table(id).len() as u32 * bs;
+            if budget > 0 && room > r.kv_len {
+                spans.push(Span { id, pos: r.kv_len, end: r.kv_len + 1, sample: true });
+                budget -= 1;
+            }
+        }
+        prefills.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, id) in prefills {
+            if budget == 0 {
+                break;
+            }
+            let r = &self.requests[&id];
+            let total = r.tokens.len() as u32;
+            let end = (r.kv_len + budget).min(total);
+            budget -= end - r.kv_len;
+            spans.push(Span { id, pos: r.kv_len, end, sample: end == total });
+        }
+        spans
+    }
+
+    /// Runs one batch, if anything can run.
+    pub(super) fn run_batch(&mut self) -> Result<StepReport, EngineError> {
+        let spans = self.plan_spans();
+        if spans.is_empty() {
+            return Ok(StepReport { idle_until: self.transfer.next_completion(), ..Default::default() });
+        }
+        let batch = StepBatch {
+            entries: spans
+                .iter()
+                .map(|s| {
+                    let r = &self.requests[&s.id];
+                    BatchEntry {
+                        id: s.id,
+                        tokens: &r.tokens,
+                        pos: s.pos,
+                        end: s.end,
+                        blocks: self.pool.table(s.id),
+                        sample: s.sample,
+                        sampling: &r.spec.sampling,
+                    }
+                })
+                .collect(),
+        };
+        let out = self.runner.step(&batch);
+        self.transfer.step_issued();
+        let out = out?;
+        if out.tokens.len() != spans.len() {
+            return Err(EngineError::Runner(format!(
+                "runner returned {} results for {} entries",
+                out.tokens.len(),
+                spans.len()
+            )));
+        }
+        self.clock.advance(out.elapsed);
+        let t = self.clock.now();
+        let mut report = StepReport { ran: true, elapsed: out.elapsed, batch_size: spans.len(), ..Default::default() };
+        let eos = self.runner.eos_token_ids().to_vec();
+        for (span, token) in spans.into_iter().zip(out.tokens) {
+            let len = span.end - span.pos;
+            if span.sample && len == 1 {
+                report.decode_tokens += 1;
+            } else {
+                report.prefill_tokens += len;
+            }
+            self.advance(span, token, t, &eos);
+        }
+        Ok(report)
+    }
+
+    /// Applies one entry's result at engine time `t`.
+    fn advance(&mut self, span: Span, token: Option<u32>, t: f64, eos: &[u32]) {
+        let bs = self.cfg.block_size;
+        for i in span.pos / bs..span.end.div_ceil(bs) {
+            self.pool.wrote(span.id, i as usize);
+        }
+        let progress = self.cfg.progress_tokens;
+        let req = self.requests.get_mut(&span.id).expect("batch ids are live");
+        req.kv_len = span.end;
+        let (tenant, weight) = (req.spec.tenant, req.spec.weight);
+        let mut finished = None;
+        if let (true, Some(tok)) = (span.sample, token) {
+            req.tokens.push(tok);
+            req.generated += 1;
+            req.run_tokens += 1;
+            if req.run_tokens >= progress {
+                req.consecutive_rotations = 0;
+            }
+            req.t_first.get_or_insert(t);
+            req.t_last = Some(t);
+            self.events.push(EngineEvent::Token { id: span.id, token: tok, t });
+            let stop = (!req.spec.ignore_eos && eos.contains(&tok))
+                || req.spec.stop_token_ids.contains(&tok);
+            if stop {
+                finished = Some(FinishReason::Stop);
+            } else if req.generated >= req.spec.max_tokens {
+                finished = Some(FinishReason::Length);
+            }
+        }
+        self.serve(tenant, weight, span.end - span.pos);
+        if let Some(reason) = finished {
+            self.finish(span.id, reason, t);
+        }
+    }
+}

@@ -1,0 +1,201 @@
+use super::*;
+use crate::clock::VirtualClock;
+use crate::kv::BlockState;
+use crate::profile::Profile;
+use crate::runner::sim::SimRunner;
+use crate::sampling::SamplingParams;
+use crate::transfer::sim::SimTransfer;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+use superinfer_policies::{PolicyKind, Slo, WlvfConfig};
+
+type TestEngine = Engine<SimRunner, SimTransfer, VirtualClock>;
+
+fn engine(kind: PolicyKind, hbm: u32, dram: u32, b_xfer: u32) -> TestEngine {
+    let profile = Profile::builtin("h200-llama-3-8b").unwrap();
+    let cfg = EngineConfig {
+        hbm_blocks: hbm,
+        dram_blocks: dram,
+        b_xfer,
+        max_batched_tokens: 256,
+        max_num_seqs: 64,
+        ..EngineConfig::default()
+    };
+    let transfer = SimTransfer::new(&profile.hw, profile.model.geometry(16).block_bytes());
+    let runner = SimRunner::new(profile, 16);
+    let policy_cfg = WlvfConfig { max_wait_s: Some(2.0), max_consecutive_rotations: Some(3), ..Default::default() };
+    Engine::new(cfg, kind.build(&policy_cfg), runner, transfer, VirtualClock::new()).unwrap()
+}
+
+fn request(id: u64, tenant: u32, prompt: u32, max_tokens: u32) -> EngineRequest {
+    EngineRequest {
+        id: RequestId(id),
+        tenant: TenantId(tenant),
+        weight: f64::from(tenant + 1),
+        slo: Slo::default(),
+        prompt: vec![7; prompt as usize],
+        max_tokens,
+        ignore_eos: true,
+        stop_token_ids: vec![],
+        sampling: SamplingParams::default(),
+        arrival: None,
+    }
+}
+
+/// Drives the engine until it has no requests left (or `limit` steps).
+fn drain(e: &mut TestEngine, limit: usize) -> Vec<EngineEvent> {
+    let mut events = Vec::new();
+    for _ in 0..limit {
+        if e.is_empty() {
+            break;
+        }
+        let r = e.step().unwrap();
+        if let Some(t) = r.idle_until {
+            e.clock_mut().skip_to(t);
+        }
+        e.pool().check().unwrap();
+        events.extend(e.take_events());
+    }
+    events
+}
+
+#[test]
+fn one_request_runs_to_its_length() {
+    let mut e = engine(PolicyKind::Lvf, 64, 128, 64);
+    e.submit(request(1, 0, 40, 5)).unwrap();
+    let events = drain(&mut e, 100);
+    let tokens = events.iter().filter(|ev| matches!(ev, EngineEvent::Token { .. })).count();
+    assert_eq!(tokens, 5);
+    assert!(matches!(
+        events.last(),
+        Some(EngineEvent::Finished { reason: FinishReason::Length, completion_tokens: 5, prompt_tokens: 40, .. })
+    ));
+    assert_eq!(e.pool().hbm_free(), 64);
+    assert_eq!(e.pool().dram_free(), 128);
+}
+
+#[test]
+fn bad_requests_are_refused_and_nothing_is_kept() {
+    let mut e = engine(PolicyKind::Lvf, 8, 16, 8);
+    assert!(matches!(e.submit(request(1, 0, 0, 5)), Err(EngineError::EmptyPrompt(_))));
+    assert!(matches!(e.submit(request(2, 0, 200, 5)), Err(EngineError::TooLong { .. })));
+    let mut bad = request(3, 0, 4, 4);
+    bad.weight = 0.0;
+    assert!(e.submit(bad).is_err());
+    e.submit(request(4, 0, 4, 4)).unwrap();
+    assert!(matches!(e.submit(request(4, 0, 4, 4)), Err(EngineError::Duplicate(_))));
+    assert_eq!(e.len(), 1);
+}
+
+#[test]
+fn chunked_prefill_respects_the_token_budget() {
+    let mut e = engine(PolicyKind::Fcfs, 256, 512, 64);
+    e.submit(request(1, 0, 600, 2)).unwrap();
+    let r = e.step().unwrap();
+    assert_eq!(r.prefill_tokens, 256);
+    let r = e.step().unwrap();
+    assert_eq!(r.prefill_tokens, 256);
+    let r = e.step().unwrap();
+    assert_eq!(r.prefill_tokens, 88);
+    assert_eq!(e.take_events().len(), 1, "the last chunk samples the first token");
+}
+
+#[test]
+fn full_blocks_are_written_back_eagerly_and_rotation_copies_only_the_tail() {
+    let mut e = engine(PolicyKind::Lvf, 64, 128, 64);
+    e.submit(request(1, 0, 40, 100)).unwrap();
+    for _ in 0..3 {
+        e.step().unwrap();
+    }
+    // 40 prompt tokens + 2 decoded: blocks 0 and 1 are full and were written back.
+    let table = e.pool().table(RequestId(1));
+    assert_eq!(table.len(), 3);
+    assert!(table[..2].iter().all(|b| b.state != BlockState::Dirty), "{table:?}");
+    assert_eq!(table[2].state, BlockState::Dirty);
+    assert_eq!(e.pool().unsynced(RequestId(1)), 1);
+}
+
+/// The block and request invariants the randomized test checks after every step.
+fn check_requests(e: &TestEngine) {
+    e.pool().check().unwrap();
+    for (id, r) in &e.requests {
+        let table = e.pool().table(*id);
+        match r.state {
+            ReqState::Waiting => assert!(table.is_empty(), "{id:?} waiting with blocks"),
+            ReqState::Running => assert!(table.iter().all(|b| b.hbm.is_some()), "{id:?}"),
+            ReqState::Rotary => {
+                assert!(table.iter().all(|b| b.state == BlockState::Parked), "{id:?} {table:?}")
+            }
+            ReqState::Evicting | ReqState::Restoring => assert!(e.transit.contains(id)),
+        }
+        if r.state == ReqState::Running && !r.prefilling() {
+            assert!(table.len() as u32 * 16 >= r.kv_len);
+        }
+    }
+}
+
+fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    // Small tiers so that rotation, recompute (DRAM full) and quarantine all happen.
+    let mut e = engine(kind, 48, 40, 12);
+    let mut next_id = 0u64;
+    let mut live: Vec<u64> = Vec::new();
+    let mut finished: HashMap<u64, usize> = HashMap::new();
+    let mut tokens: HashMap<u64, u32> = HashMap::new();
+    let mut steps = 0;
+    for _ in 0..ops {
+        match rng.random_range(0..100) {
+            0..=24 => {
+                let (p, m) = (rng.random_range(1..120), rng.random_range(1..60));
+                if e.submit(request(next_id, rng.random_range(0..3), p, m)).is_ok() {
+                    live.push(next_id);
+                }
+                next_id += 1;
+            }
+            25..=29 if !live.is_empty() => {
+                let id = live[rng.random_range(0..live.len())];
+                e.abort(RequestId(id));
+            }
+            _ => {
+                let r = e.step().unwrap();
+                steps += 1;
+                if let Some(t) = r.idle_until {
+                    e.clock_mut().skip_to(t);
+                }
+                if rng.random_range(0..50) == 0 {
+                    e.clock_mut().advance(0.5);
+                }
+            }
+        }
+        for ev in e.take_events() {
+            match ev {
+                EngineEvent::Token { id, .. } => {
+                    assert!(!finished.contains_key(&id.0), "token after finish");
+                    *tokens.entry(id.0).or_default() += 1;
+                }
+                EngineEvent::Finished { id, completion_tokens, .. } => {
+                    *finished.entry(id.0).or_default() += 1;
+                    assert_eq!(tokens.get(&id.0).copied().unwrap_or(0), completion_tokens);
+                    live.retain(|&x| x != id.0);
+                }
+            }
+        }
+        check_requests(&e);
+    }
+    assert!(finished.values().all(|&n| n == 1), "a request finished twice");
+    let s = e.stats();
+    assert!(steps > ops / 2);
+    assert!(s.finished > 100, "{s:?}");
+    if kind != PolicyKind::Fcfs && kind != PolicyKind::Sf {
+        assert!(s.rotations_out > 0, "{kind}: no rotation happened: {s:?}");
+    }
+}
+
+#[test]
+fn randomized_operations_keep_every_invariant() {
+    // 6 policies × 20,000 operations = 120,000 random submit/step/abort operations.
+    for (i, kind) in PolicyKind::ALL.into_iter().enumerate() {
+        random_ops(kind, 1000 + i as u64, 20_000);
+    }
+}

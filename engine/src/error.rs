@@ -1,0 +1,23 @@
+//! The engine's one error enum.
+
+use superinfer_policies::RequestId;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("request {0:?}: the prompt is empty")]
+    EmptyPrompt(RequestId),
+    #[error("request {id:?}: {tokens} tokens need {blocks} KV blocks but HBM holds only {capacity}")]
+    TooLong { id: RequestId, tokens: u32, blocks: u32, capacity: u32 },
+    #[error("request {0:?} is already in the engine")]
+    Duplicate(RequestId),
+    #[error("the engine queue is full ({0} requests waiting)")]
+    QueueFull(usize),
+    #[error("request {id:?}: weight must be positive and SLOs positive, got weight {weight}")]
+    BadRequest { id: RequestId, weight: f64 },
+    #[error("profile {name}: {msg}")]
+    Profile { name: String, msg: String },
+    #[error("model runner: {0}")]
+    Runner(String),
+    #[error("config: {0}")]
+    Config(String),
+}

@@ -1,0 +1,11 @@
+//! The two-tier paged KV cache: block identities and geometry ([`block`]), the lifecycle of a
+//! block and its one transition table ([`lifecycle`]), and the pool that owns both tiers and
+//! every request's block table ([`pool`]).
+
+pub mod block;
+pub mod lifecycle;
+pub mod pool;
+
+pub use block::{BlockGeometry, DramBlock, HbmBlock};
+pub use lifecycle::BlockState;
+pub use pool::{KvPool, LogicalBlock};

@@ -1,0 +1,185 @@
+//! Hardware + model profiles for the simulated backends. Profiles are data files under
+//! `engine/profiles/` (each field with its source) embedded in the binary; a profile name is
+//! `HARDWARE-MODEL`, e.g. `gh200-qwen2.5-32b`.
+
+use crate::error::EngineError;
+use crate::kv::BlockGeometry;
+use serde::Deserialize;
+
+/// A GPU node: memory, bandwidths, compute rate and overheads.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareProfile {
+    pub name: String,
+    pub hbm_gb: f64,
+    pub hbm_bw_gbps: f64,
+    pub hbm_bw_efficiency: f64,
+    pub matmul_tflops: f64,
+    pub prefill_efficiency: f64,
+    pub h2d_gbps: f64,
+    pub d2h_gbps: f64,
+    pub duplex_each_gbps: f64,
+    pub per_copy_latency_s: f64,
+    pub step_overhead_s: f64,
+    pub activation_reserve_gb: f64,
+}
+
+/// A transformer's shape.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelProfile {
+    pub name: String,
+    pub params: f64,
+    pub num_layers: u32,
+    pub hidden_size: u32,
+    pub num_heads: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    pub dtype_bytes: u32,
+}
+
+impl ModelProfile {
+    pub fn weight_bytes(&self) -> f64 {
+        self.params * f64::from(self.dtype_bytes)
+    }
+
+    pub fn geometry(&self, block_size: u32) -> BlockGeometry {
+        BlockGeometry {
+            num_layers: self.num_layers,
+            block_size,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            dtype_bytes: self.dtype_bytes,
+        }
+    }
+}
+
+/// A hardware profile with a model on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Profile {
+    pub hw: HardwareProfile,
+    pub model: ModelProfile,
+}
+
+const HARDWARE: &[(&str, &str)] = &[
+    ("gh200", include_str!("../profiles/hardware/gh200.toml")),
+    ("h200", include_str!("../profiles/hardware/h200.toml")),
+];
+
+const MODELS: &[(&str, &str)] = &[
+    ("qwen2.5-32b", include_str!("../profiles/models/qwen2.5-32b.toml")),
+    ("llama-3-8b", include_str!("../profiles/models/llama-3-8b.toml")),
+];
+
+/// Names of every built-in profile.
+pub fn builtin_names() -> Vec<String> {
+    HARDWARE
+        .iter()
+        .flat_map(|(h, _)| MODELS.iter().map(move |(m, _)| format!("{h}-{m}")))
+        .collect()
+}
+
+fn parse<T: serde::de::DeserializeOwned>(name: &str, text: &str) -> Result<T, EngineError> {
+    toml::from_str(text).map_err(|e| EngineError::Profile { name: name.into(), msg: e.to_string() })
+}
+
+impl Profile {
+    /// A built-in profile by name (`gh200-qwen2.5-32b`, `h200-llama-3-8b`, ...).
+    pub fn builtin(name: &str) -> Result<Profile, EngineError> {
+        let unknown = || EngineError::Profile {
+            name: name.into(),
+            msg: format!("unknown profile; built-in: {}", builtin_names().join(", ")),
+        };
+        let (hw_name, model_name) = name.split_once('-').ok_or_else(unknown)?;
+        let hw = HARDWARE.iter().find(|(h, _)| *h == hw_name).ok_or_else(unknown)?;
+        let model = MODELS.iter().find(|(m, _)| *m == model_name).ok_or_else(unknown)?;
+        Profile::from_toml(name, hw.1, model.1)
+    }
+
+    /// A profile from the texts of a hardware and a model file.
+    pub fn from_toml(name: &str, hw: &str, model: &str) -> Result<Profile, EngineError> {
+        let p = Profile { hw: parse(name, hw)?, model: parse(name, model)? };
+        p.validate(name)?;
+        Ok(p)
+    }
+
+    fn validate(&self, name: &str) -> Result<(), EngineError> {
+        let h = &self.hw;
+        let positive = [
+            ("hbm_gb", h.hbm_gb),
+            ("hbm_bw_gbps", h.hbm_bw_gbps),
+            ("hbm_bw_efficiency", h.hbm_bw_efficiency),
+            ("matmul_tflops", h.matmul_tflops),
+            ("prefill_efficiency", h.prefill_efficiency),
+            ("h2d_gbps", h.h2d_gbps),
+            ("d2h_gbps", h.d2h_gbps),
+            ("duplex_each_gbps", h.duplex_each_gbps),
+            ("params", self.model.params),
+        ];
+        for (field, v) in positive {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(EngineError::Profile {
+                    name: name.into(),
+                    msg: format!("{field} must be positive, got {v}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// KV capacity in blocks, as vLLM sizes it: HBM × utilization − weights − activation
+    /// reserve for the HBM tier; the DRAM tier is a setting in GiB.
+    pub fn kv_blocks(
+        &self,
+        block_size: u32,
+        gpu_memory_utilization: f64,
+        dram_gib: f64,
+    ) -> Result<(u32, u32), EngineError> {
+        let block = self.model.geometry(block_size).block_bytes() as f64;
+        let budget = self.hw.hbm_gb * 1e9 * gpu_memory_utilization
+            - self.model.weight_bytes()
+            - self.hw.activation_reserve_gb * 1e9;
+        if budget < block {
+            return Err(EngineError::Profile {
+                name: format!("{}-{}", self.hw.name, self.model.name),
+                msg: format!(
+                    "no HBM left for KV: {:.1} GB × {gpu_memory_utilization} − {:.1} GB weights",
+                    self.hw.hbm_gb,
+                    self.model.weight_bytes() / 1e9
+                ),
+            });
+        }
+        let dram = (dram_gib.max(0.0) * (1u64 << 30) as f64 / block).floor();
+        Ok(((budget / block).floor() as u32, dram.min(f64::from(u32::MAX)) as u32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_profile_loads() {
+        for name in builtin_names() {
+            let p = Profile::builtin(&name).unwrap();
+            let (hbm, dram) = p.kv_blocks(16, 0.9, 400.0).unwrap();
+            assert!(hbm > 1000 && dram > hbm, "{name}: {hbm} {dram}");
+        }
+    }
+
+    #[test]
+    fn qwen_block_is_4_mib_and_capacity_follows_memory() {
+        let p = Profile::builtin("gh200-qwen2.5-32b").unwrap();
+        assert_eq!(p.model.geometry(16).block_bytes(), 4 << 20);
+        let (hbm, dram) = p.kv_blocks(16, 0.9, 400.0).unwrap();
+        // 144 GB × 0.9 − 65 GB − 4 GB = 60.6 GB of 4 MiB blocks; 400 GiB of DRAM.
+        assert_eq!(hbm, 14448);
+        assert_eq!(dram, 102_400);
+    }
+
+    #[test]
+    fn unknown_profile_names_the_builtins() {
+        let e = Profile::builtin("tpu-llama").unwrap_err().to_string();
+        assert!(e.contains("gh200-qwen2.5-32b"), "{e}");
+    }
+}

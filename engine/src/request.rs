@@ -1,0 +1,138 @@
+//! Requests as the engine holds them: what a caller submits ([`EngineRequest`]), the states a
+//! request moves through ([`ReqState`]) and its times.
+
+use crate::sampling::SamplingParams;
+use superinfer_policies::{Phase, RequestId, Slo, TenantId};
+
+/// A validated request: tenant data arrives as plain fields (DESIGN.md: engine → tenants is
+/// forbidden).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineRequest {
+    pub id: RequestId,
+    pub tenant: TenantId,
+    pub weight: f64,
+    pub slo: Slo,
+    /// Prompt token ids (the simulated runner uses only their number).
+    pub prompt: Vec<u32>,
+    /// Generate at most this many tokens.
+    pub max_tokens: u32,
+    /// Keep generating past end-of-sequence tokens (benchmarks: lengths set by `max_tokens`).
+    pub ignore_eos: bool,
+    /// Extra token ids that end the request.
+    pub stop_token_ids: Vec<u32>,
+    pub sampling: SamplingParams,
+    /// Arrival time on the engine clock; `None`: the time of `submit`.
+    pub arrival: Option<f64>,
+}
+
+/// Where a request is in its life. `Evicting` and `Restoring` are the in-flight states
+/// between `Running` and `Rotary`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReqState {
+    Waiting,
+    Running,
+    Evicting,
+    Rotary,
+    Restoring,
+}
+
+/// The allowed request transitions (finishing is allowed from every state).
+pub const REQ_TRANSITIONS: &[(ReqState, ReqState)] = &[
+    (ReqState::Waiting, ReqState::Running),
+    (ReqState::Running, ReqState::Evicting),
+    (ReqState::Running, ReqState::Rotary),
+    (ReqState::Evicting, ReqState::Rotary),
+    (ReqState::Rotary, ReqState::Restoring),
+    (ReqState::Rotary, ReqState::Running),
+    (ReqState::Restoring, ReqState::Running),
+    // Recompute preemption: the KV is dropped.
+    (ReqState::Running, ReqState::Waiting),
+];
+
+/// Why a request ended. Every request ends with exactly one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    /// An end-of-sequence or stop token.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The caller aborted it (or its client went away).
+    Abort,
+    /// The engine could not serve it.
+    Error,
+}
+
+/// A live request inside the engine.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub spec: EngineRequest,
+    pub state: ReqState,
+    /// Prompt followed by generated tokens: the sequence whose KV the cache holds.
+    pub tokens: Vec<u32>,
+    /// Tokens of `tokens` whose KV is in the cache.
+    pub kv_len: u32,
+    pub generated: u32,
+    pub t_arr: f64,
+    pub t_first: Option<f64>,
+    pub t_last: Option<f64>,
+    /// Start of the current running period.
+    pub t_run: Option<f64>,
+    pub rotations: u32,
+    pub consecutive_rotations: u32,
+    pub recomputes: u32,
+    /// Tokens produced in the current running period.
+    pub run_tokens: u32,
+}
+
+impl Request {
+    pub fn new(spec: EngineRequest, now: f64) -> Request {
+        let t_arr = spec.arrival.unwrap_or(now);
+        let tokens = spec.prompt.clone();
+        Request {
+            spec,
+            state: ReqState::Waiting,
+            tokens,
+            kv_len: 0,
+            generated: 0,
+            t_arr,
+            t_first: None,
+            t_last: None,
+            t_run: None,
+            rotations: 0,
+            consecutive_rotations: 0,
+            recomputes: 0,
+            run_tokens: 0,
+        }
+    }
+
+    /// Moves to `to`, checking the transition table in debug builds.
+    pub fn set_state(&mut self, to: ReqState) {
+        debug_assert!(
+            REQ_TRANSITIONS.contains(&(self.state, to)),
+            "illegal request transition {:?} -> {to:?}",
+            self.state
+        );
+        self.state = to;
+    }
+
+    /// Tokens still to run before the next token can be sampled (1 when decoding).
+    pub fn remaining(&self) -> u32 {
+        self.tokens.len() as u32 - self.kv_len
+    }
+
+    /// In prefill (more than one token to run before the next sample).
+    pub fn prefilling(&self) -> bool {
+        self.remaining() > 1
+    }
+
+    /// The phase a policy sees, or `None` while a copy is in flight.
+    pub fn phase(&self) -> Option<Phase> {
+        match self.state {
+            ReqState::Waiting => Some(Phase::Waiting),
+            ReqState::Running => Some(Phase::Running),
+            ReqState::Rotary => Some(Phase::Rotary),
+            ReqState::Evicting | ReqState::Restoring => None,
+        }
+    }
+}

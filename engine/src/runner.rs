@@ -1,0 +1,62 @@
+//! The model runner contract: run one batch of prefill chunks and decode tokens over the
+//! HBM tier, return the sampled tokens and how long the step took.
+//!
+//! Backends: [`sim`] (a cost model from a hardware+model profile), `cpu` (candle) and `cuda`.
+
+pub mod sim;
+
+use crate::error::EngineError;
+use crate::kv::{BlockGeometry, LogicalBlock};
+use crate::sampling::SamplingParams;
+use superinfer_policies::RequestId;
+
+/// One request's share of a step: run `tokens` (the sequence from position `pos`) and, when
+/// `sample` is set, return the next token.
+#[derive(Clone, Debug)]
+pub struct BatchEntry<'a> {
+    pub id: RequestId,
+    /// The whole sequence so far (prompt + generated); the step runs `tokens[pos..end]`.
+    pub tokens: &'a [u32],
+    pub pos: u32,
+    pub end: u32,
+    /// The request's block table; every block covering `0..end` is resident in HBM.
+    pub blocks: &'a [LogicalBlock],
+    pub sample: bool,
+    pub sampling: &'a SamplingParams,
+}
+
+impl BatchEntry<'_> {
+    /// Tokens this entry runs in the step.
+    pub fn len(&self) -> u32 {
+        self.end - self.pos
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.end == self.pos
+    }
+}
+
+/// A step's batch: decode tokens first, then prefill chunks.
+#[derive(Clone, Debug, Default)]
+pub struct StepBatch<'a> {
+    pub entries: Vec<BatchEntry<'a>>,
+}
+
+/// What a step produced.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepOutput {
+    /// One per batch entry, `Some` where it sampled.
+    pub tokens: Vec<Option<u32>>,
+    /// Seconds the step took (measured on real hardware, modelled in the simulation).
+    pub elapsed: f64,
+}
+
+/// Runs the model.
+pub trait ModelRunner: Send {
+    /// KV block geometry of the model (layers, KV heads, head dim, dtype, block size).
+    fn geometry(&self) -> BlockGeometry;
+    /// Token ids that end a request unless it ignores EOS.
+    fn eos_token_ids(&self) -> &[u32];
+    /// Runs one step.
+    fn step(&mut self, batch: &StepBatch<'_>) -> Result<StepOutput, EngineError>;
+}
