@@ -63,7 +63,15 @@ pub enum EngineEvent {
     /// A token was produced at engine time `t`.
     Token { id: RequestId, token: u32, t: f64 },
     /// The request ended (exactly once per request).
-    Finished { id: RequestId, reason: FinishReason, t: f64, prompt_tokens: u32, completion_tokens: u32 },
+    Finished {
+        id: RequestId,
+        reason: FinishReason,
+        t: f64,
+        prompt_tokens: u32,
+        completion_tokens: u32,
+        /// Times it lost its place in HBM (rotations out and recomputes).
+        preemptions: u32,
+    },
 }
 
 /// What one step did.
@@ -241,6 +249,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             t,
             prompt_tokens: req.spec.prompt.len() as u32,
             completion_tokens: req.generated,
+            preemptions: req.rotations + req.recomputes,
         });
     }
 

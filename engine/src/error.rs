@@ -18,6 +18,8 @@ pub enum EngineError {
     Profile { name: String, msg: String },
     #[error("model runner: {0}")]
     Runner(String),
+    #[error("the engine is not running")]
+    Stopped,
     #[error("config: {0}")]
     Config(String),
 }

@@ -14,11 +14,13 @@
 //! - [`runner`], [`transfer`], [`clock`]: the backend contracts and the simulated backends.
 //! - [`profile`]: hardware + model profiles for the simulation.
 //! - [`sim`]: a ready-made simulated engine.
+//! - [`handle`]: real-clock serving on a dedicated thread, with per-request event streams.
 #![forbid(unsafe_code)]
 
 pub mod clock;
 pub mod engine;
 pub mod error;
+pub mod handle;
 pub mod kv;
 pub mod profile;
 pub mod request;
@@ -29,5 +31,6 @@ pub mod transfer;
 
 pub use engine::{Engine, EngineConfig, EngineEvent, EngineStats, StepReport};
 pub use error::EngineError;
+pub use handle::{spawn, EngineHandle, EngineThread, HandleConfig, RequestStream, StreamEvent};
 pub use request::{EngineRequest, FinishReason, ReqState};
 pub use sampling::SamplingParams;

@@ -1,0 +1,331 @@
+//! Real-clock serving: [`spawn`] runs an [`Engine`] on its own OS thread; an [`EngineHandle`]
+//! (cheap to clone) submits requests and gets one bounded event stream per request. Dropping
+//! a [`RequestStream`] aborts its request; the engine frees its blocks within one iteration.
+
+use crate::clock::Clock;
+use crate::engine::{Engine, EngineEvent, EngineStats};
+use crate::error::EngineError;
+use crate::request::{EngineRequest, FinishReason};
+use crate::runner::ModelRunner;
+use crate::transfer::Transfer;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use superinfer_policies::RequestId;
+use tokio::sync::mpsc as tmpsc;
+
+/// How the serving loop behaves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandleConfig {
+    /// Submissions queued for the engine thread beyond this are refused (`QueueFull`).
+    pub inbox_capacity: usize,
+    /// How long an idle loop waits for work before looking again.
+    pub idle_wait: Duration,
+    /// Sleep for each step's reported time (a simulated runner on the real clock then serves
+    /// at the profile's speed). Off: steps take only their real time.
+    pub pace: bool,
+}
+
+impl Default for HandleConfig {
+    fn default() -> Self {
+        HandleConfig { inbox_capacity: 4096, idle_wait: Duration::from_millis(5), pace: false }
+    }
+}
+
+/// What a request's stream yields.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamEvent {
+    /// A token, at engine time `t` (seconds since the engine started).
+    Token { token: u32, t: f64 },
+    /// The end (always the last event).
+    Finished { reason: FinishReason, t: f64, prompt_tokens: u32, completion_tokens: u32, error: Option<String> },
+}
+
+enum Command {
+    Submit(Box<EngineRequest>, tmpsc::Sender<StreamEvent>),
+    Shutdown,
+}
+
+struct Shared {
+    stats: Mutex<EngineStats>,
+    aborts: Mutex<Vec<RequestId>>,
+    running: AtomicBool,
+    next_id: AtomicU64,
+    max_tokens_total: u32,
+}
+
+/// Submits requests to a running engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: SyncSender<Command>,
+    shared: Arc<Shared>,
+}
+
+/// The events of one request. Dropping it before `Finished` aborts the request.
+pub struct RequestStream {
+    pub id: RequestId,
+    rx: tmpsc::Receiver<StreamEvent>,
+    shared: Arc<Shared>,
+    done: bool,
+}
+
+impl RequestStream {
+    /// The next event; `None` after the stream ended (or the engine stopped).
+    pub async fn next(&mut self) -> Option<StreamEvent> {
+        let ev = self.rx.recv().await;
+        self.note(&ev);
+        ev
+    }
+
+    /// Blocking variant for threads outside an async runtime.
+    pub fn blocking_next(&mut self) -> Option<StreamEvent> {
+        let ev = self.rx.blocking_recv();
+        self.note(&ev);
+        ev
+    }
+
+    fn note(&mut self, ev: &Option<StreamEvent>) {
+        if matches!(ev, Some(StreamEvent::Finished { .. }) | None) {
+            self.done = true;
+        }
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        if !self.done {
+            if let Ok(mut a) = self.shared.aborts.lock() {
+                a.push(self.id);
+            }
+        }
+    }
+}
+
+impl EngineHandle {
+    /// Queues a request (its `id` is assigned here). Errors: the engine stopped, or its inbox
+    /// is full (a gateway answers 503).
+    pub fn submit(&self, mut req: EngineRequest) -> Result<RequestStream, EngineError> {
+        if !self.shared.running.load(Ordering::Acquire) {
+            return Err(EngineError::Stopped);
+        }
+        req.id = RequestId(self.shared.next_id.fetch_add(1, Ordering::Relaxed));
+        let id = req.id;
+        // Room for every token plus the end: the engine thread never blocks on a slow client.
+        let cap = req.max_tokens.min(self.shared.max_tokens_total) as usize + 2;
+        let (etx, erx) = tmpsc::channel(cap);
+        match self.tx.try_send(Command::Submit(Box::new(req), etx)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Err(EngineError::QueueFull(0)),
+            Err(TrySendError::Disconnected(_)) => return Err(EngineError::Stopped),
+        }
+        Ok(RequestStream { id, rx: erx, shared: self.shared.clone(), done: false })
+    }
+
+    /// Gauges and counters as of the last step.
+    pub fn stats(&self) -> EngineStats {
+        self.shared.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Whether the engine thread is serving.
+    pub fn is_running(&self) -> bool {
+        self.shared.running.load(Ordering::Acquire)
+    }
+}
+
+/// The engine thread's join handle; `shutdown` aborts what is left and stops the loop.
+pub struct EngineThread {
+    tx: SyncSender<Command>,
+    join: Option<JoinHandle<()>>,
+}
+
+impl EngineThread {
+    /// Stops the loop (live requests finish with `Abort`) and waits for the thread.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.tx.send(Command::Shutdown);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+impl Drop for EngineThread {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Starts serving `engine` on a dedicated thread.
+pub fn spawn<R, T, C>(engine: Engine<R, T, C>, cfg: HandleConfig) -> Result<(EngineHandle, EngineThread), EngineError>
+where
+    R: ModelRunner + 'static,
+    T: Transfer + 'static,
+    C: Clock + 'static,
+{
+    let (tx, rx) = mpsc::sync_channel(cfg.inbox_capacity.max(1));
+    let shared = Arc::new(Shared {
+        stats: Mutex::new(engine.stats()),
+        aborts: Mutex::new(Vec::new()),
+        running: AtomicBool::new(true),
+        next_id: AtomicU64::new(1),
+        max_tokens_total: engine.config().hbm_blocks.saturating_mul(engine.config().block_size),
+    });
+    let loop_shared = shared.clone();
+    let join = std::thread::Builder::new()
+        .name("superinfer-engine".into())
+        .spawn(move || serve(engine, rx, loop_shared, cfg))
+        .map_err(|e| EngineError::Config(format!("cannot start the engine thread: {e}")))?;
+    Ok((EngineHandle { tx: tx.clone(), shared }, EngineThread { tx, join: Some(join) }))
+}
+
+struct Loop<R, T, C> {
+    engine: Engine<R, T, C>,
+    streams: HashMap<RequestId, tmpsc::Sender<StreamEvent>>,
+    shared: Arc<Shared>,
+}
+
+fn serve<R: ModelRunner, T: Transfer, C: Clock>(
+    engine: Engine<R, T, C>,
+    rx: mpsc::Receiver<Command>,
+    shared: Arc<Shared>,
+    cfg: HandleConfig,
+) {
+    let mut l = Loop { engine, streams: HashMap::new(), shared };
+    'serve: loop {
+        // Block only when there is nothing to do.
+        if l.engine.is_empty() {
+            match rx.recv_timeout(cfg.idle_wait) {
+                Ok(cmd) => {
+                    if !l.command(cmd) {
+                        break 'serve;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break 'serve,
+            }
+        }
+        while let Ok(cmd) = rx.try_recv() {
+            if !l.command(cmd) {
+                break 'serve;
+            }
+        }
+        l.aborts();
+        let mut pause = Duration::ZERO;
+        if !l.engine.is_empty() {
+            match l.engine.step() {
+                Ok(report) => {
+                    l.route();
+                    if cfg.pace && report.ran {
+                        pause = Duration::from_secs_f64(report.elapsed);
+                    } else if !report.ran {
+                        pause = Duration::from_micros(200);
+                    }
+                }
+                Err(e) => l.fail_all(&e.to_string()),
+            }
+        }
+        if let Ok(mut s) = l.shared.stats.lock() {
+            *s = l.engine.stats();
+        }
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+    }
+    l.shared.running.store(false, Ordering::Release);
+    l.fail_all("the engine stopped");
+}
+
+impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
+    /// Handles one command; `false` means shut down.
+    fn command(&mut self, cmd: Command) -> bool {
+        match cmd {
+            Command::Shutdown => false,
+            Command::Submit(req, tx) => {
+                let id = req.id;
+                match self.engine.submit(*req) {
+                    Ok(()) => {
+                        self.streams.insert(id, tx);
+                    }
+                    Err(e) => {
+                        let _ = tx.try_send(StreamEvent::Finished {
+                            reason: FinishReason::Error,
+                            t: 0.0,
+                            prompt_tokens: 0,
+                            completion_tokens: 0,
+                            error: Some(e.to_string()),
+                        });
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    fn aborts(&mut self) {
+        let ids = match self.shared.aborts.lock() {
+            Ok(mut a) => std::mem::take(&mut *a),
+            Err(_) => return,
+        };
+        for id in ids {
+            self.streams.remove(&id);
+            self.engine.abort(id);
+        }
+        // The abort's own Finished event has nobody to go to.
+        let _ = self.engine.take_events();
+    }
+
+    fn route(&mut self) {
+        for ev in self.engine.take_events() {
+            match ev {
+                EngineEvent::Token { id, token, t } => {
+                    let gone = self
+                        .streams
+                        .get(&id)
+                        .is_some_and(|tx| tx.try_send(StreamEvent::Token { token, t }).is_err());
+                    if gone {
+                        // The client went away: abort now, frees its blocks before the next step.
+                        self.streams.remove(&id);
+                        self.engine.abort(id);
+                    }
+                }
+                EngineEvent::Finished { id, reason, t, prompt_tokens, completion_tokens, .. } => {
+                    if let Some(tx) = self.streams.remove(&id) {
+                        let _ = tx.try_send(StreamEvent::Finished {
+                            reason,
+                            t,
+                            prompt_tokens,
+                            completion_tokens,
+                            error: None,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn fail_all(&mut self, msg: &str) {
+        let ids: Vec<RequestId> = self.streams.keys().copied().collect();
+        for id in ids {
+            self.engine.abort(id);
+            if let Some(tx) = self.streams.remove(&id) {
+                let _ = tx.try_send(StreamEvent::Finished {
+                    reason: FinishReason::Error,
+                    t: 0.0,
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                    error: Some(msg.to_string()),
+                });
+            }
+        }
+        let _ = self.engine.take_events();
+    }
+}
+
+#[cfg(test)]
+mod tests;
