@@ -22,7 +22,11 @@ fn view(n: usize) -> Vec<ReqView> {
                 t_last: (phase != Phase::Waiting).then_some(t_arr + 1.0),
                 t_run: (phase == Phase::Running).then_some(t_arr + 0.5),
                 blocks,
-                held_hbm: if phase == Phase::Running { blocks - (i % 2) as u32 } else { 0 },
+                held_hbm: if phase == Phase::Running {
+                    blocks - (i % 2) as u32
+                } else {
+                    0
+                },
                 copy_in: if phase == Phase::Rotary { blocks } else { 0 },
                 unsynced: if phase == Phase::Running { 1 } else { 0 },
                 prefilling: false,
@@ -34,8 +38,16 @@ fn view(n: usize) -> Vec<ReqView> {
 
 fn bench_plan(c: &mut Criterion) {
     let v = view(2000);
-    let cap = Capacity { free_hbm: 500, free_dram: 1_000_000, b_xfer: 2400 };
-    let cfg = WlvfConfig { max_wait_s: Some(30.0), max_consecutive_rotations: Some(4), ..Default::default() };
+    let cap = Capacity {
+        free_hbm: 500,
+        free_dram: 1_000_000,
+        b_xfer: 2400,
+    };
+    let cfg = WlvfConfig {
+        max_wait_s: Some(30.0),
+        max_consecutive_rotations: Some(4),
+        ..Default::default()
+    };
     let mut group = c.benchmark_group("plan_2000");
     for kind in PolicyKind::ALL {
         let mut policy = kind.build(&cfg);

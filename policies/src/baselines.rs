@@ -10,8 +10,10 @@ use crate::types::{Capacity, Phase, Plan, Policy, ReqView};
 #[derive(Clone, Debug, Default)]
 pub struct Fcfs;
 
-/// Swapped-First: like FCFS, preempted requests first, but new requests may use room left
-/// after them.
+/// Swapped-First: like FCFS, preempted requests resume first (in arrival order), but new
+/// requests may use room left after them: a restore that does not fit (HBM or copy budget)
+/// stops only the restores behind it, and waiting requests are still admitted, in arrival
+/// order, while they fit. Never preempts to admit.
 #[derive(Clone, Debug, Default)]
 pub struct SwappedFirst;
 
@@ -27,13 +29,15 @@ pub struct WaitingFirst;
 pub struct Edf;
 
 fn by_arrival(view: &[ReqView], tier: impl Fn(Phase) -> i32) -> Vec<Key> {
-    view.iter().map(|r| Key::new(tier(r.phase), -r.t_arr)).collect()
+    view.iter()
+        .map(|r| Key::new(tier(r.phase), -r.t_arr))
+        .collect()
 }
 
 const NO_PREEMPT: Rules = Rules {
     preempt_for_admission: false,
     max_consecutive_rotations: None,
-    waiting_behind_rotary: true,
+    per_phase_queues: false,
 };
 
 impl Policy for Fcfs {
@@ -54,7 +58,10 @@ impl Policy for SwappedFirst {
 
     fn plan(&mut self, _now: f64, view: &[ReqView], cap: Capacity) -> Plan {
         let keys = by_arrival(view, |p| i32::from(p == Phase::Rotary));
-        let rules = Rules { waiting_behind_rotary: false, ..NO_PREEMPT };
+        let rules = Rules {
+            per_phase_queues: true,
+            ..NO_PREEMPT
+        };
         plan_greedy(view, cap, &keys, rules)
     }
 }
@@ -73,7 +80,7 @@ impl Policy for WaitingFirst {
         let rules = Rules {
             preempt_for_admission: true,
             max_consecutive_rotations: None,
-            waiting_behind_rotary: false,
+            per_phase_queues: false,
         };
         plan_greedy(view, cap, &keys, rules)
     }
@@ -89,8 +96,11 @@ impl Policy for Edf {
         let rules = Rules {
             preempt_for_admission: true,
             max_consecutive_rotations: None,
-            waiting_behind_rotary: false,
+            per_phase_queues: false,
         };
         plan_greedy(view, cap, &keys, rules)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,7 +7,6 @@
 //! below the candidates they make room for, and a deterministic result.
 
 use crate::types::{Capacity, Phase, Plan, ReqView};
-use std::cmp::Ordering;
 
 /// Priority of one request: higher `tier` first, then higher `score`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -18,13 +17,29 @@ pub struct Key {
 
 impl Key {
     pub fn new(tier: i32, score: f64) -> Key {
-        Key { tier, score }
+        // `+ 0.0` turns -0.0 into 0.0: keys compare with `total_cmp`, which would otherwise
+        // rank a running request that started just now (VLT -0.0) below a candidate at 0.0.
+        Key {
+            tier,
+            score: score + 0.0,
+        }
     }
 
-    fn cmp(&self, other: &Key) -> Ordering {
-        self.tier
-            .cmp(&other.tier)
-            .then(self.score.total_cmp(&other.score))
+    /// The key as one integer with the same order (tier, then score by `f64::total_cmp`), so
+    /// that sorting 2,000 requests compares integers instead of chasing fields.
+    fn rank(&self) -> u128 {
+        let tier = u64::from((self.tier as u32) ^ (1 << 31));
+        (u128::from(tier) << 64) | u128::from(ordered(self.score))
+    }
+}
+
+/// `x` as a `u64` that orders as `f64::total_cmp` orders `x`.
+fn ordered(x: f64) -> u64 {
+    let bits = x.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
     }
 }
 
@@ -37,8 +52,11 @@ pub struct Rules {
     /// A running request rotated out this many times in a row is not a victim, except to cover
     /// a shortage that nothing else can.
     pub max_consecutive_rotations: Option<u32>,
-    /// Waiting requests are admitted only once no rotary request is left behind (vLLM).
-    pub waiting_behind_rotary: bool,
+    /// Waiting and rotary candidates form two queues: one that does not fit stops only the
+    /// candidates of its own phase (Swapped-First lets new requests use the room a blocked
+    /// restore leaves). Without it there is one queue and the first candidate that does not
+    /// fit stops all behind it (FCFS: waiting requests wait until every rotary one is back).
+    pub per_phase_queues: bool,
 }
 
 struct Budget {
@@ -61,7 +79,11 @@ pub fn plan_greedy(view: &[ReqView], cap: Capacity, keys: &[Key], rules: Rules) 
         .sum();
     let mut budget = Budget {
         hbm: i64::from(cap.free_hbm) - growth,
-        over: if rules.preempt_for_admission { i64::from(cap.b_xfer) } else { 0 },
+        over: if rules.preempt_for_admission {
+            i64::from(cap.b_xfer)
+        } else {
+            0
+        },
         h2d: cap.b_xfer,
         d2h: cap.b_xfer,
         dram: cap.free_dram,
@@ -85,57 +107,78 @@ fn take_candidates(
     victims: &mut Victims,
     plan: &mut Plan,
 ) {
-    let mut cands: Vec<usize> = (0..view.len())
+    // Highest key first, then earliest arrival, then lowest id: a total order (ids are unique),
+    // so the unstable sort is deterministic.
+    let mut cands: Vec<(u128, u64, u64, usize)> = (0..view.len())
         .filter(|&i| view[i].phase != Phase::Running)
+        .map(|i| (!keys[i].rank(), ordered(view[i].t_arr), view[i].id.0, i))
         .collect();
-    cands.sort_by(|&a, &b| {
-        keys[b]
-            .cmp(&keys[a])
-            .then(view[a].t_arr.total_cmp(&view[b].t_arr))
-            .then(view[a].id.cmp(&view[b].id))
-    });
-    let rotary_total = cands.iter().filter(|&&i| view[i].phase == Phase::Rotary).count();
-    let mut rotary_taken = 0;
+    cands.sort_unstable();
+    // Per phase (waiting, rotary): its queue is blocked by a candidate that did not fit.
+    let mut blocked = [false; 2];
+    let queue = |p: Phase| usize::from(p == Phase::Rotary);
     let mut over_used: i64 = 0;
-    for i in cands {
+    for (_, _, _, i) in cands {
         let r = &view[i];
-        if r.phase == Phase::Waiting && rules.waiting_behind_rotary && rotary_taken < rotary_total {
-            break;
+        if blocked[queue(r.phase)] {
+            continue;
         }
-        let need = i64::from(r.blocks);
-        if r.phase == Phase::Rotary && r.copy_in > budget.h2d {
-            break;
-        }
-        let short = need - budget.hbm;
-        if short > 0 {
-            if over_used + short > budget.over {
+        if !take_one(r, keys[i], budget, &mut over_used, victims, view, plan) {
+            if !rules.per_phase_queues {
                 break;
             }
-            let freed = victims.free(view, short, Some(keys[i]), budget, plan, false);
-            if freed < short {
+            blocked[queue(r.phase)] = true;
+            if blocked.iter().all(|&b| b) {
                 break;
             }
-            over_used += short;
-            budget.hbm += freed;
-        }
-        budget.hbm -= need;
-        match r.phase {
-            Phase::Waiting => plan.admit.push(r.id),
-            Phase::Rotary => {
-                budget.h2d -= r.copy_in;
-                rotary_taken += 1;
-                plan.restore.push(r.id);
-            }
-            Phase::Running => unreachable!("candidates exclude running requests"),
         }
     }
+}
+
+/// Takes candidate `r` if it fits, freeing room below its key within the rotation budget.
+/// Returns whether it was taken; a candidate that is not taken changes nothing.
+fn take_one(
+    r: &ReqView,
+    key: Key,
+    budget: &mut Budget,
+    over_used: &mut i64,
+    victims: &mut Victims,
+    view: &[ReqView],
+    plan: &mut Plan,
+) -> bool {
+    let need = i64::from(r.blocks);
+    if r.phase == Phase::Rotary && r.copy_in > budget.h2d {
+        return false;
+    }
+    let short = need - budget.hbm;
+    if short > 0 {
+        if *over_used + short > budget.over {
+            return false;
+        }
+        let freed = victims.free(view, short, Some(key), budget, plan, false);
+        if freed < short {
+            return false;
+        }
+        *over_used += short;
+        budget.hbm += freed;
+    }
+    budget.hbm -= need;
+    match r.phase {
+        Phase::Waiting => plan.admit.push(r.id),
+        Phase::Rotary => {
+            budget.h2d -= r.copy_in;
+            plan.restore.push(r.id);
+        }
+        Phase::Running => unreachable!("candidates exclude running requests"),
+    }
+    true
 }
 
 /// Running requests in victim order: lowest key first, newest first among equals; requests
 /// protected by a cap or mid-prefill come last and serve only to cover a shortage.
 struct Victims {
-    /// (index into the view, its key), in victim order.
-    order: Vec<(usize, Key)>,
+    /// (index into the view, its key's rank), in victim order.
+    order: Vec<(usize, u128)>,
     /// How many of `order` are ordinary victims (the rest are last resorts).
     ordinary: usize,
     next: usize,
@@ -149,19 +192,25 @@ impl Victims {
                     .max_consecutive_rotations
                     .is_some_and(|m| r.consecutive_rotations >= m)
         };
-        let mut order: Vec<(usize, Key)> = (0..view.len())
+        // Unprotected first, then lowest key, then latest arrival, then highest id.
+        let mut ranked: Vec<(bool, u128, u64, u64, usize)> = (0..view.len())
             .filter(|&i| view[i].phase == Phase::Running)
-            .map(|i| (i, keys[i]))
+            .map(|i| {
+                let r = &view[i];
+                (protected(r), keys[i].rank(), !ordered(r.t_arr), !r.id.0, i)
+            })
             .collect();
-        order.sort_by(|&(a, ka), &(b, kb)| {
-            protected(&view[a])
-                .cmp(&protected(&view[b]))
-                .then(ka.cmp(&kb))
-                .then(view[b].t_arr.total_cmp(&view[a].t_arr))
-                .then(view[b].id.cmp(&view[a].id))
-        });
-        let ordinary = order.iter().take_while(|&&(i, _)| !protected(&view[i])).count();
-        Victims { order, ordinary, next: 0 }
+        ranked.sort_unstable();
+        let ordinary = ranked.iter().take_while(|v| !v.0).count();
+        let order = ranked
+            .into_iter()
+            .map(|(_, rank, _, _, i)| (i, rank))
+            .collect();
+        Victims {
+            order,
+            ordinary,
+            next: 0,
+        }
     }
 
     /// Frees at least `need` blocks, taking victims in order, or frees nothing if it cannot.
@@ -178,14 +227,18 @@ impl Victims {
         plan: &mut Plan,
         must: bool,
     ) -> i64 {
-        let limit = if must { self.order.len() } else { self.ordinary };
+        let limit = if must {
+            self.order.len()
+        } else {
+            self.ordinary
+        };
         let (mut d2h, mut dram) = (budget.d2h, budget.dram);
         let mut picks: Vec<(usize, bool)> = Vec::new();
         let mut freed = 0;
         let mut next = self.next;
         while freed < need && next < limit {
-            let (i, key) = self.order[next];
-            if above.is_some_and(|k| key.cmp(&k) != Ordering::Less) {
+            let (i, rank) = self.order[next];
+            if above.is_some_and(|k| rank >= k.rank()) {
                 break;
             }
             next += 1;
@@ -209,7 +262,11 @@ impl Victims {
         budget.d2h = d2h;
         budget.dram = dram;
         for (i, rotate) in picks {
-            let list = if rotate { &mut plan.rotate_out } else { &mut plan.recompute };
+            let list = if rotate {
+                &mut plan.rotate_out
+            } else {
+                &mut plan.recompute
+            };
             list.push(view[i].id);
         }
         freed
@@ -237,7 +294,7 @@ pub fn all_fit(view: &[ReqView], cap: Capacity) -> Option<Plan> {
     if want > i64::from(cap.free_hbm) - growth || copy_in > u64::from(cap.b_xfer) {
         return None;
     }
-    cands.sort_by(|a, b| a.t_arr.total_cmp(&b.t_arr).then(a.id.cmp(&b.id)));
+    cands.sort_unstable_by_key(|r| (ordered(r.t_arr), r.id));
     let mut plan = Plan::default();
     for r in cands {
         match r.phase {
@@ -247,3 +304,6 @@ pub fn all_fit(view: &[ReqView], cap: Capacity) -> Option<Plan> {
     }
     Some(plan)
 }
+
+#[cfg(test)]
+mod tests;

@@ -24,6 +24,9 @@ pub mod types;
 pub mod vlt;
 pub mod wlvf;
 
+#[cfg(test)]
+mod test_support;
+
 pub use lvf::Lvf;
 pub use registry::{PolicyKind, UnknownPolicy};
 pub use types::{Capacity, Phase, Plan, Policy, ReqView, RequestId, Slo, TenantId};

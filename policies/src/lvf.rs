@@ -17,7 +17,7 @@ impl Lvf {
     pub(crate) const RULES: Rules = Rules {
         preempt_for_admission: true,
         max_consecutive_rotations: None,
-        waiting_behind_rotary: false,
+        per_phase_queues: false,
     };
 }
 
@@ -30,7 +30,13 @@ impl Policy for Lvf {
         if let Some(plan) = all_fit(view, cap) {
             return plan;
         }
-        let keys: Vec<Key> = view.iter().map(|r| Key::new(0, self.vlt.vlt(r, now))).collect();
+        let keys: Vec<Key> = view
+            .iter()
+            .map(|r| Key::new(0, self.vlt.vlt(r, now)))
+            .collect();
         plan_greedy(view, cap, &keys, Self::RULES)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -68,7 +68,11 @@ pub struct UnknownPolicy(pub String);
 
 impl fmt::Display for UnknownPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown policy '{}': expected one of fcfs, wf, sf, edf, lvf, wlvf", self.0)
+        write!(
+            f,
+            "unknown policy '{}': expected one of fcfs, wf, sf, edf, lvf, wlvf",
+            self.0
+        )
     }
 }
 

@@ -20,7 +20,10 @@ pub struct Slo {
 impl Default for Slo {
     /// The paper's SLOs: TTFT 5 s, TBT 100 ms.
     fn default() -> Self {
-        Slo { ttft_s: 5.0, tbt_s: 0.1 }
+        Slo {
+            ttft_s: 5.0,
+            tbt_s: 0.1,
+        }
     }
 }
 

@@ -58,7 +58,10 @@ const TIER_AHEAD: i32 = 0;
 
 impl Wlvf {
     pub fn new(cfg: WlvfConfig) -> Wlvf {
-        Wlvf { cfg, tenants: BTreeMap::new() }
+        Wlvf {
+            cfg,
+            tenants: BTreeMap::new(),
+        }
     }
 
     /// Normalized service of every active tenant: tokens / (weight / mean active weight).
@@ -67,13 +70,20 @@ impl Wlvf {
     fn normalized_service(&mut self, view: &[ReqView]) -> BTreeMap<TenantId, f64> {
         let mut present: BTreeMap<TenantId, f64> = BTreeMap::new();
         for r in view {
-            present.insert(r.tenant, r.weight.max(f64::MIN_POSITIVE));
+            // The largest weight seen, so that the view's order cannot matter.
+            let w = present.entry(r.tenant).or_insert(f64::MIN_POSITIVE);
+            *w = w.max(r.weight);
         }
         let mean_w = present.values().sum::<f64>() / present.len().max(1) as f64;
         let norm = |t: &TenantState, w: f64| t.tokens / (w / mean_w);
         let continuing_min = present
             .iter()
-            .filter_map(|(id, &w)| self.tenants.get(id).filter(|t| t.active).map(|t| norm(t, w)))
+            .filter_map(|(id, &w)| {
+                self.tenants
+                    .get(id)
+                    .filter(|t| t.active)
+                    .map(|t| norm(t, w))
+            })
             .fold(f64::INFINITY, f64::min);
         for t in self.tenants.values_mut() {
             t.active = false;
@@ -88,8 +98,6 @@ impl Wlvf {
             t.active = true;
             out.insert(id, norm(t, w));
         }
-        // Tenants that were inactive before and whose catch-up needed a continuing tenant:
-        // mark all present as active now.
         out
     }
 
@@ -139,3 +147,6 @@ impl Policy for Wlvf {
         t.tokens += tokens as f64;
     }
 }
+
+#[cfg(test)]
+mod tests;

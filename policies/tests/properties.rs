@@ -1,0 +1,517 @@
+//! Plan invariants, checked on random views for every policy in `PolicyKind::ALL`.
+//!
+//! A view mixes waiting, running and rotary requests of up to four tenants; running requests
+//! grow by 0 or 1 block, so rotating every running request out always makes room for the rest
+//! and a plan can always keep HBM within bounds. Capacities, copy budgets, SLOs, caps and the
+//! service history (`on_service` calls and earlier plans) are random too.
+
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, TestRunner};
+use std::collections::{BTreeMap, BTreeSet};
+use superinfer_policies::{
+    Capacity, Lvf, Phase, Plan, Policy, PolicyKind, ReqView, RequestId, Slo, TenantId, VltConfig,
+    Wlvf, WlvfConfig,
+};
+
+const NOW: f64 = 100.0;
+
+/// One request, before ids and tenant weights are filled in.
+fn request() -> impl Strategy<Value = ReqView> {
+    (
+        (
+            0..3u8,
+            0..4u32,
+            0..=100u32,
+            0..=4u32,
+            0..=4u32,
+            any::<bool>(),
+        ),
+        (
+            1..=32u32,
+            0..=1u32,
+            0..=32u32,
+            0..=16u32,
+            prop::bool::weighted(0.2),
+            0..5u32,
+        ),
+        (
+            prop::sample::select(vec![1.0, 5.0, 20.0]),
+            prop::sample::select(vec![0.05, 0.1, 1.0]),
+        ),
+    )
+        .prop_map(
+            |(
+                (phase, tenant, t_arr, f_last, f_run, recomputed),
+                (blocks, growth, copy_in, unsynced, prefilling, rotations),
+                (ttft_s, tbt_s),
+            )| {
+                let phase = [Phase::Waiting, Phase::Running, Phase::Rotary][usize::from(phase)];
+                // Times on a quarter grid so that ties happen; all at or before NOW.
+                let t_arr = f64::from(t_arr);
+                let at = |f: u32| t_arr + (NOW - t_arr) * f64::from(f) / 4.0;
+                let running = phase == Phase::Running;
+                ReqView {
+                    id: RequestId(0),
+                    tenant: TenantId(tenant),
+                    weight: 1.0,
+                    slo: Slo { ttft_s, tbt_s },
+                    phase,
+                    t_arr,
+                    // A waiting request with a last token was recomputed.
+                    t_last: (phase != Phase::Waiting || recomputed).then(|| at(f_last)),
+                    t_run: running.then(|| at(f_run)),
+                    blocks,
+                    held_hbm: if running {
+                        blocks - growth.min(blocks)
+                    } else {
+                        0
+                    },
+                    copy_in: if phase == Phase::Rotary {
+                        copy_in.min(blocks)
+                    } else {
+                        0
+                    },
+                    unsynced: if running { unsynced } else { 0 },
+                    prefilling: running && prefilling,
+                    consecutive_rotations: if running { rotations } else { 0 },
+                }
+            },
+        )
+}
+
+/// A view of up to 40 requests over `tenants` tenants with the given weights.
+fn view(tenants: u32) -> impl Strategy<Value = Vec<ReqView>> {
+    (
+        prop::collection::vec(request(), 0..40),
+        prop::collection::vec(1..=4u32, 4),
+    )
+        .prop_map(move |(mut reqs, weights)| {
+            for (i, r) in reqs.iter_mut().enumerate() {
+                r.id = RequestId(i as u64 * 7 + 3);
+                r.tenant = TenantId(r.tenant.0 % tenants);
+                r.weight = f64::from(weights[r.tenant.0 as usize]);
+            }
+            reqs
+        })
+}
+
+fn capacity() -> impl Strategy<Value = Capacity> {
+    // Free HBM is often nearly gone, so that growth alone can cause a shortage.
+    let free_hbm = prop_oneof![0..=8u32, 0..=200u32];
+    (free_hbm, 0..=200u32, 0..=120u32).prop_map(|(free_hbm, free_dram, b_xfer)| Capacity {
+        free_hbm,
+        free_dram,
+        b_xfer,
+    })
+}
+
+fn vlt_config() -> impl Strategy<Value = VltConfig> {
+    (0.5..5.0f64, -1.0..1.0f64, -1.0..1.0f64).prop_map(|(alpha, beta_b, beta_f)| VltConfig {
+        alpha,
+        beta_b,
+        beta_f,
+    })
+}
+
+fn wlvf_config() -> impl Strategy<Value = WlvfConfig> {
+    (
+        vlt_config(),
+        prop::option::of(1..=60u32),
+        prop::option::of(1..=4u32),
+        prop::sample::select(vec![0.0, 10.0, 100.0, 1000.0, 1e9]),
+    )
+        .prop_map(|(vlt, wait, rotations, quantum)| WlvfConfig {
+            vlt,
+            max_wait_s: wait.map(f64::from),
+            max_consecutive_rotations: rotations,
+            fairness_quantum_tokens: quantum,
+        })
+}
+
+/// What a policy went through before the plan under test.
+#[derive(Clone, Debug)]
+enum Step {
+    Service {
+        tenant: u32,
+        tokens: u64,
+    },
+    /// A plan over the requests of the view whose bit (by position mod 64) is set.
+    Plan(u64),
+}
+
+fn history() -> impl Strategy<Value = Vec<Step>> {
+    let step = prop_oneof![
+        3 => (0..5u32, 0..20_000u64).prop_map(|(tenant, tokens)| Step::Service { tenant, tokens }),
+        1 => any::<u64>().prop_map(Step::Plan),
+    ];
+    prop::collection::vec(step, 0..8)
+}
+
+#[derive(Clone, Debug)]
+struct Scenario {
+    view: Vec<ReqView>,
+    cap: Capacity,
+    cfg: WlvfConfig,
+    history: Vec<Step>,
+    shuffle_seed: u64,
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    (1..=4u32)
+        .prop_flat_map(|tenants| {
+            (
+                view(tenants),
+                capacity(),
+                wlvf_config(),
+                history(),
+                any::<u64>(),
+            )
+        })
+        .prop_map(|(view, cap, cfg, history, shuffle_seed)| Scenario {
+            view,
+            cap,
+            cfg,
+            history,
+            shuffle_seed,
+        })
+}
+
+/// Replays the history on a fresh policy and plans the view.
+fn run(kind: PolicyKind, s: &Scenario, view: &[ReqView]) -> Plan {
+    let mut policy = kind.build(&s.cfg);
+    for step in &s.history {
+        match *step {
+            Step::Service { tenant, tokens } => {
+                policy.on_service(TenantId(tenant), f64::from(tenant + 1), tokens)
+            }
+            Step::Plan(mask) => {
+                let part: Vec<ReqView> = s
+                    .view
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask >> (i % 64) & 1 == 1)
+                    .map(|(_, r)| r.clone())
+                    .collect();
+                policy.plan(NOW - 1.0, &part, s.cap);
+            }
+        }
+    }
+    policy.plan(NOW, view, s.cap)
+}
+
+/// A permutation of `view` (Fisher-Yates on a splitmix64 stream).
+fn shuffled(view: &[ReqView], mut seed: u64) -> Vec<ReqView> {
+    let mut next = || {
+        seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut v = view.to_vec();
+    for i in (1..v.len()).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
+    v
+}
+
+fn growth(view: &[ReqView]) -> i64 {
+    view.iter()
+        .filter(|r| r.phase == Phase::Running)
+        .map(|r| i64::from(r.blocks - r.held_hbm))
+        .sum()
+}
+
+fn blocks(view: &[ReqView], ids: &[RequestId]) -> i64 {
+    ids.iter().map(|id| i64::from(find(view, *id).blocks)).sum()
+}
+
+fn find(view: &[ReqView], id: RequestId) -> &ReqView {
+    view.iter()
+        .find(|r| r.id == id)
+        .expect("checked: every planned id is in the view")
+}
+
+/// The invariants every policy's plan keeps.
+fn check_plan(kind: PolicyKind, s: &Scenario, plan: &Plan) -> Result<(), TestCaseError> {
+    let (view, cap) = (&s.view, s.cap);
+    // Every id at most once, each in the phase its list expects.
+    let lists = [
+        (&plan.admit, Phase::Waiting),
+        (&plan.restore, Phase::Rotary),
+        (&plan.rotate_out, Phase::Running),
+        (&plan.recompute, Phase::Running),
+    ];
+    let mut seen = BTreeSet::new();
+    for (list, phase) in lists {
+        for &id in list.iter() {
+            prop_assert!(seen.insert(id), "{id:?} listed twice");
+            let r = view.iter().find(|r| r.id == id);
+            prop_assert!(r.is_some(), "{id:?} is not in the view");
+            prop_assert_eq!(
+                r.map(|r| r.phase),
+                Some(phase),
+                "{:?} in the wrong list",
+                id
+            );
+        }
+    }
+
+    // Copy budgets, per direction; DRAM for what is copied out.
+    let copy_in: u64 = plan
+        .restore
+        .iter()
+        .map(|&id| u64::from(find(view, id).copy_in))
+        .sum();
+    prop_assert!(
+        copy_in <= u64::from(cap.b_xfer),
+        "copy-in {copy_in} > b_xfer {}",
+        cap.b_xfer
+    );
+    let copy_out: u64 = plan
+        .rotate_out
+        .iter()
+        .map(|&id| u64::from(find(view, id).unsynced))
+        .sum();
+    prop_assert!(
+        copy_out <= u64::from(cap.b_xfer),
+        "copy-out {copy_out} > b_xfer {}",
+        cap.b_xfer
+    );
+    prop_assert!(
+        copy_out <= u64::from(cap.free_dram),
+        "copy-out {copy_out} > free DRAM"
+    );
+
+    // HBM: what stays or becomes resident fits in what is free plus what running requests hold.
+    let victims: Vec<RequestId> = plan
+        .rotate_out
+        .iter()
+        .chain(&plan.recompute)
+        .copied()
+        .collect();
+    let staying: i64 = view
+        .iter()
+        .filter(|r| r.phase == Phase::Running && !victims.contains(&r.id))
+        .map(|r| i64::from(r.blocks))
+        .sum();
+    let taken = blocks(view, &plan.admit) + blocks(view, &plan.restore);
+    let held: i64 = view.iter().map(|r| i64::from(r.held_hbm)).sum();
+    prop_assert!(
+        staying + taken <= i64::from(cap.free_hbm) + held,
+        "over-committed HBM: {staying} staying + {taken} taken > {} free + {held} held",
+        cap.free_hbm
+    );
+
+    // No more freed than the deficit: without the last victim chosen (the last of one of the
+    // two lists, both in the order chosen) the victims would not have covered it.
+    let deficit = taken - (i64::from(cap.free_hbm) - growth(view));
+    let freed = blocks(view, &victims);
+    if !victims.is_empty() {
+        let last = [plan.rotate_out.last(), plan.recompute.last()]
+            .into_iter()
+            .flatten()
+            .map(|&id| i64::from(find(view, id).blocks))
+            .max()
+            .unwrap_or(0);
+        prop_assert!(
+            freed - last < deficit,
+            "freed {freed} blocks (last victim {last}) for a deficit of {deficit}"
+        );
+    }
+
+    let shortage = i64::from(cap.free_hbm) < growth(view);
+    if !shortage {
+        for &id in &victims {
+            prop_assert!(
+                !find(view, id).prefilling,
+                "{id:?} is in prefill and not needed"
+            );
+        }
+        if matches!(kind, PolicyKind::Fcfs | PolicyKind::Sf) {
+            prop_assert!(victims.is_empty(), "{kind} preempted without a shortage");
+        }
+    }
+
+    // LVF step 1: when every candidate fits (HBM and copy-in), all are taken and none pushed out.
+    if matches!(kind, PolicyKind::Lvf | PolicyKind::Wlvf) {
+        let cands = view.iter().filter(|r| r.phase != Phase::Running);
+        let want: i64 = cands.clone().map(|r| i64::from(r.blocks)).sum();
+        let want_in: u64 = cands.clone().map(|r| u64::from(r.copy_in)).sum();
+        if want <= i64::from(cap.free_hbm) - growth(view) && want_in <= u64::from(cap.b_xfer) {
+            prop_assert_eq!(plan.admit.len() + plan.restore.len(), cands.count());
+            prop_assert!(victims.is_empty());
+        }
+    }
+
+    if kind == PolicyKind::Wlvf {
+        check_caps(s, plan, &victims, shortage)?;
+    }
+    Ok(())
+}
+
+/// Weighted LVF's starvation caps.
+fn check_caps(
+    s: &Scenario,
+    plan: &Plan,
+    victims: &[RequestId],
+    shortage: bool,
+) -> Result<(), TestCaseError> {
+    if let (Some(m), false) = (s.cfg.max_consecutive_rotations, shortage) {
+        for &id in victims {
+            let r = find(&s.view, id);
+            prop_assert!(
+                r.consecutive_rotations < m,
+                "{id:?} rotated {} >= {m} times",
+                r.consecutive_rotations
+            );
+        }
+    }
+    if let Some(c) = s.cfg.max_wait_s {
+        // Overdue: waited `c` since arrival (or since its last token, if it had one and was
+        // recomputed) or paused `c` since its last token.
+        let overdue = |r: &ReqView| r.phase != Phase::Running && NOW - r.since() >= c;
+        let taken: Vec<RequestId> = plan.admit.iter().chain(&plan.restore).copied().collect();
+        let left_out = s.view.iter().find(|r| overdue(r) && !taken.contains(&r.id));
+        if let Some(late) = left_out {
+            for &id in &taken {
+                prop_assert!(
+                    overdue(find(&s.view, id)),
+                    "{id:?} is not overdue but was taken while overdue {:?} was left out",
+                    late.id
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(Config { cases: 2048, ..Config::default() })]
+
+    #[test]
+    fn every_policy_keeps_the_plan_invariants(s in scenario()) {
+        for kind in PolicyKind::ALL {
+            let plan = run(kind, &s, &s.view);
+            check_plan(kind, &s, &plan)?;
+        }
+    }
+
+    #[test]
+    fn plans_are_deterministic(s in scenario()) {
+        let other = shuffled(&s.view, s.shuffle_seed);
+        for kind in PolicyKind::ALL {
+            let plan = run(kind, &s, &s.view);
+            prop_assert_eq!(&plan, &run(kind, &s, &s.view), "{} differs between instances", kind);
+            prop_assert_eq!(&plan, &run(kind, &s, &other), "{} depends on the view's order", kind);
+        }
+    }
+
+    #[test]
+    fn weighted_lvf_gives_contested_slots_to_the_fair_band(mut s in scenario()) {
+        s.history.retain(|step| matches!(step, Step::Service { .. }));
+        let fair = fair_band(&s);
+        let overdue = |r: &ReqView| {
+            s.cfg.max_wait_s.is_some_and(|c| r.phase != Phase::Running && NOW - r.since() >= c)
+        };
+        let plan = run(PolicyKind::Wlvf, &s, &s.view);
+        let taken: Vec<RequestId> = plan.admit.iter().chain(&plan.restore).copied().collect();
+        let fair_left_out = s.view.iter().find(|r| {
+            r.phase != Phase::Running && !taken.contains(&r.id) && !overdue(r) && fair[&r.tenant]
+        });
+        if let Some(left) = fair_left_out {
+            for &id in &taken {
+                let r = find(&s.view, id);
+                prop_assert!(
+                    overdue(r) || fair[&r.tenant],
+                    "{id:?} of a tenant ahead was taken while {:?} of a fair-band tenant was left out",
+                    left.id
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn weighted_lvf_with_one_tenant_is_lvf(
+        vlt in vlt_config(),
+        quantum in prop::sample::select(vec![-1.0, 0.0, 10.0, 1e9]),
+        rounds in prop::collection::vec(
+            (view(1), capacity(), prop::collection::vec((0..3u32, 0..50_000u64), 0..4)),
+            1..5,
+        ),
+    ) {
+        let mut lvf = Lvf { vlt };
+        let mut wlvf = Wlvf::new(WlvfConfig {
+            vlt,
+            max_wait_s: None,
+            max_consecutive_rotations: None,
+            fairness_quantum_tokens: quantum,
+        });
+        for (round, (view, cap, service)) in rounds.into_iter().enumerate() {
+            for (tenant, tokens) in service {
+                lvf.on_service(TenantId(tenant), 1.0, tokens);
+                wlvf.on_service(TenantId(tenant), 1.0, tokens);
+            }
+            let now = NOW + round as f64;
+            prop_assert_eq!(wlvf.plan(now, &view, cap), lvf.plan(now, &view, cap));
+        }
+    }
+}
+
+/// Weighted LVF's tiers for a policy whose only history is `on_service` calls (no earlier plan,
+/// so no tenant catches up): whether each present tenant is within the fairness band.
+fn fair_band(s: &Scenario) -> BTreeMap<TenantId, bool> {
+    let mut tokens: BTreeMap<TenantId, f64> = BTreeMap::new();
+    for step in &s.history {
+        if let Step::Service { tenant, tokens: n } = *step {
+            *tokens.entry(TenantId(tenant)).or_default() += n as f64;
+        }
+    }
+    let mut weight: BTreeMap<TenantId, f64> = BTreeMap::new();
+    for r in &s.view {
+        let w = weight.entry(r.tenant).or_insert(f64::MIN_POSITIVE);
+        *w = w.max(r.weight);
+    }
+    let mean_w = weight.values().sum::<f64>() / weight.len().max(1) as f64;
+    let v: BTreeMap<TenantId, f64> = weight
+        .iter()
+        .map(|(t, &w)| (*t, tokens.get(t).copied().unwrap_or(0.0) / (w / mean_w)))
+        .collect();
+    let v_min = v.values().copied().fold(f64::INFINITY, f64::min);
+    v.into_iter().map(|(t, v)| (t, v <= v_min + s.cfg.fairness_quantum_tokens)).collect()
+}
+
+/// The generator reaches the interesting cases: without this, the properties could pass on
+/// views where nothing is ever rotated.
+#[test]
+fn the_generator_exercises_rotation() {
+    let mut runner = TestRunner::deterministic();
+    let strategy = scenario();
+    let (mut cases, mut rotated, mut recomputed, mut restored, mut shortages) = (0, 0, 0, 0, 0);
+    for _ in 0..500 {
+        let s = strategy
+            .new_tree(&mut runner)
+            .expect("the strategy always generates")
+            .current();
+        let plan = run(PolicyKind::Lvf, &s, &s.view);
+        cases += 1;
+        rotated += usize::from(!plan.rotate_out.is_empty());
+        recomputed += usize::from(!plan.recompute.is_empty());
+        restored += usize::from(!plan.restore.is_empty());
+        shortages += usize::from(i64::from(s.cap.free_hbm) < growth(&s.view));
+    }
+    eprintln!("{cases} cases: {rotated} rotate, {recomputed} recompute, {restored} restore, {shortages} shortage");
+    for (what, n) in [
+        ("rotation", rotated),
+        ("recompute", recomputed),
+        ("restore", restored),
+        ("shortage", shortages),
+    ] {
+        assert!(
+            n * 20 >= cases,
+            "only {n} of {cases} LVF plans had a {what}"
+        );
+    }
+}
