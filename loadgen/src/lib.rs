@@ -1,2 +1,11 @@
-//! SuperInfer load generator (under construction).
+//! SuperInfer load generator: multi-tenant workloads, targets that serve them, and SLO
+//! reports.
 #![forbid(unsafe_code)]
+
+pub mod error;
+pub mod record;
+pub mod workload;
+
+pub use error::Error;
+pub use record::RequestRecord;
+pub use workload::{generate, ArrivalSpec, LengthSpec, RequestSpec, TenantSpec};

@@ -1,0 +1,48 @@
+//! What a target reports about each request it was sent.
+
+use serde::{Deserialize, Serialize};
+
+/// The observed life of one request. Times are seconds on the run's clock (0 = start).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub id: u64,
+    /// Index into the run's tenants.
+    pub tenant: usize,
+    pub arrival_s: f64,
+    /// `None`: never served by the end of the run.
+    pub first_token_s: Option<f64>,
+    /// Time of every output token, the first included, in order.
+    pub token_times_s: Vec<f64>,
+    /// `None`: still running, paused or waiting at the end of the run.
+    pub finish_s: Option<f64>,
+    pub prompt_tokens: u32,
+    /// Output tokens requested (the target length).
+    pub output_tokens: u32,
+    /// Output tokens actually produced.
+    pub generated_tokens: u32,
+    /// Times the request lost its place on the GPU (rotated out or recomputed).
+    pub preemptions: u32,
+}
+
+impl RequestRecord {
+    /// A record for a request that was never served.
+    pub fn unserved(spec: &crate::workload::RequestSpec) -> RequestRecord {
+        RequestRecord {
+            id: spec.id,
+            tenant: spec.tenant,
+            arrival_s: spec.arrival_s,
+            first_token_s: None,
+            token_times_s: Vec::new(),
+            finish_s: None,
+            prompt_tokens: spec.prompt_tokens,
+            output_tokens: spec.output_tokens,
+            generated_tokens: 0,
+            preemptions: 0,
+        }
+    }
+
+    /// Gaps between consecutive tokens, in seconds.
+    pub fn gaps(&self) -> impl Iterator<Item = f64> + '_ {
+        self.token_times_s.windows(2).map(|w| w[1] - w[0])
+    }
+}

@@ -1,0 +1,194 @@
+use super::*;
+use std::path::Path;
+
+const EXAMPLE: &str = r#"
+[[tenant]]
+name = "gold"
+weight = 4.0
+ttft_slo_s = 5.0
+tbt_slo_s = 0.1
+dataset = "sharegpt"
+arrivals = { kind = "hawkes", baseline_rps = 4.0, excitation = 0.5, decay_per_s = 2.0 }
+
+[[tenant]]
+name = "bronze"
+weight = 1.0
+ttft_slo_s = 5.0
+tbt_slo_s = 0.1
+dataset = "lmsys"
+arrivals = { kind = "poisson", rps = 8.0 }
+"#;
+
+fn parse(text: &str) -> Result<Vec<TenantSpec>, Error> {
+    parse_tenants(text, Path::new("tenants.toml"))
+}
+
+fn err(text: &str) -> String {
+    parse(text).unwrap_err().to_string()
+}
+
+#[test]
+fn the_issue_example_parses() {
+    let t = parse(EXAMPLE).unwrap();
+    assert_eq!(t.len(), 2);
+    assert_eq!(t[0].name, "gold");
+    assert_eq!(t[0].weight, 4.0);
+    assert_eq!(t[0].dataset, LengthSpec::Sharegpt);
+    assert_eq!(
+        t[0].arrivals,
+        ArrivalSpec::Hawkes {
+            baseline_rps: 4.0,
+            excitation: 0.5,
+            decay_per_s: 2.0
+        }
+    );
+    assert_eq!(t[0].arrivals.mean_rps().unwrap(), 8.0);
+    assert_eq!(t[1].dataset, LengthSpec::Lmsys);
+    assert_eq!(t[1].arrivals, ArrivalSpec::Poisson { rps: 8.0 });
+    assert_eq!(t[1].limits(), LengthLimits::default());
+}
+
+#[test]
+fn every_documented_form_parses() {
+    let text = r#"
+[[tenant]]
+name = "a"
+dataset = { kind = "fixed", prompt = 512, output = 64 }
+arrivals = { kind = "gamma", rps = 2.0, cv = 4.0 }
+api_key_env = "TENANT_A_KEY"
+max_prompt_tokens = 1024
+max_output_tokens = 512
+
+[[tenant]]
+name = "b"
+dataset = { kind = "lognormal", prompt = { mean = 300.0, sigma = 1.1 }, output = { mean = 200.0, sigma = 0.8 } }
+arrivals = { kind = "onoff", rps_on = 10.0, on_s = 5.0, off_s = 20.0 }
+
+[[tenant]]
+name = "c"
+dataset = { kind = "trace", path = "lengths.jsonl" }
+arrivals = { kind = "trace", path = "arrivals.jsonl", time_scale = 2.0 }
+"#;
+    let t = parse(text).unwrap();
+    assert_eq!(t[0].weight, 1.0, "weight defaults to 1");
+    assert_eq!(
+        (t[0].ttft_slo_s, t[0].tbt_slo_s),
+        (5.0, 0.1),
+        "paper SLOs by default"
+    );
+    assert_eq!(t[0].max_prompt_tokens, 1024);
+    assert_eq!(t[0].api_key_env.as_deref(), Some("TENANT_A_KEY"));
+    assert!(matches!(t[1].dataset, LengthSpec::Lognormal { .. }));
+    assert!(matches!(t[1].arrivals, ArrivalSpec::OnOff { .. }));
+    assert!(matches!(t[2].arrivals, ArrivalSpec::Trace { time_scale, .. } if time_scale == 2.0));
+}
+
+#[test]
+fn bad_values_name_the_tenant_and_the_field() {
+    let cases = [
+        (
+            EXAMPLE.replace("weight = 4.0", "weight = 0.0"),
+            "gold",
+            "weight",
+        ),
+        (
+            EXAMPLE.replace("weight = 1.0", "weight = -2.0"),
+            "bronze",
+            "weight",
+        ),
+        (
+            EXAMPLE.replacen("ttft_slo_s = 5.0", "ttft_slo_s = 0.0", 1),
+            "gold",
+            "ttft_slo_s",
+        ),
+        (
+            EXAMPLE.replacen("tbt_slo_s = 0.1", "tbt_slo_s = -0.1", 2),
+            "gold",
+            "tbt_slo_s",
+        ),
+        (
+            EXAMPLE.replace("excitation = 0.5", "excitation = 1.2"),
+            "gold",
+            "excitation",
+        ),
+        (EXAMPLE.replace("rps = 8.0", "rps = 0.0"), "bronze", "rps"),
+    ];
+    for (text, tenant, field) in cases {
+        let e = err(&text);
+        assert!(
+            e.contains(&format!("'{tenant}'")) && e.contains(field),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn duplicate_names_and_empty_files_are_rejected() {
+    let e = err(&EXAMPLE.replace("\"bronze\"", "\"gold\""));
+    assert!(e.contains("gold") && e.contains("more than once"), "{e}");
+    assert!(err("").contains("at least one [[tenant]]"));
+    assert!(err("# nothing\n").contains("at least one [[tenant]]"));
+}
+
+#[test]
+fn syntax_and_schema_errors_point_at_the_file() {
+    let e = err("[[tenant]\nname = 1");
+    assert!(e.starts_with("tenants.toml"), "{e}");
+    let e = err(&EXAMPLE.replace("decay_per_s", "decay"));
+    assert!(e.contains("decay"), "{e}");
+    let e = err(&EXAMPLE.replace("kind = \"poisson\"", "kind = \"weibull\""));
+    assert!(e.contains("weibull") && e.contains("poisson"), "{e}");
+    let e = err(&EXAMPLE.replace("\"lmsys\"", "\"alpaca\""));
+    assert!(e.contains("alpaca") && e.contains("sharegpt"), "{e}");
+    let e = err(&EXAMPLE.replace("weight = 4.0", "weight = 4.0\ncolour = \"gold\""));
+    assert!(e.contains("colour"), "{e}");
+    let e = err(&EXAMPLE.replace("name = \"gold\"\n", ""));
+    assert!(e.contains("name"), "{e}");
+}
+
+#[test]
+fn api_key_sources_are_exclusive_and_the_key_is_not_printed() {
+    let text = EXAMPLE.replace(
+        "name = \"gold\"",
+        "name = \"gold\"\napi_key = \"sk-secret\"\napi_key_env = \"GOLD_KEY\"",
+    );
+    let e = err(&text);
+    assert!(e.contains("'gold'") && e.contains("api_key"), "{e}");
+    let text = EXAMPLE.replace(
+        "name = \"gold\"",
+        "name = \"gold\"\napi_key = \"sk-secret\"",
+    );
+    let t = parse(&text).unwrap();
+    let debug = format!("{:?}", t[0]);
+    assert!(
+        !debug.contains("sk-secret") && debug.contains("redacted"),
+        "{debug}"
+    );
+}
+
+#[test]
+fn load_resolves_trace_paths_next_to_the_file_and_reports_missing_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tenants.toml");
+    let text = r#"
+[[tenant]]
+name = "t"
+dataset = { kind = "trace", path = "lengths.jsonl" }
+arrivals = { kind = "trace", path = "/abs/arrivals.jsonl" }
+"#;
+    std::fs::write(&path, text).unwrap();
+    let t = load_tenants(&path).unwrap();
+    assert_eq!(
+        t[0].dataset,
+        LengthSpec::Trace {
+            path: dir.path().join("lengths.jsonl")
+        }
+    );
+    assert!(
+        matches!(&t[0].arrivals, ArrivalSpec::Trace { path, .. } if path == Path::new("/abs/arrivals.jsonl"))
+    );
+    let e = load_tenants(&dir.path().join("missing.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing.toml"), "{e}");
+}
