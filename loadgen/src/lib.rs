@@ -4,8 +4,10 @@
 
 pub mod error;
 pub mod record;
+pub mod report;
 pub mod workload;
 
 pub use error::Error;
 pub use record::RequestRecord;
+pub use report::{RunSummary, Summary};
 pub use workload::{generate, ArrivalSpec, LengthSpec, RequestSpec, TenantSpec};

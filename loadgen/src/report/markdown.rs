@@ -1,0 +1,100 @@
+//! `summary.md`: one table of all runs, then a per-tenant table per run.
+
+use super::writer::ReportMeta;
+use super::{RunSummary, Summary};
+use std::fmt::Write;
+
+/// Renders the summary as Markdown.
+pub fn render(summary: &Summary, meta: &ReportMeta) -> String {
+    let mut s = String::new();
+    s.push_str("# SuperInfer load generator: sweep summary\n\n");
+    if !meta.command.is_empty() {
+        let _ = writeln!(s, "Command: `{}`\n", meta.command);
+    }
+    for (k, v) in &meta.context {
+        let _ = writeln!(s, "- {k}: {v}");
+    }
+    if !meta.context.is_empty() {
+        s.push('\n');
+    }
+    s.push_str(
+        "Attainment: TTFT = share of requests with a first token within the tenant's TTFT SLO \
+         (unserved = miss); TBT = share of inter-token gaps within the TBT SLO. Definitions in \
+         docs/WORKLOADS.md.\n\n",
+    );
+    s.push_str("## Runs\n\n");
+    s.push_str(
+        "| policy | RPS | TTFT att. [95% CI] | TBT att. [95% CI] | TTFT p50/p90/p99 (s) \
+         | TBT p50/p90/p99 (ms) | tokens/s | goodput (req/s) | Jain | Jain att. \
+         | max wait (s) | max stall (s) | finished/submitted | unserved | preemptions |\n",
+    );
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in &summary.runs {
+        run_row(&mut s, r);
+    }
+    for r in &summary.runs {
+        tenant_table(&mut s, r);
+    }
+    s
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+fn run_row(s: &mut String, r: &RunSummary) {
+    let _ = writeln!(
+        s,
+        "| {} | {:.2} | {} [{}, {}] | {} [{}, {}] | {:.2}/{:.2}/{:.2} | {:.0}/{:.0}/{:.0} \
+         | {:.0} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {}/{} | {} | {} |",
+        r.policy,
+        r.rps,
+        pct(r.ttft_attainment),
+        pct(r.ttft_attainment_ci95.lo),
+        pct(r.ttft_attainment_ci95.hi),
+        pct(r.tbt_attainment),
+        pct(r.tbt_attainment_ci95.lo),
+        pct(r.tbt_attainment_ci95.hi),
+        r.p50_ttft_s,
+        r.p90_ttft_s,
+        r.p99_ttft_s,
+        1e3 * r.p50_tbt_s,
+        1e3 * r.p90_tbt_s,
+        1e3 * r.p99_tbt_s,
+        r.throughput_tokens_per_s,
+        r.goodput_rps,
+        r.jain,
+        r.jain_attainment,
+        r.max_wait_s,
+        r.max_stall_s,
+        r.finished,
+        r.submitted,
+        r.unserved,
+        r.preemptions,
+    );
+}
+
+fn tenant_table(s: &mut String, r: &RunSummary) {
+    let _ = writeln!(s, "\n## {} at {:.2} RPS: tenants\n", r.policy, r.rps);
+    s.push_str(
+        "| tenant | weight | weight share | served tokens | share | TTFT att. | TBT att. \
+         | p99 TTFT (s) | finished/submitted |\n",
+    );
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for t in &r.tenants {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {}/{} |",
+            t.name,
+            t.weight,
+            pct(t.weight_share),
+            t.served_tokens,
+            pct(t.share),
+            pct(t.ttft_attainment),
+            pct(t.tbt_attainment),
+            t.p99_ttft_s,
+            t.finished,
+            t.submitted,
+        );
+    }
+}
