@@ -1,0 +1,424 @@
+//! The `superinfer-loadgen` command line.
+//!
+//! `sim` sweeps policies × offered loads against the simulated engine and writes a report.
+//! Bad input (an unknown policy, a bad `--rps` list, a missing or invalid tenants file) exits
+//! with status 2 before anything runs; a failure while running exits with status 1.
+
+use crate::error::Error;
+use crate::report::{ReportConfig, ReportMeta, ReportWriter, RunInput, RunSummary, Summary};
+use crate::target::sim::{SimTarget, SimTargetConfig};
+use crate::target::Target;
+use crate::workload::{self, load_tenants, ArrivalSpec, LengthSpec, RequestSpec, TenantSpec};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use superinfer_policies::{PolicyKind, VltConfig, WlvfConfig};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "superinfer-loadgen",
+    version,
+    about = "SuperInfer load generator"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Sweep policies × offered loads against the simulated engine and write a report.
+    Sim(SimArgs),
+}
+
+/// Flags of `superinfer-loadgen sim`.
+#[derive(Args, Clone, Debug)]
+pub struct SimArgs {
+    /// Hardware + model profile of the simulated engine.
+    #[arg(long, default_value = "gh200-qwen2.5-32b")]
+    pub profile: String,
+    /// Lengths of the single default tenant: sharegpt, lmsys, fixed:PROMPT:OUTPUT or
+    /// trace:PATH (ignored with --tenants).
+    #[arg(long, default_value = "sharegpt")]
+    pub dataset: LengthSpec,
+    /// Comma-separated policies: fcfs, wf, sf, edf, lvf, wlvf.
+    #[arg(long, value_delimiter = ',', default_value = "fcfs,wf,sf,lvf")]
+    pub policies: Vec<PolicyKind>,
+    /// Comma-separated offered loads in requests/s. Required without --tenants; with
+    /// --tenants, each tenant's rate is scaled so that the rates sum to each value.
+    #[arg(long, value_delimiter = ',', value_parser = parse_rps)]
+    pub rps: Vec<f64>,
+    /// Arrivals are generated for this many seconds.
+    #[arg(long, default_value_t = 120.0, value_parser = parse_positive)]
+    pub duration: f64,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Output directory (created if needed).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// TOML file of [[tenant]] tables (docs/WORKLOADS.md).
+    #[arg(long)]
+    pub tenants: Option<PathBuf>,
+    /// Rotation budget in KV blocks per iteration (default: the profile's).
+    #[arg(long)]
+    pub b_xfer: Option<u32>,
+    /// TTFT SLO of the single default tenant, seconds (ignored with --tenants).
+    #[arg(long, default_value_t = 5.0, value_parser = parse_positive)]
+    pub ttft_slo_s: f64,
+    /// TBT SLO of the single default tenant, seconds (ignored with --tenants).
+    #[arg(long, default_value_t = 0.1, value_parser = parse_positive)]
+    pub tbt_slo_s: f64,
+    /// VLT weight of TBT urgency against TTFT urgency.
+    #[arg(long, default_value_t = VltConfig::default().alpha, allow_negative_numbers = true)]
+    pub alpha: f64,
+    /// VLT tolerance window of rotary requests, as a fraction of the TBT SLO.
+    #[arg(long, default_value_t = VltConfig::default().beta_b, allow_negative_numbers = true)]
+    pub beta_b: f64,
+    /// VLT tolerance window of waiting requests, as a fraction of the TTFT SLO.
+    #[arg(long, default_value_t = VltConfig::default().beta_f, allow_negative_numbers = true)]
+    pub beta_f: f64,
+    /// Weighted LVF: promote a request that has waited this long, seconds.
+    #[arg(long, value_parser = parse_positive)]
+    pub max_wait_s: Option<f64>,
+    /// Weighted LVF: cap on consecutive rotations of one request.
+    #[arg(long)]
+    pub max_rotations: Option<u32>,
+    /// Weighted LVF: fairness band in tokens per unit of normalized weight.
+    #[arg(long, default_value_t = WlvfConfig::default().fairness_quantum_tokens, value_parser = parse_positive)]
+    pub fairness_quantum: f64,
+    /// Host DRAM tier size, GiB.
+    #[arg(long, default_value_t = 400.0, value_parser = parse_non_negative)]
+    pub dram_gib: f64,
+    /// Share of HBM the engine may use, in (0, 1].
+    #[arg(long, default_value_t = 0.9, value_parser = parse_fraction)]
+    pub gpu_memory_utilization: f64,
+    /// Token budget per iteration (decode tokens plus prefill chunks).
+    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_batched_tokens: u32,
+    /// After the last arrival, keep serving at most this long; requests not served by then
+    /// count as misses.
+    #[arg(long, default_value_t = SimTargetConfig::default().drain_s, value_parser = parse_non_negative)]
+    pub drain_s: f64,
+    /// Bootstrap resamples for the attainment confidence intervals.
+    #[arg(long, default_value_t = 1000)]
+    pub bootstrap_resamples: usize,
+    /// Do not draw a progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+fn parse_positive(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(v) => Err(format!("must be positive and finite, got {v}")),
+        Err(_) => Err(format!("'{s}' is not a number")),
+    }
+}
+
+fn parse_non_negative(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(v) => Err(format!("must be >= 0 and finite, got {v}")),
+        Err(_) => Err(format!("'{s}' is not a number")),
+    }
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match parse_positive(s)? {
+        v if v <= 1.0 => Ok(v),
+        v => Err(format!("must be in (0, 1], got {v}")),
+    }
+}
+
+fn parse_rps(s: &str) -> Result<f64, String> {
+    parse_positive(s)
+        .map_err(|e| format!("offered load {e} (use a comma-separated list like 5,10,15)"))
+}
+
+/// The policy knobs shared by LVF and weighted LVF.
+pub fn wlvf_config(args: &SimArgs) -> WlvfConfig {
+    WlvfConfig {
+        vlt: VltConfig {
+            alpha: args.alpha,
+            beta_b: args.beta_b,
+            beta_f: args.beta_f,
+        },
+        max_wait_s: args.max_wait_s,
+        max_consecutive_rotations: args.max_rotations,
+        fairness_quantum_tokens: args.fairness_quantum,
+    }
+}
+
+/// The simulated engine configured from the flags.
+pub fn make_sim_target(args: &SimArgs) -> anyhow::Result<Box<dyn Target>> {
+    let cfg = SimTargetConfig {
+        profile: args.profile.clone(),
+        b_xfer: args.b_xfer,
+        dram_gib: args.dram_gib,
+        gpu_memory_utilization: args.gpu_memory_utilization,
+        max_batched_tokens: args.max_batched_tokens,
+        policy: wlvf_config(args),
+        drain_s: args.drain_s,
+    };
+    Ok(Box::new(SimTarget::new(cfg)?))
+}
+
+/// One offered load: the tenants at that load and the requests they send.
+#[derive(Clone, Debug)]
+pub struct Load {
+    /// Sum of the tenants' mean arrival rates.
+    pub rps: f64,
+    pub tenants: Vec<TenantSpec>,
+    pub requests: Vec<RequestSpec>,
+}
+
+/// A checked sweep: every run it will make, with its requests already generated.
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    pub policies: Vec<PolicyKind>,
+    pub loads: Vec<Load>,
+    pub duration_s: f64,
+}
+
+/// Checks the flags, reads the tenants file and generates every load's requests.
+pub fn prepare(args: &SimArgs) -> Result<Sweep, Error> {
+    if let Some(p) = first_duplicate(args.policies.iter()) {
+        return Err(usage(format!("--policies lists '{p}' twice")));
+    }
+    if args.policies.is_empty() {
+        return Err(usage("--policies is empty".into()));
+    }
+    if let Some(r) = first_duplicate(args.rps.iter().map(|r| r.to_bits())) {
+        return Err(usage(format!("--rps lists {} twice", f64::from_bits(r))));
+    }
+    let base = match &args.tenants {
+        Some(path) => load_tenants(path)?,
+        None => {
+            if args.rps.is_empty() {
+                return Err(usage(
+                    "--rps is required without --tenants (e.g. --rps 5,10,15,20)".into(),
+                ));
+            }
+            vec![TenantSpec {
+                ttft_slo_s: args.ttft_slo_s,
+                tbt_slo_s: args.tbt_slo_s,
+                ..TenantSpec::new(
+                    "default",
+                    args.dataset.clone(),
+                    ArrivalSpec::Poisson { rps: 1.0 },
+                )
+            }]
+        }
+    };
+    let base_rps = total_rps(&base)?;
+    let targets = if args.rps.is_empty() {
+        vec![base_rps]
+    } else {
+        args.rps.clone()
+    };
+    let loads = targets
+        .into_iter()
+        .map(|rps| {
+            let factor = rps / base_rps;
+            let tenants: Vec<TenantSpec> = base
+                .iter()
+                .map(|t| TenantSpec {
+                    arrivals: t.arrivals.scaled(factor),
+                    ..t.clone()
+                })
+                .collect();
+            let requests = workload::generate(&tenants, args.duration, args.seed)?;
+            Ok(Load {
+                rps,
+                tenants,
+                requests,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Sweep {
+        policies: args.policies.clone(),
+        loads,
+        duration_s: args.duration,
+    })
+}
+
+fn usage(msg: String) -> Error {
+    Error::Usage(msg)
+}
+
+fn first_duplicate<T: PartialEq + Copy>(items: impl Iterator<Item = T>) -> Option<T> {
+    let items: Vec<T> = items.collect();
+    items
+        .iter()
+        .enumerate()
+        .find(|(i, x)| items[..*i].contains(x))
+        .map(|(_, x)| *x)
+}
+
+fn total_rps(tenants: &[TenantSpec]) -> Result<f64, Error> {
+    tenants.iter().try_fold(0.0, |sum, t| {
+        Ok(sum + t.arrivals.mean_rps().map_err(|e| e.in_tenant(&t.name))?)
+    })
+}
+
+/// Runs every policy at every load against `target` and writes the report into `out`.
+pub fn execute(
+    sweep: &Sweep,
+    target: &mut dyn Target,
+    out: &Path,
+    meta: &ReportMeta,
+    cfg: ReportConfig,
+    progress: bool,
+) -> anyhow::Result<Summary> {
+    let mut writer = ReportWriter::create(out, cfg)?;
+    let total = (sweep.policies.len() * sweep.loads.len()) as u64;
+    let bar = if progress {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} runs {msg} [{elapsed}<{eta}]")
+            .expect("the template is a valid constant"),
+    );
+    for &policy in &sweep.policies {
+        for load in &sweep.loads {
+            bar.set_message(format!("{policy} at {:.2} rps", load.rps));
+            let records = target.run(policy, &load.tenants, &load.requests, sweep.duration_s)?;
+            if records.len() != load.requests.len() {
+                anyhow::bail!(
+                    "{policy} at {} rps: the target returned {} records for {} requests",
+                    load.rps,
+                    records.len(),
+                    load.requests.len()
+                );
+            }
+            let summary = writer.add_run(&RunInput {
+                policy: policy.as_str(),
+                rps: load.rps,
+                tenants: &load.tenants,
+                records: &records,
+                duration_s: sweep.duration_s,
+            })?;
+            if progress {
+                bar.println(one_line(summary));
+            } else {
+                println!("{}", one_line(summary));
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(writer.finish(meta)?)
+}
+
+fn one_line(r: &RunSummary) -> String {
+    format!(
+        "{:<5} {:>7.2} rps  TTFT {:>5.1}%  TBT {:>5.1}%  p99 TTFT {:>7.2} s  p99 TBT {:>6.0} ms  \
+         {:>7.0} tok/s  Jain {:.3}  max wait {:.1} s",
+        r.policy,
+        r.rps,
+        100.0 * r.ttft_attainment,
+        100.0 * r.tbt_attainment,
+        r.p99_ttft_s,
+        1e3 * r.p99_tbt_s,
+        r.throughput_tokens_per_s,
+        r.jain,
+        r.max_wait_s,
+    )
+}
+
+fn meta(args: &SimArgs, command: String) -> ReportMeta {
+    let workload = match &args.tenants {
+        Some(p) => format!("tenants from {}", p.display()),
+        None => format!(
+            "one tenant, Poisson arrivals, dataset {}, TTFT SLO {} s, TBT SLO {} s",
+            args.dataset.kind(),
+            args.ttft_slo_s,
+            args.tbt_slo_s
+        ),
+    };
+    let b_xfer = args
+        .b_xfer
+        .map_or("profile default".to_string(), |b| b.to_string());
+    ReportMeta {
+        command,
+        context: vec![
+            (
+                "target".into(),
+                format!("simulated engine, profile {}", args.profile),
+            ),
+            ("workload".into(), workload),
+            (
+                "duration".into(),
+                format!(
+                    "{} s of arrivals, then at most {} s of drain",
+                    args.duration, args.drain_s
+                ),
+            ),
+            ("seed".into(), args.seed.to_string()),
+            ("B_xfer".into(), b_xfer),
+        ],
+    }
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    run(std::env::args_os())
+}
+
+/// Parses `argv` and runs; returns the process exit status.
+pub fn run<I: IntoIterator<Item = OsString>>(argv: I) -> ExitCode {
+    let argv: Vec<OsString> = argv.into_iter().collect();
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+        }
+    };
+    let Command::Sim(args) = cli.command;
+    let sweep = match prepare(&args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let command = argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let progress = !args.no_progress && std::io::stderr().is_terminal();
+    let cfg = ReportConfig {
+        bootstrap_resamples: args.bootstrap_resamples,
+        ..ReportConfig::default()
+    };
+    let result = make_sim_target(&args).and_then(|mut target| {
+        execute(
+            &sweep,
+            target.as_mut(),
+            &args.out,
+            &meta(&args, command),
+            cfg,
+            progress,
+        )
+    });
+    match result {
+        Ok(_) => {
+            println!("wrote {}", args.out.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

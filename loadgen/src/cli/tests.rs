@@ -1,0 +1,299 @@
+use super::*;
+use crate::record::RequestRecord;
+
+fn parse(extra: &[&str]) -> Result<SimArgs, clap::Error> {
+    let argv = ["superinfer-loadgen", "sim", "--out", "/tmp/unused"]
+        .iter()
+        .chain(extra)
+        .copied();
+    Cli::try_parse_from(argv).map(|c| match c.command {
+        Command::Sim(a) => a,
+    })
+}
+
+fn code(extra: &[&str]) -> ExitCode {
+    let argv = ["superinfer-loadgen", "sim"]
+        .iter()
+        .chain(extra)
+        .map(OsString::from);
+    run(argv)
+}
+
+const TENANTS: &str = r#"
+[[tenant]]
+name = "gold"
+weight = 4.0
+ttft_slo_s = 5.0
+tbt_slo_s = 0.1
+dataset = "sharegpt"
+arrivals = { kind = "hawkes", baseline_rps = 4.0, excitation = 0.5, decay_per_s = 2.0 }
+
+[[tenant]]
+name = "bronze"
+weight = 1.0
+ttft_slo_s = 5.0
+tbt_slo_s = 0.1
+dataset = "lmsys"
+arrivals = { kind = "poisson", rps = 8.0 }
+"#;
+
+#[test]
+fn the_issue_command_line_parses() {
+    let a = parse(&[
+        "--profile",
+        "gh200-qwen2.5-32b",
+        "--dataset",
+        "sharegpt",
+        "--policies",
+        "fcfs,wf,sf,lvf",
+        "--rps",
+        "5,10,15,20",
+        "--duration",
+        "120",
+        "--seed",
+        "42",
+        "--b-xfer",
+        "2400",
+    ])
+    .unwrap();
+    assert_eq!(a.profile, "gh200-qwen2.5-32b");
+    assert_eq!(a.dataset, LengthSpec::Sharegpt);
+    assert_eq!(
+        a.policies,
+        vec![
+            PolicyKind::Fcfs,
+            PolicyKind::Wf,
+            PolicyKind::Sf,
+            PolicyKind::Lvf
+        ]
+    );
+    assert_eq!(a.rps, vec![5.0, 10.0, 15.0, 20.0]);
+    assert_eq!((a.duration, a.seed, a.b_xfer), (120.0, 42, Some(2400)));
+    let c = wlvf_config(&a);
+    assert_eq!(c.vlt, VltConfig::default());
+    assert_eq!(c.max_wait_s, None);
+}
+
+#[test]
+fn policy_knobs_reach_the_config() {
+    let a = parse(&[
+        "--rps",
+        "1",
+        "--alpha",
+        "2",
+        "--beta-b",
+        "-0.5",
+        "--beta-f",
+        "0",
+        "--max-wait-s",
+        "30",
+        "--max-rotations",
+        "3",
+        "--fairness-quantum",
+        "1024",
+    ])
+    .unwrap();
+    let c = wlvf_config(&a);
+    assert_eq!((c.vlt.alpha, c.vlt.beta_b, c.vlt.beta_f), (2.0, -0.5, 0.0));
+    assert_eq!(c.max_wait_s, Some(30.0));
+    assert_eq!(c.max_consecutive_rotations, Some(3));
+    assert_eq!(c.fairness_quantum_tokens, 1024.0);
+}
+
+#[test]
+fn bad_flags_are_rejected_with_a_clear_message_and_status_2() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["--policies", "fcfs,lifo"], "unknown policy 'lifo'"),
+        (&["--rps", "5,x,15"], "'x' is not a number"),
+        (&["--rps", "5,0"], "must be positive"),
+        (&["--rps", "5,,10"], "is not a number"),
+        (&["--gpu-memory-utilization", "1.5"], "(0, 1]"),
+        (&["--dataset", "alpaca"], "unknown dataset 'alpaca'"),
+    ];
+    for (flags, want) in cases {
+        let e = parse(flags).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{flags:?}");
+        assert!(e.to_string().contains(want), "{flags:?}: {e}");
+        let mut argv = vec!["--out", "/tmp/unused"];
+        argv.extend_from_slice(flags);
+        assert_eq!(code(&argv), ExitCode::from(2), "{flags:?}");
+    }
+}
+
+#[test]
+fn inconsistent_sweeps_are_usage_errors() {
+    let e = prepare(&parse(&[]).unwrap()).unwrap_err();
+    assert!(
+        matches!(e, Error::Usage(_)) && e.to_string().contains("--rps is required"),
+        "{e}"
+    );
+    let e = prepare(&parse(&["--rps", "5", "--policies", "lvf,fcfs,lvf"]).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("'lvf' twice"), "{e}");
+    let e = prepare(&parse(&["--rps", "5,10,5"]).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("5 twice"), "{e}");
+    let e = prepare(&parse(&["--tenants", "/nonexistent/tenants.toml"]).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/tenants.toml"), "{e}");
+    let argv = [
+        "--out",
+        "/tmp/unused",
+        "--tenants",
+        "/nonexistent/tenants.toml",
+    ];
+    assert_eq!(code(&argv), ExitCode::from(2));
+}
+
+#[test]
+fn without_tenants_one_default_tenant_per_load() {
+    let a = parse(&[
+        "--rps",
+        "5,10",
+        "--duration",
+        "60",
+        "--dataset",
+        "lmsys",
+        "--ttft-slo-s",
+        "2",
+    ])
+    .unwrap();
+    let s = prepare(&a).unwrap();
+    assert_eq!(s.loads.len(), 2);
+    for (load, rps) in s.loads.iter().zip([5.0, 10.0]) {
+        assert_eq!(load.rps, rps);
+        assert_eq!(load.tenants.len(), 1);
+        let t = &load.tenants[0];
+        assert_eq!(
+            (t.name.as_str(), t.ttft_slo_s, t.tbt_slo_s),
+            ("default", 2.0, 0.1)
+        );
+        assert_eq!(t.dataset, LengthSpec::Lmsys);
+        assert_eq!(t.arrivals, ArrivalSpec::Poisson { rps });
+        let n = load.requests.len() as f64;
+        assert!(
+            (n / 60.0 - rps).abs() < 0.35 * rps,
+            "{n} requests at {rps} rps"
+        );
+    }
+}
+
+#[test]
+fn tenant_rates_come_from_the_file_or_are_scaled_to_each_rps() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tenants.toml");
+    std::fs::write(&path, TENANTS).unwrap();
+    let p = path.to_str().unwrap();
+    let s = prepare(&parse(&["--tenants", p]).unwrap()).unwrap();
+    assert_eq!(s.loads.len(), 1);
+    assert_eq!(
+        s.loads[0].rps, 16.0,
+        "8 (hawkes 4 / (1 - 0.5)) + 8 (poisson)"
+    );
+    let s = prepare(&parse(&["--tenants", p, "--rps", "8,32"]).unwrap()).unwrap();
+    for (load, rps) in s.loads.iter().zip([8.0, 32.0]) {
+        let rates: Vec<f64> = load
+            .tenants
+            .iter()
+            .map(|t| t.arrivals.mean_rps().unwrap())
+            .collect();
+        assert!((rates.iter().sum::<f64>() - rps).abs() < 1e-9);
+        assert!((rates[0] - rates[1]).abs() < 1e-9, "the mix is kept");
+        assert_eq!(load.tenants[0].weight, 4.0);
+    }
+}
+
+/// Serves every request at once: first token 10 ms after arrival, then one every 20 ms.
+struct Instant;
+
+impl Target for Instant {
+    fn run(
+        &mut self,
+        _policy: PolicyKind,
+        _tenants: &[TenantSpec],
+        requests: &[RequestSpec],
+        _duration_s: f64,
+    ) -> anyhow::Result<Vec<RequestRecord>> {
+        Ok(requests
+            .iter()
+            .map(|q| {
+                let times: Vec<f64> = (0..q.output_tokens)
+                    .map(|k| q.arrival_s + 0.01 + 0.02 * f64::from(k))
+                    .collect();
+                RequestRecord {
+                    first_token_s: times.first().copied(),
+                    finish_s: times.last().copied(),
+                    generated_tokens: q.output_tokens,
+                    token_times_s: times,
+                    ..RequestRecord::unserved(q)
+                }
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn a_sweep_writes_one_run_per_policy_and_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let a = parse(&["--rps", "2,4", "--duration", "20", "--policies", "fcfs,lvf"]).unwrap();
+    let sweep = prepare(&a).unwrap();
+    let meta = ReportMeta::default();
+    let cfg = ReportConfig::default();
+    let summary = execute(&sweep, &mut Instant, &out, &meta, cfg, false).unwrap();
+    let runs: Vec<(&str, f64)> = summary
+        .runs
+        .iter()
+        .map(|r| (r.policy.as_str(), r.rps))
+        .collect();
+    assert_eq!(
+        runs,
+        vec![("fcfs", 2.0), ("fcfs", 4.0), ("lvf", 2.0), ("lvf", 4.0)]
+    );
+    for r in &summary.runs {
+        assert_eq!(
+            (r.ttft_attainment, r.tbt_attainment, r.jain),
+            (1.0, 1.0, 1.0)
+        );
+        assert_eq!(r.unserved, 0);
+    }
+    for f in [
+        "summary.json",
+        "summary.md",
+        "requests.jsonl",
+        "attainment_vs_rps.svg",
+        "ttft_cdf.svg",
+    ] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+}
+
+#[test]
+fn a_target_that_loses_requests_fails_the_sweep() {
+    struct Lossy;
+    impl Target for Lossy {
+        fn run(
+            &mut self,
+            _: PolicyKind,
+            _: &[TenantSpec],
+            requests: &[RequestSpec],
+            _: f64,
+        ) -> anyhow::Result<Vec<RequestRecord>> {
+            Ok(requests
+                .iter()
+                .skip(1)
+                .map(RequestRecord::unserved)
+                .collect())
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = prepare(&parse(&["--rps", "2", "--duration", "20"]).unwrap()).unwrap();
+    let cfg = ReportConfig::default();
+    let e = execute(
+        &sweep,
+        &mut Lossy,
+        dir.path(),
+        &ReportMeta::default(),
+        cfg,
+        false,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("records for"), "{e}");
+}
