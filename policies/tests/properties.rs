@@ -480,7 +480,9 @@ fn fair_band(s: &Scenario) -> BTreeMap<TenantId, bool> {
         .map(|(t, &w)| (*t, tokens.get(t).copied().unwrap_or(0.0) / (w / mean_w)))
         .collect();
     let v_min = v.values().copied().fold(f64::INFINITY, f64::min);
-    v.into_iter().map(|(t, v)| (t, v <= v_min + s.cfg.fairness_quantum_tokens)).collect()
+    v.into_iter()
+        .map(|(t, v)| (t, v <= v_min + s.cfg.fairness_quantum_tokens))
+        .collect()
 }
 
 /// The generator reaches the interesting cases: without this, the properties could pass on
