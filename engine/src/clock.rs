@@ -24,7 +24,9 @@ pub struct RealClock {
 
 impl RealClock {
     pub fn new() -> RealClock {
-        RealClock { epoch: Instant::now() }
+        RealClock {
+            epoch: Instant::now(),
+        }
     }
 }
 

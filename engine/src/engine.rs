@@ -209,18 +209,30 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
         let ok_num = |x: f64| x.is_finite() && x > 0.0;
         if !ok_num(spec.weight) || !ok_num(spec.slo.ttft_s) || !ok_num(spec.slo.tbt_s) {
-            return Err(EngineError::BadRequest { id, weight: spec.weight });
+            return Err(EngineError::BadRequest {
+                id,
+                weight: spec.weight,
+            });
         }
         let tokens = spec.prompt.len() as u32 + spec.max_tokens.max(1);
         let blocks = tokens.div_ceil(self.cfg.block_size);
         if blocks > self.cfg.hbm_blocks {
             let capacity = self.cfg.hbm_blocks;
-            return Err(EngineError::TooLong { id, tokens, blocks, capacity });
+            return Err(EngineError::TooLong {
+                id,
+                tokens,
+                blocks,
+                capacity,
+            });
         }
         if self.requests.contains_key(&id) {
             return Err(EngineError::Duplicate(id));
         }
-        let waiting = self.requests.values().filter(|r| r.state == ReqState::Waiting).count();
+        let waiting = self
+            .requests
+            .values()
+            .filter(|r| r.state == ReqState::Waiting)
+            .count();
         if waiting >= self.cfg.max_queue {
             return Err(EngineError::QueueFull(waiting));
         }

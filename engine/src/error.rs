@@ -6,8 +6,15 @@ use superinfer_policies::RequestId;
 pub enum EngineError {
     #[error("request {0:?}: the prompt is empty")]
     EmptyPrompt(RequestId),
-    #[error("request {id:?}: {tokens} tokens need {blocks} KV blocks but HBM holds only {capacity}")]
-    TooLong { id: RequestId, tokens: u32, blocks: u32, capacity: u32 },
+    #[error(
+        "request {id:?}: {tokens} tokens need {blocks} KV blocks but HBM holds only {capacity}"
+    )]
+    TooLong {
+        id: RequestId,
+        tokens: u32,
+        blocks: u32,
+        capacity: u32,
+    },
     #[error("request {0:?} is already in the engine")]
     Duplicate(RequestId),
     #[error("the engine queue is full ({0} requests waiting)")]

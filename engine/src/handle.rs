@@ -31,7 +31,11 @@ pub struct HandleConfig {
 
 impl Default for HandleConfig {
     fn default() -> Self {
-        HandleConfig { inbox_capacity: 4096, idle_wait: Duration::from_millis(5), pace: false }
+        HandleConfig {
+            inbox_capacity: 4096,
+            idle_wait: Duration::from_millis(5),
+            pace: false,
+        }
     }
 }
 
@@ -41,7 +45,13 @@ pub enum StreamEvent {
     /// A token, at engine time `t` (seconds since the engine started).
     Token { token: u32, t: f64 },
     /// The end (always the last event).
-    Finished { reason: FinishReason, t: f64, prompt_tokens: u32, completion_tokens: u32, error: Option<String> },
+    Finished {
+        reason: FinishReason,
+        t: f64,
+        prompt_tokens: u32,
+        completion_tokens: u32,
+        error: Option<String>,
+    },
 }
 
 enum Command {
@@ -121,12 +131,21 @@ impl EngineHandle {
             Err(TrySendError::Full(_)) => return Err(EngineError::QueueFull(0)),
             Err(TrySendError::Disconnected(_)) => return Err(EngineError::Stopped),
         }
-        Ok(RequestStream { id, rx: erx, shared: self.shared.clone(), done: false })
+        Ok(RequestStream {
+            id,
+            rx: erx,
+            shared: self.shared.clone(),
+            done: false,
+        })
     }
 
     /// Gauges and counters as of the last step.
     pub fn stats(&self) -> EngineStats {
-        self.shared.stats.lock().map(|s| s.clone()).unwrap_or_default()
+        self.shared
+            .stats
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
     }
 
     /// Whether the engine thread is serving.
@@ -162,7 +181,10 @@ impl Drop for EngineThread {
 }
 
 /// Starts serving `engine` on a dedicated thread.
-pub fn spawn<R, T, C>(engine: Engine<R, T, C>, cfg: HandleConfig) -> Result<(EngineHandle, EngineThread), EngineError>
+pub fn spawn<R, T, C>(
+    engine: Engine<R, T, C>,
+    cfg: HandleConfig,
+) -> Result<(EngineHandle, EngineThread), EngineError>
 where
     R: ModelRunner + 'static,
     T: Transfer + 'static,
@@ -174,14 +196,26 @@ where
         aborts: Mutex::new(Vec::new()),
         running: AtomicBool::new(true),
         next_id: AtomicU64::new(1),
-        max_tokens_total: engine.config().hbm_blocks.saturating_mul(engine.config().block_size),
+        max_tokens_total: engine
+            .config()
+            .hbm_blocks
+            .saturating_mul(engine.config().block_size),
     });
     let loop_shared = shared.clone();
     let join = std::thread::Builder::new()
         .name("superinfer-engine".into())
         .spawn(move || serve(engine, rx, loop_shared, cfg))
         .map_err(|e| EngineError::Config(format!("cannot start the engine thread: {e}")))?;
-    Ok((EngineHandle { tx: tx.clone(), shared }, EngineThread { tx, join: Some(join) }))
+    Ok((
+        EngineHandle {
+            tx: tx.clone(),
+            shared,
+        },
+        EngineThread {
+            tx,
+            join: Some(join),
+        },
+    ))
 }
 
 struct Loop<R, T, C> {
@@ -196,7 +230,11 @@ fn serve<R: ModelRunner, T: Transfer, C: Clock>(
     shared: Arc<Shared>,
     cfg: HandleConfig,
 ) {
-    let mut l = Loop { engine, streams: HashMap::new(), shared };
+    let mut l = Loop {
+        engine,
+        streams: HashMap::new(),
+        shared,
+    };
     'serve: loop {
         // Block only when there is nothing to do.
         if l.engine.is_empty() {
@@ -294,7 +332,14 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                         self.engine.abort(id);
                     }
                 }
-                EngineEvent::Finished { id, reason, t, prompt_tokens, completion_tokens, .. } => {
+                EngineEvent::Finished {
+                    id,
+                    reason,
+                    t,
+                    prompt_tokens,
+                    completion_tokens,
+                    ..
+                } => {
                     if let Some(tx) = self.streams.remove(&id) {
                         let _ = tx.try_send(StreamEvent::Finished {
                             reason,

@@ -67,8 +67,14 @@ const HARDWARE: &[(&str, &str)] = &[
 ];
 
 const MODELS: &[(&str, &str)] = &[
-    ("qwen2.5-32b", include_str!("../profiles/models/qwen2.5-32b.toml")),
-    ("llama-3-8b", include_str!("../profiles/models/llama-3-8b.toml")),
+    (
+        "qwen2.5-32b",
+        include_str!("../profiles/models/qwen2.5-32b.toml"),
+    ),
+    (
+        "llama-3-8b",
+        include_str!("../profiles/models/llama-3-8b.toml"),
+    ),
 ];
 
 /// Names of every built-in profile.
@@ -80,7 +86,10 @@ pub fn builtin_names() -> Vec<String> {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(name: &str, text: &str) -> Result<T, EngineError> {
-    toml::from_str(text).map_err(|e| EngineError::Profile { name: name.into(), msg: e.to_string() })
+    toml::from_str(text).map_err(|e| EngineError::Profile {
+        name: name.into(),
+        msg: e.to_string(),
+    })
 }
 
 impl Profile {
@@ -91,14 +100,23 @@ impl Profile {
             msg: format!("unknown profile; built-in: {}", builtin_names().join(", ")),
         };
         let (hw_name, model_name) = name.split_once('-').ok_or_else(unknown)?;
-        let hw = HARDWARE.iter().find(|(h, _)| *h == hw_name).ok_or_else(unknown)?;
-        let model = MODELS.iter().find(|(m, _)| *m == model_name).ok_or_else(unknown)?;
+        let hw = HARDWARE
+            .iter()
+            .find(|(h, _)| *h == hw_name)
+            .ok_or_else(unknown)?;
+        let model = MODELS
+            .iter()
+            .find(|(m, _)| *m == model_name)
+            .ok_or_else(unknown)?;
         Profile::from_toml(name, hw.1, model.1)
     }
 
     /// A profile from the texts of a hardware and a model file.
     pub fn from_toml(name: &str, hw: &str, model: &str) -> Result<Profile, EngineError> {
-        let p = Profile { hw: parse(name, hw)?, model: parse(name, model)? };
+        let p = Profile {
+            hw: parse(name, hw)?,
+            model: parse(name, model)?,
+        };
         p.validate(name)?;
         Ok(p)
     }
@@ -150,7 +168,10 @@ impl Profile {
             });
         }
         let dram = (dram_gib.max(0.0) * (1u64 << 30) as f64 / block).floor();
-        Ok(((budget / block).floor() as u32, dram.min(f64::from(u32::MAX)) as u32))
+        Ok((
+            (budget / block).floor() as u32,
+            dram.min(f64::from(u32::MAX)) as u32,
+        ))
     }
 }
 

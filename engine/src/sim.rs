@@ -42,10 +42,16 @@ impl Default for SimSettings {
 }
 
 /// Builds the twin for `settings` with `policy`.
-pub fn sim_engine(settings: &SimSettings, policy: Box<dyn Policy>) -> Result<SimEngine, EngineError> {
+pub fn sim_engine(
+    settings: &SimSettings,
+    policy: Box<dyn Policy>,
+) -> Result<SimEngine, EngineError> {
     let profile = Profile::builtin(&settings.profile)?;
-    let (hbm_blocks, dram_blocks) =
-        profile.kv_blocks(settings.block_size, settings.gpu_memory_utilization, settings.dram_gib)?;
+    let (hbm_blocks, dram_blocks) = profile.kv_blocks(
+        settings.block_size,
+        settings.gpu_memory_utilization,
+        settings.dram_gib,
+    )?;
     let block_bytes = profile.model.geometry(settings.block_size).block_bytes();
     let cfg = EngineConfig {
         block_size: settings.block_size,

@@ -4,6 +4,8 @@
 //! Backends: [`sim`] (a bandwidth model on the engine clock), `host` (memcpy between two host
 //! arenas on a worker thread; CPU model path) and `cuda` (two copy streams; feature `cuda`).
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod sim;
 
 use crate::kv::block::{DramBlock, HbmBlock};

@@ -58,9 +58,21 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             t_last: r.t_last,
             t_run: r.t_run,
             blocks,
-            held_hbm: if phase == Phase::Running { self.pool.held_hbm(id) } else { 0 },
-            copy_in: if phase == Phase::Rotary { self.pool.parked(id) } else { 0 },
-            unsynced: if phase == Phase::Running { self.pool.unsynced(id) } else { 0 },
+            held_hbm: if phase == Phase::Running {
+                self.pool.held_hbm(id)
+            } else {
+                0
+            },
+            copy_in: if phase == Phase::Rotary {
+                self.pool.parked(id)
+            } else {
+                0
+            },
+            unsynced: if phase == Phase::Running {
+                self.pool.unsynced(id)
+            } else {
+                0
+            },
             prefilling: phase == Phase::Running && r.prefilling(),
             consecutive_rotations: r.consecutive_rotations,
         }
@@ -77,17 +89,22 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             return;
         }
         // Blocks held by evictions in flight are free as soon as their copy lands: count them,
-        // so the policy does not pick more victims for room already on its way.
-        let landing: u32 = self
-            .transit
-            .iter()
-            .filter(|id| self.requests[id].state == ReqState::Evicting)
-            .map(|&id| self.pool.held_hbm(id))
-            .sum();
+        // so the policy does not pick more victims for room already on its way. Copies still
+        // in flight use up the rotation budget: B_xfer is what the link moves per iteration,
+        // and a budget the link cannot keep up with only queues copies behind each other.
+        let (mut landing, mut h2d, mut d2h) = (0, 0, 0);
+        for id in &self.transit {
+            let (h, d) = self.pool.in_flight_blocks(*id);
+            h2d += h;
+            d2h += d;
+            if self.requests[id].state == ReqState::Evicting {
+                landing += self.pool.held_hbm(*id);
+            }
+        }
         let cap = Capacity {
             free_hbm: self.pool.hbm_free() + landing,
             free_dram: self.pool.dram_free(),
-            b_xfer: self.cfg.b_xfer,
+            b_xfer: self.cfg.b_xfer.saturating_sub(h2d.max(d2h)),
         };
         let plan = self.policy.plan(now, &view, cap);
         self.apply(plan, now, copies);
@@ -200,7 +217,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 self.pool.grow_to(id, (kv_len + 1).div_ceil(bs) as usize);
             }
             if self.cfg.eager_writeback {
-                self.pool.writeback(id, (kv_len / bs) as usize, &mut copies.d2h);
+                self.pool
+                    .writeback(id, (kv_len / bs) as usize, &mut copies.d2h);
             }
         }
     }

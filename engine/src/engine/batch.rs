@@ -25,7 +25,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let mut budget = self.cfg.max_batched_tokens;
         let mut spans = Vec::new();
         let mut prefills = Vec::new();
-        for r in self.requests.values().filter(|r| r.state == ReqState::Running) {
+        for r in self
+            .requests
+            .values()
+            .filter(|r| r.state == ReqState::Running)
+        {
             let id = r.spec.id;
             if r.prefilling() {
                 prefills.push((r.t_run.unwrap_or(r.t_arr), id));
@@ -33,7 +37,12 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             }
             let room = self.pool.table(id).len() as u32 * bs;
             if budget > 0 && room > r.kv_len {
-                spans.push(Span { id, pos: r.kv_len, end: r.kv_len + 1, sample: true });
+                spans.push(Span {
+                    id,
+                    pos: r.kv_len,
+                    end: r.kv_len + 1,
+                    sample: true,
+                });
                 budget -= 1;
             }
         }
@@ -46,7 +55,12 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             let total = r.tokens.len() as u32;
             let end = (r.kv_len + budget).min(total);
             budget -= end - r.kv_len;
-            spans.push(Span { id, pos: r.kv_len, end, sample: end == total });
+            spans.push(Span {
+                id,
+                pos: r.kv_len,
+                end,
+                sample: end == total,
+            });
         }
         spans
     }
@@ -55,7 +69,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     pub(super) fn run_batch(&mut self) -> Result<StepReport, EngineError> {
         let spans = self.plan_spans();
         if spans.is_empty() {
-            return Ok(StepReport { idle_until: self.transfer.next_completion(), ..Default::default() });
+            return Ok(StepReport {
+                idle_until: self.transfer.next_completion(),
+                ..Default::default()
+            });
         }
         let batch = StepBatch {
             entries: spans
@@ -86,7 +103,12 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
         self.clock.advance(out.elapsed);
         let t = self.clock.now();
-        let mut report = StepReport { ran: true, elapsed: out.elapsed, batch_size: spans.len(), ..Default::default() };
+        let mut report = StepReport {
+            ran: true,
+            elapsed: out.elapsed,
+            batch_size: spans.len(),
+            ..Default::default()
+        };
         let eos = self.runner.eos_token_ids().to_vec();
         for (span, token) in spans.into_iter().zip(out.tokens) {
             let len = span.end - span.pos;
@@ -120,7 +142,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             }
             req.t_first.get_or_insert(t);
             req.t_last = Some(t);
-            self.events.push(EngineEvent::Token { id: span.id, token: tok, t });
+            self.events.push(EngineEvent::Token {
+                id: span.id,
+                token: tok,
+                t,
+            });
             let stop = (!req.spec.ignore_eos && eos.contains(&tok))
                 || req.spec.stop_token_ids.contains(&tok);
             if stop {

@@ -24,8 +24,19 @@ fn engine(kind: PolicyKind, hbm: u32, dram: u32, b_xfer: u32) -> TestEngine {
     };
     let transfer = SimTransfer::new(&profile.hw, profile.model.geometry(16).block_bytes());
     let runner = SimRunner::new(profile, 16);
-    let policy_cfg = WlvfConfig { max_wait_s: Some(2.0), max_consecutive_rotations: Some(3), ..Default::default() };
-    Engine::new(cfg, kind.build(&policy_cfg), runner, transfer, VirtualClock::new()).unwrap()
+    let policy_cfg = WlvfConfig {
+        max_wait_s: Some(2.0),
+        max_consecutive_rotations: Some(3),
+        ..Default::default()
+    };
+    Engine::new(
+        cfg,
+        kind.build(&policy_cfg),
+        runner,
+        transfer,
+        VirtualClock::new(),
+    )
+    .unwrap()
 }
 
 fn request(id: u64, tenant: u32, prompt: u32, max_tokens: u32) -> EngineRequest {
@@ -65,11 +76,19 @@ fn one_request_runs_to_its_length() {
     let mut e = engine(PolicyKind::Lvf, 64, 128, 64);
     e.submit(request(1, 0, 40, 5)).unwrap();
     let events = drain(&mut e, 100);
-    let tokens = events.iter().filter(|ev| matches!(ev, EngineEvent::Token { .. })).count();
+    let tokens = events
+        .iter()
+        .filter(|ev| matches!(ev, EngineEvent::Token { .. }))
+        .count();
     assert_eq!(tokens, 5);
     assert!(matches!(
         events.last(),
-        Some(EngineEvent::Finished { reason: FinishReason::Length, completion_tokens: 5, prompt_tokens: 40, .. })
+        Some(EngineEvent::Finished {
+            reason: FinishReason::Length,
+            completion_tokens: 5,
+            prompt_tokens: 40,
+            ..
+        })
     ));
     assert_eq!(e.pool().hbm_free(), 64);
     assert_eq!(e.pool().dram_free(), 128);
@@ -78,13 +97,22 @@ fn one_request_runs_to_its_length() {
 #[test]
 fn bad_requests_are_refused_and_nothing_is_kept() {
     let mut e = engine(PolicyKind::Lvf, 8, 16, 8);
-    assert!(matches!(e.submit(request(1, 0, 0, 5)), Err(EngineError::EmptyPrompt(_))));
-    assert!(matches!(e.submit(request(2, 0, 200, 5)), Err(EngineError::TooLong { .. })));
+    assert!(matches!(
+        e.submit(request(1, 0, 0, 5)),
+        Err(EngineError::EmptyPrompt(_))
+    ));
+    assert!(matches!(
+        e.submit(request(2, 0, 200, 5)),
+        Err(EngineError::TooLong { .. })
+    ));
     let mut bad = request(3, 0, 4, 4);
     bad.weight = 0.0;
     assert!(e.submit(bad).is_err());
     e.submit(request(4, 0, 4, 4)).unwrap();
-    assert!(matches!(e.submit(request(4, 0, 4, 4)), Err(EngineError::Duplicate(_))));
+    assert!(matches!(
+        e.submit(request(4, 0, 4, 4)),
+        Err(EngineError::Duplicate(_))
+    ));
     assert_eq!(e.len(), 1);
 }
 
@@ -98,7 +126,11 @@ fn chunked_prefill_respects_the_token_budget() {
     assert_eq!(r.prefill_tokens, 256);
     let r = e.step().unwrap();
     assert_eq!(r.prefill_tokens, 88);
-    assert_eq!(e.take_events().len(), 1, "the last chunk samples the first token");
+    assert_eq!(
+        e.take_events().len(),
+        1,
+        "the last chunk samples the first token"
+    );
 }
 
 #[test]
@@ -111,7 +143,10 @@ fn full_blocks_are_written_back_eagerly_and_rotation_copies_only_the_tail() {
     // 40 prompt tokens + 2 decoded: blocks 0 and 1 are full and were written back.
     let table = e.pool().table(RequestId(1));
     assert_eq!(table.len(), 3);
-    assert!(table[..2].iter().all(|b| b.state != BlockState::Dirty), "{table:?}");
+    assert!(
+        table[..2].iter().all(|b| b.state != BlockState::Dirty),
+        "{table:?}"
+    );
     assert_eq!(table[2].state, BlockState::Dirty);
     assert_eq!(e.pool().unsynced(RequestId(1)), 1);
 }
@@ -125,7 +160,10 @@ fn check_requests(e: &TestEngine) {
             ReqState::Waiting => assert!(table.is_empty(), "{id:?} waiting with blocks"),
             ReqState::Running => assert!(table.iter().all(|b| b.hbm.is_some()), "{id:?}"),
             ReqState::Rotary => {
-                assert!(table.iter().all(|b| b.state == BlockState::Parked), "{id:?} {table:?}")
+                assert!(
+                    table.iter().all(|b| b.state == BlockState::Parked),
+                    "{id:?} {table:?}"
+                )
             }
             ReqState::Evicting | ReqState::Restoring => assert!(e.transit.contains(id)),
         }
@@ -148,7 +186,9 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
         match rng.random_range(0..100) {
             0..=24 => {
                 let (p, m) = (rng.random_range(1..120), rng.random_range(1..60));
-                if e.submit(request(next_id, rng.random_range(0..3), p, m)).is_ok() {
+                if e.submit(request(next_id, rng.random_range(0..3), p, m))
+                    .is_ok()
+                {
                     live.push(next_id);
                 }
                 next_id += 1;
@@ -174,7 +214,11 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
                     assert!(!finished.contains_key(&id.0), "token after finish");
                     *tokens.entry(id.0).or_default() += 1;
                 }
-                EngineEvent::Finished { id, completion_tokens, .. } => {
+                EngineEvent::Finished {
+                    id,
+                    completion_tokens,
+                    ..
+                } => {
                     *finished.entry(id.0).or_default() += 1;
                     assert_eq!(tokens.get(&id.0).copied().unwrap_or(0), completion_tokens);
                     live.retain(|&x| x != id.0);
@@ -183,7 +227,10 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
         }
         check_requests(&e);
     }
-    assert!(finished.values().all(|&n| n == 1), "a request finished twice");
+    assert!(
+        finished.values().all(|&n| n == 1),
+        "a request finished twice"
+    );
     let s = e.stats();
     assert!(steps > ops / 2);
     assert!(s.finished > 100, "{s:?}");

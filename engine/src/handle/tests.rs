@@ -10,12 +10,23 @@ use superinfer_policies::{PolicyKind, Slo, TenantId, WlvfConfig};
 
 fn start(pace: bool) -> (EngineHandle, EngineThread) {
     let profile = Profile::builtin("h200-llama-3-8b").unwrap();
-    let cfg = EngineConfig { hbm_blocks: 256, dram_blocks: 512, ..EngineConfig::default() };
+    let cfg = EngineConfig {
+        hbm_blocks: 256,
+        dram_blocks: 512,
+        ..EngineConfig::default()
+    };
     let transfer = SimTransfer::new(&profile.hw, profile.model.geometry(16).block_bytes());
     let runner = SimRunner::new(profile, 16);
     let policy = PolicyKind::Lvf.build(&WlvfConfig::default());
     let engine = Engine::new(cfg, policy, runner, transfer, RealClock::new()).unwrap();
-    spawn(engine, HandleConfig { pace, ..HandleConfig::default() }).unwrap()
+    spawn(
+        engine,
+        HandleConfig {
+            pace,
+            ..HandleConfig::default()
+        },
+    )
+    .unwrap()
 }
 
 fn request(prompt: usize, max_tokens: u32) -> EngineRequest {
@@ -47,7 +58,9 @@ fn wait_for(mut cond: impl FnMut() -> bool) -> bool {
 #[test]
 fn streams_deliver_every_token_then_one_finish() {
     let (h, thread) = start(false);
-    let mut streams: Vec<RequestStream> = (0..3).map(|i| h.submit(request(20 + i, 7)).unwrap()).collect();
+    let mut streams: Vec<RequestStream> = (0..3)
+        .map(|i| h.submit(request(20 + i, 7)).unwrap())
+        .collect();
     for s in &mut streams {
         let mut tokens = 0;
         let mut last_t = 0.0;
@@ -58,7 +71,11 @@ fn streams_deliver_every_token_then_one_finish() {
                     last_t = t;
                     tokens += 1;
                 }
-                Some(StreamEvent::Finished { reason, completion_tokens, .. }) => {
+                Some(StreamEvent::Finished {
+                    reason,
+                    completion_tokens,
+                    ..
+                }) => {
                     assert_eq!(reason, FinishReason::Length);
                     assert_eq!(completion_tokens, 7);
                     break;
@@ -82,10 +99,14 @@ fn dropping_a_stream_aborts_the_request_and_frees_its_blocks() {
     assert!(matches!(s.blocking_next(), Some(StreamEvent::Token { .. })));
     assert!(h.stats().hbm_used > 0 || wait_for(|| h.stats().hbm_used > 0));
     drop(s);
-    assert!(wait_for(|| {
-        let st = h.stats();
-        st.running + st.waiting == 0 && st.hbm_used == 0 && st.finished == 1
-    }), "{:?}", h.stats());
+    assert!(
+        wait_for(|| {
+            let st = h.stats();
+            st.running + st.waiting == 0 && st.hbm_used == 0 && st.finished == 1
+        }),
+        "{:?}",
+        h.stats()
+    );
 }
 
 #[test]
@@ -93,7 +114,11 @@ fn a_request_the_engine_refuses_ends_with_an_error() {
     let (h, _thread) = start(false);
     let mut s = h.submit(request(0, 5)).unwrap();
     match s.blocking_next() {
-        Some(StreamEvent::Finished { reason: FinishReason::Error, error: Some(msg), .. }) => {
+        Some(StreamEvent::Finished {
+            reason: FinishReason::Error,
+            error: Some(msg),
+            ..
+        }) => {
             assert!(msg.contains("empty"), "{msg}")
         }
         other => panic!("{other:?}"),

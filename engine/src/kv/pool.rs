@@ -110,13 +110,27 @@ impl KvPool {
         self.table(id).iter().any(|b| b.state.in_flight())
     }
 
+    /// Blocks of `id` with a copy in flight: (restoring into HBM, evicting out of it).
+    pub fn in_flight_blocks(&self, id: RequestId) -> (u32, u32) {
+        self.table(id)
+            .iter()
+            .fold((0, 0), |(h, d), b| match b.state {
+                BlockState::Restoring => (h + 1, d),
+                BlockState::Evicting => (h, d + 1),
+                _ => (h, d),
+            })
+    }
+
     /// Transitions that broke the table (for tests; empty unless there is a bug).
     pub fn illegal_transitions(&self) -> &[(BlockState, BlockState)] {
         &self.illegal
     }
 
     fn set(&mut self, id: RequestId, i: usize, to: BlockState) {
-        let b = &mut self.tables.get_mut(&id).expect("caller checked the table exists")[i];
+        let b = &mut self
+            .tables
+            .get_mut(&id)
+            .expect("caller checked the table exists")[i];
         let from = b.state;
         if !allowed(from, to) {
             self.illegal.push((from, to));
@@ -147,7 +161,11 @@ impl KvPool {
 
     /// The runner wrote tokens into block `i` of `id`: a synced tail becomes dirty again.
     pub fn wrote(&mut self, id: RequestId, i: usize) {
-        if self.table(id).get(i).is_some_and(|b| b.state == BlockState::Synced) {
+        if self
+            .table(id)
+            .get(i)
+            .is_some_and(|b| b.state == BlockState::Synced)
+        {
             self.set(id, i, BlockState::Dirty);
         }
     }
@@ -169,14 +187,19 @@ impl KvPool {
             self.tables.get_mut(&id).expect("exists")[i].dram = Some(dram);
             self.set(id, i, BlockState::WritingBack);
             self.pending.push((id, i));
-            out.push(D2hCopy { src: hbm, dst: dram });
+            out.push(D2hCopy {
+                src: hbm,
+                dst: dram,
+            });
         }
     }
 
     /// DRAM blocks that rotating `id` out would newly need.
     fn mirrors_missing(&self, id: RequestId) -> usize {
         let t = self.table(id);
-        t.iter().filter(|b| b.state == BlockState::Dirty && b.dram.is_none()).count()
+        t.iter()
+            .filter(|b| b.state == BlockState::Dirty && b.dram.is_none())
+            .count()
     }
 
     /// Rotates `id` out: synced blocks drop their HBM slot, dirty ones are copied to their
@@ -204,7 +227,10 @@ impl KvPool {
                     self.tables.get_mut(&id).expect("exists")[i].dram = Some(dram);
                     self.set(id, i, BlockState::Evicting);
                     self.pending.push((id, i));
-                    out.push(D2hCopy { src: hbm, dst: dram });
+                    out.push(D2hCopy {
+                        src: hbm,
+                        dst: dram,
+                    });
                 }
                 BlockState::WritingBack => self.set(id, i, BlockState::Evicting),
                 s => debug_assert!(false, "evicting a block in state {s:?}"),
@@ -230,7 +256,10 @@ impl KvPool {
             self.tables.get_mut(&id).expect("exists")[i].hbm = Some(slot);
             self.set(id, i, BlockState::Restoring);
             self.pending.push((id, i));
-            out.push(H2dCopy { src: dram, dst: slot });
+            out.push(H2dCopy {
+                src: dram,
+                dst: slot,
+            });
         }
         true
     }
@@ -343,10 +372,17 @@ impl KvPool {
         for (id, table) in &self.tables {
             for (i, b) in table.iter().enumerate() {
                 if b.state.in_hbm() != b.hbm.is_some() {
-                    return Err(format!("{id:?} block {i}: {:?} with HBM {:?}", b.state, b.hbm));
+                    return Err(format!(
+                        "{id:?} block {i}: {:?} with HBM {:?}",
+                        b.state, b.hbm
+                    ));
                 }
-                if b.state.in_flight() != b.inflight.is_some() && !self.pending.contains(&(*id, i)) {
-                    return Err(format!("{id:?} block {i}: {:?} in flight {:?}", b.state, b.inflight));
+                if b.state.in_flight() != b.inflight.is_some() && !self.pending.contains(&(*id, i))
+                {
+                    return Err(format!(
+                        "{id:?} block {i}: {:?} in flight {:?}",
+                        b.state, b.inflight
+                    ));
                 }
                 let needs_mirror = matches!(
                     b.state,

@@ -38,7 +38,8 @@ impl SimRunner {
             tokens += len;
             kv_tokens += f64::from(end);
             // QK^T and PV: 2 matmuls × 2 flops per multiply-add over the causal context.
-            attn_flops += 4.0 * f64::from(m.num_layers) * q_width * len * (f64::from(pos) + len / 2.0);
+            attn_flops +=
+                4.0 * f64::from(m.num_layers) * q_width * len * (f64::from(pos) + len / 2.0);
         }
         if tokens == 0.0 {
             return 0.0;
@@ -62,7 +63,11 @@ impl ModelRunner for SimRunner {
 
     fn step(&mut self, batch: &StepBatch<'_>) -> Result<StepOutput, EngineError> {
         let elapsed = self.step_time(batch.entries.iter().map(|e| (e.pos, e.end)));
-        let tokens = batch.entries.iter().map(|e| e.sample.then_some(SIM_TOKEN)).collect();
+        let tokens = batch
+            .entries
+            .iter()
+            .map(|e| e.sample.then_some(SIM_TOKEN))
+            .collect();
         Ok(StepOutput { tokens, elapsed })
     }
 }

@@ -66,8 +66,10 @@ impl Transfer for SimTransfer {
     }
 
     fn poll(&mut self, now: f64) -> Vec<Ticket> {
-        let (done, left): (Vec<_>, Vec<_>) =
-            self.in_flight.drain(..).partition(|&(_, end)| end <= now + 1e-12);
+        let (done, left): (Vec<_>, Vec<_>) = self
+            .in_flight
+            .drain(..)
+            .partition(|&(_, end)| end <= now + 1e-12);
         self.in_flight = left;
         done.into_iter().map(|(t, _)| t).collect()
     }
@@ -90,8 +92,18 @@ mod tests {
 
     fn batch(h: u32, d: u32) -> CopyBatch {
         CopyBatch {
-            h2d: (0..h).map(|i| H2dCopy { src: DramBlock(i), dst: HbmBlock(i) }).collect(),
-            d2h: (0..d).map(|i| D2hCopy { src: HbmBlock(i), dst: DramBlock(i) }).collect(),
+            h2d: (0..h)
+                .map(|i| H2dCopy {
+                    src: DramBlock(i),
+                    dst: HbmBlock(i),
+                })
+                .collect(),
+            d2h: (0..d)
+                .map(|i| D2hCopy {
+                    src: HbmBlock(i),
+                    dst: DramBlock(i),
+                })
+                .collect(),
         }
     }
 
