@@ -1,0 +1,264 @@
+//! The data model: tenants, their SLOs, weights and quotas, and the inputs that create or change
+//! them. Inputs are parsed once into validated values (`NewTenant::validate` →
+//! [`ValidNewTenant`], `TenantPatch::apply`); the store accepts nothing else.
+
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use crate::error::Result;
+
+pub use validate::{MAX_NAME_CHARS, MAX_TBT_MS, MAX_TTFT_MS, MAX_WEIGHT};
+
+/// A tenant's id: allocated from a persistent counter, never reused, the same number as the
+/// engine's `superinfer_policies::TenantId(u32)` so the gateway can map it directly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TenantId(pub u32);
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A latency promise in milliseconds: time to first token and time between tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Slo {
+    pub ttft_ms: u32,
+    pub tbt_ms: u32,
+}
+
+impl Default for Slo {
+    /// The paper's SLOs: TTFT 5 s, TBT 100 ms (the same as the engine's default).
+    fn default() -> Self {
+        Slo {
+            ttft_ms: 5_000,
+            tbt_ms: 100,
+        }
+    }
+}
+
+impl Slo {
+    /// Time to first token in seconds, as the engine takes it.
+    pub fn ttft_s(&self) -> f64 {
+        f64::from(self.ttft_ms) / 1e3
+    }
+
+    /// Time between tokens in seconds, as the engine takes it.
+    pub fn tbt_s(&self) -> f64 {
+        f64::from(self.tbt_ms) / 1e3
+    }
+}
+
+/// What a tenant may use. The gateway enforces these; the store only keeps them sane.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Quotas {
+    /// Sustained request rate (token bucket refill), requests per second.
+    pub requests_per_s: f64,
+    /// Token bucket depth: requests that may arrive at once.
+    pub burst: u32,
+    /// Prompt plus output tokens per minute.
+    pub tokens_per_min: u64,
+    /// Requests in flight at once.
+    pub max_concurrent: u32,
+    /// Longest prompt accepted, in tokens.
+    pub max_prompt_tokens: u32,
+    /// Largest `max_tokens` accepted (and the cap when a request leaves it out).
+    pub max_output_tokens: u32,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            requests_per_s: 50.0,
+            burst: 100,
+            tokens_per_min: 1_000_000,
+            max_concurrent: 64,
+            max_prompt_tokens: 8_192,
+            max_output_tokens: 2_048,
+        }
+    }
+}
+
+/// One tenant as stored. The API key is not here: only its hash is kept, beside the record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tenant {
+    pub id: TenantId,
+    pub name: String,
+    pub slo: Slo,
+    /// Share of service relative to other tenants (weighted LVF); > 0.
+    pub weight: f64,
+    pub quotas: Quotas,
+    /// A disabled tenant keeps its key and settings but is refused service (HTTP 403).
+    pub enabled: bool,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+}
+
+impl Tenant {
+    /// Checks every field as creation does (used on records read back from disk).
+    pub fn validate(&self) -> Result<()> {
+        validate::name(&self.name)?;
+        validate::slo(&self.slo)?;
+        validate::weight(self.weight)?;
+        validate::quotas(&self.quotas)
+    }
+}
+
+/// The input that creates a tenant (the admin API's `POST` body). Every field but `name` has a
+/// default, so `{"name": "acme"}` is a complete request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewTenant {
+    pub name: String,
+    #[serde(default)]
+    pub slo: Slo,
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+    #[serde(default)]
+    pub quotas: Quotas,
+    #[serde(default = "default_enabled")]
+    pub enabled: bool,
+}
+
+fn default_weight() -> f64 {
+    1.0
+}
+
+fn default_enabled() -> bool {
+    true
+}
+
+impl NewTenant {
+    /// A tenant with this name and every other field at its default.
+    pub fn named(name: impl Into<String>) -> Self {
+        NewTenant {
+            name: name.into(),
+            slo: Slo::default(),
+            weight: default_weight(),
+            quotas: Quotas::default(),
+            enabled: default_enabled(),
+        }
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(self) -> Result<ValidNewTenant> {
+        validate::name(&self.name)?;
+        validate::slo(&self.slo)?;
+        validate::weight(self.weight)?;
+        validate::quotas(&self.quotas)?;
+        Ok(ValidNewTenant(self))
+    }
+}
+
+/// A [`NewTenant`] whose fields passed validation; only [`NewTenant::validate`] makes one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidNewTenant(NewTenant);
+
+impl ValidNewTenant {
+    pub fn get(&self) -> &NewTenant {
+        &self.0
+    }
+
+    pub(crate) fn into_tenant(self, id: TenantId, created_at_ms: u64) -> Tenant {
+        let NewTenant {
+            name,
+            slo,
+            weight,
+            quotas,
+            enabled,
+        } = self.0;
+        Tenant {
+            id,
+            name,
+            slo,
+            weight,
+            quotas,
+            enabled,
+            created_at_ms,
+        }
+    }
+}
+
+/// A partial update (the admin API's `PATCH` body): fields left out keep their values.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantPatch {
+    pub name: Option<String>,
+    pub slo: Option<SloPatch>,
+    pub weight: Option<f64>,
+    pub quotas: Option<QuotasPatch>,
+    pub enabled: Option<bool>,
+}
+
+/// The fields of [`Slo`], each optional.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SloPatch {
+    pub ttft_ms: Option<u32>,
+    pub tbt_ms: Option<u32>,
+}
+
+/// The fields of [`Quotas`], each optional.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotasPatch {
+    pub requests_per_s: Option<f64>,
+    pub burst: Option<u32>,
+    pub tokens_per_min: Option<u64>,
+    pub max_concurrent: Option<u32>,
+    pub max_prompt_tokens: Option<u32>,
+    pub max_output_tokens: Option<u32>,
+}
+
+impl TenantPatch {
+    /// True when the patch changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == TenantPatch::default()
+    }
+
+    /// The tenant with this patch applied, validated as a whole. `id` and `created_at_ms`
+    /// never change.
+    pub fn apply(&self, tenant: &Tenant) -> Result<Tenant> {
+        let mut out = tenant.clone();
+        if let Some(name) = &self.name {
+            validate::name(name)?;
+            out.name = name.clone();
+        }
+        if let Some(p) = self.slo {
+            out.slo.ttft_ms = p.ttft_ms.unwrap_or(out.slo.ttft_ms);
+            out.slo.tbt_ms = p.tbt_ms.unwrap_or(out.slo.tbt_ms);
+        }
+        if let Some(weight) = self.weight {
+            out.weight = weight;
+        }
+        if let Some(p) = self.quotas {
+            p.apply_to(&mut out.quotas);
+        }
+        if let Some(enabled) = self.enabled {
+            out.enabled = enabled;
+        }
+        validate::slo(&out.slo)?;
+        validate::weight(out.weight)?;
+        validate::quotas(&out.quotas)?;
+        Ok(out)
+    }
+}
+
+impl QuotasPatch {
+    fn apply_to(&self, q: &mut Quotas) {
+        q.requests_per_s = self.requests_per_s.unwrap_or(q.requests_per_s);
+        q.burst = self.burst.unwrap_or(q.burst);
+        q.tokens_per_min = self.tokens_per_min.unwrap_or(q.tokens_per_min);
+        q.max_concurrent = self.max_concurrent.unwrap_or(q.max_concurrent);
+        q.max_prompt_tokens = self.max_prompt_tokens.unwrap_or(q.max_prompt_tokens);
+        q.max_output_tokens = self.max_output_tokens.unwrap_or(q.max_output_tokens);
+    }
+}

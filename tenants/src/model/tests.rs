@@ -1,0 +1,168 @@
+use super::*;
+use crate::error::TenantError;
+
+fn field_of(r: Result<ValidNewTenant>) -> &'static str {
+    match r {
+        Err(TenantError::Invalid { field, .. }) => field,
+        other => panic!("expected a validation error, got {other:?}"),
+    }
+}
+
+#[test]
+fn defaults_are_valid() {
+    let v = NewTenant::named("acme").validate().unwrap();
+    assert_eq!(v.get().weight, 1.0);
+    assert!(v.get().enabled);
+    assert_eq!(v.get().slo, Slo::default());
+}
+
+#[test]
+fn names_are_checked() {
+    for ok in ["a", "acme-corp_1.prod", &"x".repeat(MAX_NAME_CHARS)] {
+        NewTenant::named(ok).validate().unwrap();
+    }
+    for bad in [
+        "",
+        "has space",
+        "slash/",
+        "ünï",
+        "semi;colon",
+        &"x".repeat(65),
+    ] {
+        assert_eq!(
+            field_of(NewTenant::named(bad).validate()),
+            "name",
+            "{bad:?}"
+        );
+    }
+    let msg = NewTenant::named("a b").validate().unwrap_err().to_string();
+    assert!(msg.contains("`name`") && msg.contains("' '"), "{msg}");
+}
+
+#[test]
+fn weight_must_be_positive_and_finite() {
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 2e6] {
+        let mut t = NewTenant::named("a");
+        t.weight = bad;
+        assert_eq!(field_of(t.validate()), "weight", "{bad}");
+    }
+    let mut t = NewTenant::named("a");
+    t.weight = 0.01;
+    t.validate().unwrap();
+}
+
+#[test]
+fn slos_must_be_positive_and_plausible() {
+    let mut t = NewTenant::named("a");
+    t.slo.ttft_ms = 0;
+    assert_eq!(field_of(t.validate()), "slo.ttft_ms");
+    let mut t = NewTenant::named("a");
+    t.slo.tbt_ms = 0;
+    assert_eq!(field_of(t.validate()), "slo.tbt_ms");
+    let mut t = NewTenant::named("a");
+    t.slo.tbt_ms = MAX_TBT_MS + 1;
+    assert_eq!(field_of(t.validate()), "slo.tbt_ms");
+}
+
+#[test]
+fn quotas_are_checked_field_by_field() {
+    type Breaker = fn(&mut Quotas);
+    let cases: [(Breaker, &str); 7] = [
+        (|q| q.requests_per_s = 0.0, "quotas.requests_per_s"),
+        (|q| q.requests_per_s = f64::NAN, "quotas.requests_per_s"),
+        (|q| q.burst = 0, "quotas.burst"),
+        (|q| q.tokens_per_min = 0, "quotas.tokens_per_min"),
+        (|q| q.max_concurrent = 0, "quotas.max_concurrent"),
+        (|q| q.max_prompt_tokens = 0, "quotas.max_prompt_tokens"),
+        (|q| q.max_output_tokens = 0, "quotas.max_output_tokens"),
+    ];
+    for (break_it, field) in cases {
+        let mut t = NewTenant::named("a");
+        break_it(&mut t.quotas);
+        assert_eq!(field_of(t.validate()), field);
+    }
+}
+
+#[test]
+fn new_tenant_json_takes_defaults_and_rejects_unknown_fields() {
+    let t: NewTenant = serde_json::from_str(r#"{"name":"acme","slo":{"tbt_ms":50}}"#).unwrap();
+    assert_eq!(t.slo.tbt_ms, 50);
+    assert_eq!(t.slo.ttft_ms, Slo::default().ttft_ms);
+    assert_eq!(t.quotas, Quotas::default());
+    let err = serde_json::from_str::<NewTenant>(r#"{"name":"a","priority":9}"#).unwrap_err();
+    assert!(err.to_string().contains("priority"), "{err}");
+}
+
+fn tenant() -> Tenant {
+    NewTenant::named("acme")
+        .validate()
+        .unwrap()
+        .into_tenant(TenantId(3), 1234)
+}
+
+#[test]
+fn patch_changes_only_given_fields() {
+    let before = tenant();
+    let patch: TenantPatch =
+        serde_json::from_str(r#"{"slo":{"ttft_ms":800},"quotas":{"burst":5},"enabled":false}"#)
+            .unwrap();
+    let after = patch.apply(&before).unwrap();
+    assert_eq!(after.slo.ttft_ms, 800);
+    assert_eq!(after.slo.tbt_ms, before.slo.tbt_ms);
+    assert_eq!(after.quotas.burst, 5);
+    assert_eq!(after.quotas.max_concurrent, before.quotas.max_concurrent);
+    assert!(!after.enabled);
+    assert_eq!(
+        (after.id, after.created_at_ms, &after.name),
+        (before.id, 1234, &before.name)
+    );
+    assert!(TenantPatch::default().is_empty());
+    assert_eq!(TenantPatch::default().apply(&before).unwrap(), before);
+}
+
+#[test]
+fn patch_is_validated() {
+    let t = tenant();
+    let bad = TenantPatch {
+        weight: Some(-2.0),
+        ..TenantPatch::default()
+    };
+    assert!(matches!(
+        bad.apply(&t),
+        Err(TenantError::Invalid {
+            field: "weight",
+            ..
+        })
+    ));
+    let bad = TenantPatch {
+        name: Some(String::new()),
+        ..TenantPatch::default()
+    };
+    assert!(matches!(
+        bad.apply(&t),
+        Err(TenantError::Invalid { field: "name", .. })
+    ));
+    let bad = TenantPatch {
+        quotas: Some(QuotasPatch {
+            max_concurrent: Some(0),
+            ..QuotasPatch::default()
+        }),
+        ..TenantPatch::default()
+    };
+    assert!(matches!(
+        bad.apply(&t),
+        Err(TenantError::Invalid {
+            field: "quotas.max_concurrent",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn slo_converts_to_seconds() {
+    let s = Slo {
+        ttft_ms: 1500,
+        tbt_ms: 40,
+    };
+    assert_eq!((s.ttft_s(), s.tbt_s()), (1.5, 0.04));
+}

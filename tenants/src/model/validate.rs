@@ -1,0 +1,105 @@
+//! Field checks shared by creation and patching. Each error names the field as the admin API
+//! spells it and says what a valid value looks like.
+
+use super::{Quotas, Slo};
+use crate::error::{Result, TenantError};
+
+/// Longest tenant name, in characters.
+pub const MAX_NAME_CHARS: usize = 64;
+/// Largest TTFT SLO accepted: one hour (larger values are almost surely a unit mistake).
+pub const MAX_TTFT_MS: u32 = 3_600_000;
+/// Largest TBT SLO accepted: one minute.
+pub const MAX_TBT_MS: u32 = 60_000;
+/// Largest weight accepted; weights are relative, so this only rules out nonsense.
+pub const MAX_WEIGHT: f64 = 1e6;
+/// Largest request rate accepted, requests per second.
+const MAX_REQUESTS_PER_S: f64 = 1e6;
+
+pub(crate) fn name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(TenantError::invalid("name", "must not be empty"));
+    }
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(TenantError::invalid(
+            "name",
+            format!("is {chars} characters long; at most {MAX_NAME_CHARS} are allowed"),
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        return Err(TenantError::invalid(
+            "name",
+            format!("contains {c:?}; use only letters A-Z a-z, digits, '_', '.' and '-'"),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn slo(slo: &Slo) -> Result<()> {
+    in_range("slo.ttft_ms", slo.ttft_ms, MAX_TTFT_MS)?;
+    in_range("slo.tbt_ms", slo.tbt_ms, MAX_TBT_MS)
+}
+
+pub(crate) fn weight(weight: f64) -> Result<()> {
+    positive_finite("weight", weight, MAX_WEIGHT)
+}
+
+pub(crate) fn quotas(q: &Quotas) -> Result<()> {
+    positive_finite(
+        "quotas.requests_per_s",
+        q.requests_per_s,
+        MAX_REQUESTS_PER_S,
+    )?;
+    at_least_one("quotas.burst", q.burst)?;
+    at_least_one("quotas.tokens_per_min", q.tokens_per_min)?;
+    at_least_one("quotas.max_concurrent", q.max_concurrent)?;
+    at_least_one("quotas.max_prompt_tokens", q.max_prompt_tokens)?;
+    at_least_one("quotas.max_output_tokens", q.max_output_tokens)
+}
+
+/// For unsigned integers: zero is the only value below 1.
+fn at_least_one<T>(field: &'static str, value: T) -> Result<()>
+where
+    T: Copy + PartialOrd + Default + std::fmt::Display,
+{
+    if value <= T::default() {
+        return Err(TenantError::invalid(
+            field,
+            format!("is {value}; it must be at least 1"),
+        ));
+    }
+    Ok(())
+}
+
+fn in_range<T>(field: &'static str, value: T, max: T) -> Result<()>
+where
+    T: Copy + PartialOrd + Default + std::fmt::Display,
+{
+    at_least_one(field, value)?;
+    if value > max {
+        return Err(TenantError::invalid(
+            field,
+            format!("is {value}; it must be at most {max}"),
+        ));
+    }
+    Ok(())
+}
+
+fn positive_finite(field: &'static str, value: f64, max: f64) -> Result<()> {
+    if !value.is_finite() || value <= 0.0 {
+        return Err(TenantError::invalid(
+            field,
+            format!("is {value}; it must be a finite number greater than 0"),
+        ));
+    }
+    if value > max {
+        return Err(TenantError::invalid(
+            field,
+            format!("is {value}; it must be at most {max}"),
+        ));
+    }
+    Ok(())
+}

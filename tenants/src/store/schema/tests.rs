@@ -1,0 +1,126 @@
+use super::*;
+use crate::key::{ApiKey, KeyHash};
+use crate::model::{Quotas, TenantId};
+use crate::snapshot::Auth;
+use crate::store::TenantStore;
+use std::path::Path;
+
+/// Writes a version-0 store by hand, exactly as the prototype did: one `tenants` tree keyed by
+/// name, flat JSON values, nothing else.
+fn write_v0(path: &Path, tenants: &[(&str, u32, f64, bool, &KeyHash)]) {
+    let db = sled::open(path).unwrap();
+    let tree = db.open_tree("tenants").unwrap();
+    for &(name, id, weight, enabled, hash) in tenants {
+        let value = format!(
+            r#"{{"id":{id},"ttft_ms":2000,"tbt_ms":80,"weight":{weight},"api_key_sha256":"{}","enabled":{enabled}}}"#,
+            hash.to_hex()
+        );
+        tree.insert(name.as_bytes(), value.as_bytes()).unwrap();
+    }
+    db.flush().unwrap();
+}
+
+#[test]
+fn a_version_0_store_is_migrated_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let keys: Vec<ApiKey> = (0..3).map(|_| ApiKey::generate().unwrap()).collect();
+    let hashes: Vec<KeyHash> = keys.iter().map(ApiKey::hash).collect();
+    // "silver" gets the id whose 4-byte key equals the version-0 key of "gold": the rewrite
+    // must not let one clobber the other.
+    let silver_id = u32::from_be_bytes(*b"gold");
+    write_v0(
+        &path,
+        &[
+            ("gold", 1, 4.0, true, &hashes[0]),
+            ("silver", silver_id, 2.0, true, &hashes[1]),
+            ("bronze", 5, 1.0, false, &hashes[2]),
+        ],
+    );
+
+    let s = TenantStore::open(&path).unwrap();
+    s.check().unwrap();
+    assert_eq!(stored_version(&s.db).unwrap(), Some(SCHEMA_VERSION));
+    let list = s.list().unwrap();
+    let ids: Vec<u32> = list.iter().map(|t| t.id.0).collect();
+    assert_eq!(ids, vec![1, 5, silver_id]);
+    let gold = s.get_by_name("gold").unwrap().unwrap();
+    assert_eq!((gold.id, gold.weight), (TenantId(1), 4.0));
+    assert_eq!((gold.slo.ttft_ms, gold.slo.tbt_ms), (2000, 80));
+    assert_eq!(gold.quotas, Quotas::default());
+    assert!(gold.created_at_ms > 0);
+    // Keys issued under version 0 keep working; the disabled tenant stays disabled.
+    assert_eq!(
+        s.authenticate(keys[0].expose()).unwrap(),
+        Auth::Granted(gold)
+    );
+    assert!(
+        matches!(s.authenticate(keys[1].expose()).unwrap(), Auth::Granted(t) if t.name == "silver")
+    );
+    assert!(
+        matches!(s.authenticate(keys[2].expose()).unwrap(), Auth::Disabled(t) if t.name == "bronze")
+    );
+    // The id counter continues above the largest migrated id.
+    let (next, _) = s.create(crate::NewTenant::named("new")).unwrap();
+    assert_eq!(next.id.0, silver_id + 1);
+    drop(s);
+
+    // Opening again runs no migration and changes nothing.
+    let s = TenantStore::open(&path).unwrap();
+    assert_eq!(s.list().unwrap().len(), 4);
+    s.check().unwrap();
+}
+
+#[test]
+fn a_bad_version_0_record_stops_the_migration_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let hash = KeyHash::of("x");
+    write_v0(
+        &path,
+        &[
+            ("ok", 1, 1.0, true, &hash),
+            ("bad", 2, -3.0, true, &KeyHash::of("y")),
+        ],
+    );
+    let err = TenantStore::open(&path).err().unwrap();
+    assert!(
+        matches!(&err, TenantError::Migration { from: 0, reason } if reason.contains("bad") && reason.contains("weight")),
+        "{err}"
+    );
+    let db = sled::open(&path).unwrap();
+    assert_eq!(stored_version(&db).unwrap(), None);
+    assert_eq!(db.open_tree("tenants").unwrap().len(), 2);
+    assert!(db
+        .open_tree("tenants")
+        .unwrap()
+        .get("ok")
+        .unwrap()
+        .is_some());
+}
+
+#[test]
+fn a_new_store_starts_at_the_current_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TenantStore::open(dir.path()).unwrap();
+    assert_eq!(stored_version(&s.db).unwrap(), Some(SCHEMA_VERSION));
+    assert_eq!(s.generation().unwrap(), 0);
+    s.check().unwrap();
+}
+
+#[test]
+fn a_store_from_a_newer_release_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let meta = db.open_tree(META).unwrap();
+        meta.insert(VERSION_KEY, &(SCHEMA_VERSION + 1).to_be_bytes())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let err = TenantStore::open(dir.path()).err().unwrap();
+    assert!(
+        matches!(err, TenantError::SchemaTooNew { found, supported } if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION),
+        "{err}"
+    );
+}
