@@ -35,7 +35,9 @@ fn view(n: usize) -> Vec<ReqView> {
                 copy_in: if phase == Phase::Rotary { blocks } else { 0 },
                 unsynced: u32::from(phase == Phase::Running),
                 prefilling: false,
+                just_started: false,
                 consecutive_rotations: (i % 4) as u32,
+                prefill: 0,
             }
         })
         .collect()
@@ -57,6 +59,7 @@ fn main() -> std::io::Result<()> {
         free_hbm: 500,
         free_dram: 1_000_000,
         b_xfer: 2400,
+        prefill_tokens: u32::MAX,
     };
     let cfg = WlvfConfig {
         max_wait_s: Some(30.0),

@@ -67,6 +67,31 @@ struct Budget {
     h2d: u32,
     d2h: u32,
     dram: u32,
+    prefill: Prefill,
+}
+
+/// The iteration's prefill token budget for new admissions.
+struct Prefill {
+    left: u64,
+    full: u64,
+}
+
+impl Prefill {
+    fn new(cap: &Capacity) -> Prefill {
+        let full = u64::from(cap.prefill_tokens);
+        Prefill { left: full, full }
+    }
+
+    /// A waiting request may start when its prompt fits what is left, or when it is the first
+    /// admission of the iteration (its prompt is then chunked over later iterations).
+    fn admits(&self, r: &ReqView) -> bool {
+        let need = u64::from(r.prefill);
+        need == 0 || (self.left > 0 && (need <= self.left || self.left == self.full))
+    }
+
+    fn take(&mut self, r: &ReqView) {
+        self.left = self.left.saturating_sub(u64::from(r.prefill));
+    }
 }
 
 /// Plans one iteration from per-request keys (`keys[i]` belongs to `view[i]`).
@@ -87,6 +112,7 @@ pub fn plan_greedy(view: &[ReqView], cap: Capacity, keys: &[Key], rules: Rules) 
         h2d: cap.b_xfer,
         d2h: cap.b_xfer,
         dram: cap.free_dram,
+        prefill: Prefill::new(&cap),
     };
     let mut plan = Plan::default();
     let mut victims = Victims::new(view, keys, rules);
@@ -123,20 +149,32 @@ fn take_candidates(
         if blocked[queue(r.phase)] {
             continue;
         }
-        if !take_one(r, keys[i], budget, &mut over_used, victims, view, plan) {
-            if !rules.per_phase_queues {
-                break;
-            }
-            blocked[queue(r.phase)] = true;
-            if blocked.iter().all(|&b| b) {
-                break;
-            }
+        match take_one(r, keys[i], budget, &mut over_used, victims, view, plan) {
+            Take::Taken => continue,
+            // Out of prefill tokens: only new admissions wait (a restore needs no prefill).
+            Take::NoTokens => blocked[queue(r.phase)] = true,
+            Take::NoRoom | Take::NoCopy if rules.per_phase_queues => blocked[queue(r.phase)] = true,
+            Take::NoRoom | Take::NoCopy => break,
+        }
+        if blocked.iter().all(|&b| b) {
+            break;
         }
     }
 }
 
+/// Whether a candidate was taken, or what it lacked.
+enum Take {
+    Taken,
+    /// HBM room (free, or freeable below it within the rotation budget).
+    NoRoom,
+    /// Prefill tokens of this iteration (waiting requests).
+    NoTokens,
+    /// Host-to-device copy budget (rotary requests).
+    NoCopy,
+}
+
 /// Takes candidate `r` if it fits, freeing room below its key within the rotation budget.
-/// Returns whether it was taken; a candidate that is not taken changes nothing.
+/// A candidate that is not taken changes nothing.
 fn take_one(
     r: &ReqView,
     key: Key,
@@ -145,33 +183,39 @@ fn take_one(
     victims: &mut Victims,
     view: &[ReqView],
     plan: &mut Plan,
-) -> bool {
+) -> Take {
     let need = i64::from(r.blocks);
     if r.phase == Phase::Rotary && r.copy_in > budget.h2d {
-        return false;
+        return Take::NoCopy;
+    }
+    if r.phase == Phase::Waiting && !budget.prefill.admits(r) {
+        return Take::NoTokens;
     }
     let short = need - budget.hbm;
     if short > 0 {
         if *over_used + short > budget.over {
-            return false;
+            return Take::NoRoom;
         }
         let freed = victims.free(view, short, Some(key), budget, plan, false);
         if freed < short {
-            return false;
+            return Take::NoRoom;
         }
         *over_used += short;
         budget.hbm += freed;
     }
     budget.hbm -= need;
     match r.phase {
-        Phase::Waiting => plan.admit.push(r.id),
+        Phase::Waiting => {
+            budget.prefill.take(r);
+            plan.admit.push(r.id);
+        }
         Phase::Rotary => {
             budget.h2d -= r.copy_in;
             plan.restore.push(r.id);
         }
         Phase::Running => unreachable!("candidates exclude running requests"),
     }
-    true
+    Take::Taken
 }
 
 /// Running requests in victim order: lowest key first, newest first among equals; requests
@@ -188,6 +232,7 @@ impl Victims {
     fn new(view: &[ReqView], keys: &[Key], rules: Rules) -> Victims {
         let protected = |r: &ReqView| {
             r.prefilling
+                || r.just_started
                 || rules
                     .max_consecutive_rotations
                     .is_some_and(|m| r.consecutive_rotations >= m)
@@ -274,12 +319,15 @@ impl Victims {
 }
 
 /// PAPER.md §4 step 1: when every waiting and rotary request fits in free HBM (after the
-/// running requests' growth) and the restores fit the copy budget, admit them all in arrival
-/// order. Returns `None` when they do not all fit.
+/// running requests' growth), the restores fit the copy budget and the admissions fit the
+/// prefill token budget, admit them all in arrival order. Returns `None` otherwise (then the
+/// policy's own order decides who goes first).
 pub fn all_fit(view: &[ReqView], cap: Capacity) -> Option<Plan> {
     let mut growth: i64 = 0;
     let mut want: i64 = 0;
     let mut copy_in: u64 = 0;
+    let mut prefill: u64 = 0;
+    let mut admissions = 0;
     let mut cands: Vec<&ReqView> = Vec::new();
     for r in view {
         match r.phase {
@@ -287,11 +335,17 @@ pub fn all_fit(view: &[ReqView], cap: Capacity) -> Option<Plan> {
             Phase::Waiting | Phase::Rotary => {
                 want += i64::from(r.blocks);
                 copy_in += u64::from(r.copy_in);
+                if r.phase == Phase::Waiting && r.prefill > 0 {
+                    prefill += u64::from(r.prefill);
+                    admissions += 1;
+                }
                 cands.push(r);
             }
         }
     }
-    if want > i64::from(cap.free_hbm) - growth || copy_in > u64::from(cap.b_xfer) {
+    let budget = u64::from(cap.prefill_tokens);
+    let prefill_fits = prefill <= budget || (admissions == 1 && budget > 0);
+    if want > i64::from(cap.free_hbm) - growth || copy_in > u64::from(cap.b_xfer) || !prefill_fits {
         return None;
     }
     cands.sort_unstable_by_key(|r| (ordered(r.t_arr), r.id));

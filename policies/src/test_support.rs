@@ -18,7 +18,9 @@ fn base(id: u64, phase: Phase, t_arr: f64, blocks: u32) -> ReqView {
         copy_in: 0,
         unsynced: 0,
         prefilling: false,
+        just_started: false,
         consecutive_rotations: 0,
+        prefill: 0,
     }
 }
 
@@ -54,6 +56,7 @@ pub fn cap(free_hbm: u32, b_xfer: u32) -> Capacity {
         free_hbm,
         free_dram: 1_000_000,
         b_xfer,
+        prefill_tokens: u32::MAX,
     }
 }
 

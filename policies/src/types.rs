@@ -59,11 +59,17 @@ pub struct ReqView {
     pub held_hbm: u32,
     /// Blocks that must be copied host-to-device to restore it (rotary only).
     pub copy_in: u32,
+    /// Tokens it must prefill before its next token if admitted (waiting only; 0 otherwise).
+    /// Admissions share the iteration's prefill token budget ([`Capacity::prefill_tokens`]).
+    pub prefill: u32,
     /// Blocks without a synced DRAM mirror: the device-to-host copies (and new DRAM blocks)
     /// that rotating it out costs (running only).
     pub unsynced: u32,
     /// Running and still in prefill: not a rotation victim.
     pub prefilling: bool,
+    /// Running and has produced no token since it (re)started: not a rotation victim (the
+    /// paper rotates out only running requests with VLT < 0, i.e. ones that have run).
+    pub just_started: bool,
     /// Rotations out since the request last made sustained progress.
     pub consecutive_rotations: u32,
 }
@@ -94,6 +100,10 @@ pub struct Capacity {
     pub free_dram: u32,
     /// Rotation budget: blocks moved per iteration, per direction (`B_xfer`).
     pub b_xfer: u32,
+    /// Prefill tokens new admissions may start this iteration: the engine's token budget
+    /// left after decode tokens and ongoing prefills. The first admission may exceed it (its
+    /// prompt is then chunked over later iterations); `u32::MAX`: no limit.
+    pub prefill_tokens: u32,
 }
 
 /// A policy's decision for one iteration. Every id appears at most once.

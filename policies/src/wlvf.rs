@@ -5,7 +5,7 @@ use crate::greedy::{all_fit, plan_greedy, Key, Rules};
 use crate::types::{Capacity, Phase, Plan, Policy, ReqView, TenantId};
 use crate::vlt::VltConfig;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Knobs of weighted LVF.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -49,6 +49,9 @@ struct TenantState {
 pub struct Wlvf {
     pub cfg: WlvfConfig,
     tenants: BTreeMap<TenantId, TenantState>,
+    /// `now` of the previous plan, and the lengths of the last iterations (time between plans).
+    last_now: Option<f64>,
+    iterations: VecDeque<f64>,
 }
 
 /// Tiers of the weighted key, highest first.
@@ -56,11 +59,16 @@ const TIER_OVERDUE: i32 = 2;
 const TIER_FAIR: i32 = 1;
 const TIER_AHEAD: i32 = 0;
 
+/// Iterations remembered for the promotion lead of the wait cap.
+const ITERATION_WINDOW: usize = 32;
+
 impl Wlvf {
     pub fn new(cfg: WlvfConfig) -> Wlvf {
         Wlvf {
             cfg,
             tenants: BTreeMap::new(),
+            last_now: None,
+            iterations: VecDeque::new(),
         }
     }
 
@@ -101,12 +109,19 @@ impl Wlvf {
         out
     }
 
+    /// The longest of the last iterations (0 before the second plan).
+    fn longest_iteration(&self) -> f64 {
+        self.iterations.iter().copied().fold(0.0, f64::max)
+    }
+
     fn key(&self, r: &ReqView, now: f64, tier_of_tenant: &BTreeMap<TenantId, i32>) -> Key {
         let vlt = self.cfg.vlt.vlt(r, now);
         if r.phase != Phase::Running {
             if let Some(cap) = self.cfg.max_wait_s {
+                // Promoted two (long) iterations early: one for the restore copy, one for the
+                // step that produces its next token, so that the token lands by the cap.
                 let waited = now - r.since();
-                if waited >= cap {
+                if waited + 2.0 * self.longest_iteration() >= cap {
                     return Key::new(TIER_OVERDUE, waited);
                 }
             }
@@ -121,6 +136,13 @@ impl Policy for Wlvf {
     }
 
     fn plan(&mut self, now: f64, view: &[ReqView], cap: Capacity) -> Plan {
+        if let Some(last) = self.last_now {
+            if self.iterations.len() == ITERATION_WINDOW {
+                self.iterations.pop_front();
+            }
+            self.iterations.push_back((now - last).max(0.0));
+        }
+        self.last_now = Some(now);
         let service = self.normalized_service(view);
         if let Some(plan) = all_fit(view, cap) {
             return plan;

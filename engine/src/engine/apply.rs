@@ -73,7 +73,13 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             } else {
                 0
             },
+            prefill: if phase == Phase::Waiting {
+                r.remaining()
+            } else {
+                0
+            },
             prefilling: phase == Phase::Running && r.prefilling(),
+            just_started: phase == Phase::Running && r.run_tokens == 0,
             consecutive_rotations: r.consecutive_rotations,
         }
     }
@@ -105,9 +111,22 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             free_hbm: self.pool.hbm_free() + landing,
             free_dram: self.pool.dram_free(),
             b_xfer: self.cfg.b_xfer.saturating_sub(h2d.max(d2h)),
+            prefill_tokens: self.prefill_budget(),
         };
         let plan = self.policy.plan(now, &view, cap);
         self.apply(plan, now, copies);
+    }
+
+    /// Tokens of this step's budget left for new prefills: decode tokens and the prefills
+    /// already under way come first (the batch is built in that order).
+    fn prefill_budget(&self) -> u32 {
+        let busy: u32 = self
+            .requests
+            .values()
+            .filter(|r| r.state == ReqState::Running)
+            .map(|r| r.remaining())
+            .sum();
+        self.cfg.max_batched_tokens.saturating_sub(busy)
     }
 
     fn state_of(&self, id: RequestId) -> Option<ReqState> {
@@ -134,6 +153,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 self.rotate_out(id, copies);
             }
         }
+        // Requests already running get the block their next token needs before anyone new
+        // takes the free blocks.
+        self.grow_running();
         let mut resident = self.resident();
         let max = self.cfg.max_num_seqs as usize;
         for id in plan.restore {
@@ -201,25 +223,38 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
     }
 
-    /// Running requests that decode next get the block their next token needs (or sit this
-    /// step out when there is none; the policy sees the shortage next iteration), and every
-    /// full dirty block is written back to its mirror.
-    pub(super) fn grow_and_write_back(&mut self, copies: &mut CopyBatch) {
+    /// Running requests that decode next get the block their next token needs, or sit this
+    /// step out when there is none (the policy sees the shortage next iteration).
+    fn grow_running(&mut self) {
         let bs = self.cfg.block_size;
-        let running: Vec<(RequestId, u32, bool)> = self
+        let growing: Vec<(RequestId, u32)> = self
+            .requests
+            .values()
+            .filter(|r| r.state == ReqState::Running && !r.prefilling())
+            .map(|r| (r.spec.id, r.kv_len))
+            .collect();
+        for (id, kv_len) in growing {
+            self.pool.grow_to(id, (kv_len + 1).div_ceil(bs) as usize);
+        }
+    }
+
+    /// Growth for requests that were not planned for (no plan ran), then eager writeback of
+    /// every full dirty block of the running requests.
+    pub(super) fn grow_and_write_back(&mut self, copies: &mut CopyBatch) {
+        self.grow_running();
+        if !self.cfg.eager_writeback {
+            return;
+        }
+        let bs = self.cfg.block_size;
+        let running: Vec<(RequestId, u32)> = self
             .requests
             .values()
             .filter(|r| r.state == ReqState::Running)
-            .map(|r| (r.spec.id, r.kv_len, r.prefilling()))
+            .map(|r| (r.spec.id, r.kv_len))
             .collect();
-        for (id, kv_len, prefilling) in running {
-            if !prefilling {
-                self.pool.grow_to(id, (kv_len + 1).div_ceil(bs) as usize);
-            }
-            if self.cfg.eager_writeback {
-                self.pool
-                    .writeback(id, (kv_len / bs) as usize, &mut copies.d2h);
-            }
+        for (id, kv_len) in running {
+            self.pool
+                .writeback(id, (kv_len / bs) as usize, &mut copies.d2h);
         }
     }
 }

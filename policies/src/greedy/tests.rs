@@ -9,6 +9,7 @@ fn a_request_in_prefill_is_not_a_victim() {
     let view = vec![
         ReqView {
             prefilling: true,
+            just_started: false,
             ..running(1, 0.0, 10.0, 10)
         },
         running(2, 0.0, 20.0, 10),
@@ -25,6 +26,7 @@ fn a_request_in_prefill_is_a_victim_of_last_resort_in_a_shortage() {
     let view = vec![
         ReqView {
             prefilling: true,
+            just_started: false,
             held_hbm: 9,
             ..running(1, 0.0, 10.0, 10)
         },
@@ -37,6 +39,7 @@ fn a_request_in_prefill_is_a_victim_of_last_resort_in_a_shortage() {
     assert_eq!(ids(&plan.rotate_out), [2]);
     let view = vec![ReqView {
         prefilling: true,
+        just_started: false,
         held_hbm: 9,
         ..running(1, 0.0, 10.0, 10)
     }];
@@ -57,6 +60,7 @@ fn a_victim_is_recomputed_when_dram_is_full() {
         free_hbm: 0,
         free_dram: 3,
         b_xfer: 100,
+        prefill_tokens: u32::MAX,
     };
     let plan = Lvf::default().plan(100.0, &view, full);
     assert_eq!(ids(&plan.recompute), [1]);

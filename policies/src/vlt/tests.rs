@@ -16,7 +16,9 @@ fn req(phase: Phase, t_arr: f64, t_last: Option<f64>, t_run: Option<f64>) -> Req
         copy_in: 0,
         unsynced: 0,
         prefilling: false,
+        just_started: false,
         consecutive_rotations: 0,
+        prefill: 0,
     }
 }
 

@@ -142,6 +142,7 @@ fn the_rotation_cap_shields_a_request_rotated_out_too_often() {
     let view = vec![
         ReqView {
             consecutive_rotations: 3,
+            prefill: 0,
             ..running(1, 0.0, 10.0, 10)
         },
         running(2, 0.0, 50.0, 10),
