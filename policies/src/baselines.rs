@@ -6,7 +6,9 @@ use crate::types::{Capacity, Phase, Plan, Policy, ReqView};
 
 /// vLLM-like FCFS: preempted requests resume first (in arrival order) and block new
 /// admissions until all are back; new requests are admitted in arrival order while they fit;
-/// on a shortage the newest running request is preempted. Never preempts to admit.
+/// on a shortage the newest running request is preempted by recompute (vLLM V1 removed
+/// swap-based preemption), so it waits, ahead of newer arrivals, to prefill again. Never
+/// preempts to admit.
 #[derive(Clone, Debug, Default)]
 pub struct Fcfs;
 
@@ -38,6 +40,7 @@ const NO_PREEMPT: Rules = Rules {
     preempt_for_admission: false,
     max_consecutive_rotations: None,
     per_phase_queues: false,
+    recompute_victims: false,
 };
 
 impl Policy for Fcfs {
@@ -47,7 +50,11 @@ impl Policy for Fcfs {
 
     fn plan(&mut self, _now: f64, view: &[ReqView], cap: Capacity) -> Plan {
         let keys = by_arrival(view, |p| i32::from(p == Phase::Rotary));
-        plan_greedy(view, cap, &keys, NO_PREEMPT)
+        let rules = Rules {
+            recompute_victims: true,
+            ..NO_PREEMPT
+        };
+        plan_greedy(view, cap, &keys, rules)
     }
 }
 
@@ -60,6 +67,7 @@ impl Policy for SwappedFirst {
         let keys = by_arrival(view, |p| i32::from(p == Phase::Rotary));
         let rules = Rules {
             per_phase_queues: true,
+            recompute_victims: false,
             ..NO_PREEMPT
         };
         plan_greedy(view, cap, &keys, rules)
@@ -81,6 +89,7 @@ impl Policy for WaitingFirst {
             preempt_for_admission: true,
             max_consecutive_rotations: None,
             per_phase_queues: false,
+            recompute_victims: false,
         };
         plan_greedy(view, cap, &keys, rules)
     }
@@ -97,6 +106,7 @@ impl Policy for Edf {
             preempt_for_admission: true,
             max_consecutive_rotations: None,
             per_phase_queues: false,
+            recompute_victims: false,
         };
         plan_greedy(view, cap, &keys, rules)
     }

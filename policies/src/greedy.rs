@@ -57,6 +57,9 @@ pub struct Rules {
     /// restore leaves). Without it there is one queue and the first candidate that does not
     /// fit stops all behind it (FCFS: waiting requests wait until every rotary one is back).
     pub per_phase_queues: bool,
+    /// Victims drop their KV and prefill again instead of rotating to DRAM (vLLM V1, which
+    /// removed swap-based preemption).
+    pub recompute_victims: bool,
 }
 
 struct Budget {
@@ -226,6 +229,7 @@ struct Victims {
     /// How many of `order` are ordinary victims (the rest are last resorts).
     ordinary: usize,
     next: usize,
+    recompute: bool,
 }
 
 impl Victims {
@@ -255,6 +259,7 @@ impl Victims {
             order,
             ordinary,
             next: 0,
+            recompute: rules.recompute_victims,
         }
     }
 
@@ -288,11 +293,11 @@ impl Victims {
             }
             next += 1;
             let v = &view[i];
-            let rotate = v.unsynced <= d2h && v.unsynced <= dram;
+            let rotate = !self.recompute && v.unsynced <= d2h && v.unsynced <= dram;
             if rotate {
                 d2h -= v.unsynced;
                 dram -= v.unsynced;
-            } else if !(must || v.unsynced > dram) {
+            } else if !(must || self.recompute || v.unsynced > dram) {
                 // Out of copy budget this iteration: it keeps running.
                 continue;
             }

@@ -18,6 +18,7 @@ impl Lvf {
         preempt_for_admission: true,
         max_consecutive_rotations: None,
         per_phase_queues: false,
+        recompute_victims: false,
     };
 }
 

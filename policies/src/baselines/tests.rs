@@ -25,12 +25,12 @@ fn fcfs_preempts_the_newest_running_request_on_a_growth_shortage() {
         running(3, 5.0, 5.0, 10),
         waiting(4, 0.5, 1),
     ];
+    // vLLM V1: the victim is recomputed, never swapped, even with copy budget to spare.
     let plan = Fcfs.plan(100.0, &view, cap(0, 100));
-    assert_eq!(ids(&plan.rotate_out), [2]);
+    assert_eq!(ids(&plan.recompute), [2]);
+    assert!(plan.rotate_out.is_empty());
     // The 9 blocks left over go to the waiting request, which fits without preemption.
     assert_eq!(ids(&plan.admit), [4]);
-    // Without a copy budget the victim's 2 unsynced blocks cannot be copied out: in a
-    // shortage it is recomputed rather than kept.
     let plan = Fcfs.plan(100.0, &view, cap(0, 0));
     assert_eq!(ids(&plan.recompute), [2]);
     assert!(plan.rotate_out.is_empty());
