@@ -45,6 +45,11 @@ pub struct RunSummary {
     pub p50_tbt_s: f64,
     pub p90_tbt_s: f64,
     pub p99_tbt_s: f64,
+    /// Time per output token of a request (its mean gap, vLLM's TPOT), P50 and P99 over
+    /// requests with at least one gap: where pooled gaps hide a few very long stalls, this
+    /// shows which requests suffered them.
+    pub p50_tpot_s: f64,
+    pub p99_tpot_s: f64,
     /// Generated output tokens per second of the run's duration.
     pub throughput_tokens_per_s: f64,
     /// Requests per second that met the TTFT SLO and whose every gap met the TBT SLO.
@@ -161,6 +166,12 @@ pub(crate) fn analyze(
         stats::bootstrap_attainment(&outcomes, cfg.bootstrap_resamples, cfg.bootstrap_seed);
     let ttfts = sorted(outcomes.iter().map(|o| o.ttft_censored_s));
     let gaps = sorted(outcomes.iter().flat_map(|o| o.gaps_s.iter().copied()));
+    let tpots = sorted(
+        outcomes
+            .iter()
+            .filter(|o| !o.gaps_s.is_empty())
+            .map(|o| o.gaps_s.iter().sum::<f64>() / o.gaps_s.len() as f64),
+    );
     let tenants = tenant_summaries(input.tenants, &outcomes);
     let active: Vec<&TenantSummary> = tenants.iter().filter(|t| t.submitted > 0).collect();
     let normalized: Vec<f64> = active
@@ -188,6 +199,8 @@ pub(crate) fn analyze(
         p50_tbt_s: stats::percentile(&gaps, 0.50),
         p90_tbt_s: stats::percentile(&gaps, 0.90),
         p99_tbt_s: stats::percentile(&gaps, 0.99),
+        p50_tpot_s: stats::percentile(&tpots, 0.50),
+        p99_tpot_s: stats::percentile(&tpots, 0.99),
         throughput_tokens_per_s: outcomes.iter().map(|o| o.generated_tokens).sum::<u64>() as f64
             / input.duration_s,
         goodput_rps: count(Outcome::good) as f64 / input.duration_s,

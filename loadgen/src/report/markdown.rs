@@ -25,10 +25,12 @@ pub fn render(summary: &Summary, meta: &ReportMeta) -> String {
     s.push_str("## Runs\n\n");
     s.push_str(
         "| policy | RPS | TTFT att. [95% CI] | TBT att. [95% CI] | TTFT p50/p90/p99 (s) \
-         | TBT p50/p90/p99 (ms) | tokens/s | goodput (req/s) | Jain | Jain att. \
+         | TBT p50/p90/p99 (ms) | TPOT p50/p99 (ms) | tokens/s | goodput (req/s) | Jain | Jain att. \
          | max wait (s) | max stall (s) | finished/submitted | unserved | preemptions |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str(
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
     for r in &summary.runs {
         run_row(&mut s, r);
     }
@@ -46,7 +48,7 @@ fn run_row(s: &mut String, r: &RunSummary) {
     let _ = writeln!(
         s,
         "| {} | {:.2} | {} [{}, {}] | {} [{}, {}] | {:.2}/{:.2}/{:.2} | {:.0}/{:.0}/{:.0} \
-         | {:.0} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {}/{} | {} | {} |",
+         | {:.0}/{:.0} | {:.0} | {:.2} | {:.3} | {:.3} | {:.2} | {:.2} | {}/{} | {} | {} |",
         r.policy,
         r.rps,
         pct(r.ttft_attainment),
@@ -61,6 +63,8 @@ fn run_row(s: &mut String, r: &RunSummary) {
         1e3 * r.p50_tbt_s,
         1e3 * r.p90_tbt_s,
         1e3 * r.p99_tbt_s,
+        1e3 * r.p50_tpot_s,
+        1e3 * r.p99_tpot_s,
         r.throughput_tokens_per_s,
         r.goodput_rps,
         r.jain,
