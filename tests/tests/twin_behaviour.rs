@@ -1,0 +1,154 @@
+//! The twin's scheduling behaviour, end to end: workloads from `loadgen`, the real engine and
+//! policies on the simulated GH200, statistics from the report. These check what the policies
+//! are for (the figures themselves, at full length, are in docs/BENCHMARKS.md).
+
+use superinfer_loadgen::record::RequestRecord;
+use superinfer_loadgen::report::{summarize, ReportConfig, RunInput, RunSummary};
+use superinfer_loadgen::target::sim::{SimTarget, SimTargetConfig};
+use superinfer_loadgen::target::Target;
+use superinfer_loadgen::workload::arrivals::ArrivalSpec;
+use superinfer_loadgen::workload::lengths::LengthSpec;
+use superinfer_loadgen::workload::{generate, TenantSpec};
+use superinfer_policies::{PolicyKind, WlvfConfig};
+
+const DURATION_S: f64 = 120.0;
+
+fn tenant(name: &str, weight: f64, rps: f64) -> TenantSpec {
+    let mut t = TenantSpec::new(name, LengthSpec::Sharegpt, ArrivalSpec::Poisson { rps });
+    t.weight = weight;
+    t
+}
+
+fn run(
+    policy: PolicyKind,
+    tenants: &[TenantSpec],
+    cfg: SimTargetConfig,
+) -> (RunSummary, Vec<RequestRecord>) {
+    let requests = generate(tenants, DURATION_S, 42).unwrap();
+    let mut target = SimTarget::new(cfg).unwrap();
+    let records = target.run(policy, tenants, &requests, DURATION_S).unwrap();
+    let rps = tenants.iter().map(|t| t.arrivals.mean_rps().unwrap()).sum();
+    let input = RunInput {
+        policy: policy.as_str(),
+        rps,
+        tenants,
+        records: &records,
+        duration_s: DURATION_S,
+    };
+    (
+        summarize(&input, &ReportConfig::default()).unwrap(),
+        records,
+    )
+}
+
+#[test]
+fn lvf_beats_fcfs_under_memory_pressure_without_losing_tbt_or_throughput() {
+    let tenants = [tenant("default", 1.0, 19.0)];
+    let (fcfs, _) = run(PolicyKind::Fcfs, &tenants, SimTargetConfig::default());
+    let (lvf, _) = run(PolicyKind::Lvf, &tenants, SimTargetConfig::default());
+    assert!(
+        lvf.ttft_attainment >= fcfs.ttft_attainment + 0.2,
+        "TTFT: lvf {} fcfs {}",
+        lvf.ttft_attainment,
+        fcfs.ttft_attainment
+    );
+    assert!(
+        lvf.tbt_attainment >= fcfs.tbt_attainment - 0.03,
+        "TBT: lvf {} fcfs {}",
+        lvf.tbt_attainment,
+        fcfs.tbt_attainment
+    );
+    assert!(lvf.throughput_tokens_per_s >= 0.95 * fcfs.throughput_tokens_per_s);
+}
+
+#[test]
+fn at_light_load_every_policy_meets_the_slos_alike() {
+    let tenants = [tenant("default", 1.0, 5.0)];
+    let runs: Vec<RunSummary> = PolicyKind::ALL
+        .iter()
+        .map(|&p| run(p, &tenants, SimTargetConfig::default()).0)
+        .collect();
+    for r in &runs {
+        assert!(
+            (r.ttft_attainment - runs[0].ttft_attainment).abs() <= 0.02,
+            "{}",
+            r.policy
+        );
+        assert!(
+            (r.tbt_attainment - runs[0].tbt_attainment).abs() <= 0.02,
+            "{}",
+            r.policy
+        );
+        assert!(
+            r.ttft_attainment > 0.99,
+            "{} {}",
+            r.policy,
+            r.ttft_attainment
+        );
+    }
+}
+
+/// Three tenants with weights 1:2:4, each offering more than its weighted share.
+fn weighted_tenants() -> Vec<TenantSpec> {
+    vec![
+        tenant("w1", 1.0, 4.0),
+        tenant("w2", 2.0, 6.0),
+        tenant("w4", 4.0, 12.0),
+    ]
+}
+
+#[test]
+fn weighted_lvf_gives_backlogged_tenants_their_weighted_shares() {
+    let tenants = weighted_tenants();
+    let (wlvf, _) = run(PolicyKind::Wlvf, &tenants, SimTargetConfig::default());
+    for t in &wlvf.tenants {
+        let target = t.weight / 7.0;
+        assert!(
+            (t.share - target).abs() <= 0.1 * target,
+            "{}: share {} for weight share {target}",
+            t.name,
+            t.share
+        );
+    }
+    assert!(wlvf.jain >= 0.95, "jain {}", wlvf.jain);
+    // Plain LVF has no notion of weight: shares follow the arrival rates instead.
+    let (lvf, _) = run(PolicyKind::Lvf, &tenants, SimTargetConfig::default());
+    assert!(lvf.tenants[0].share > 1.2 / 7.0, "{:?}", lvf.tenants[0]);
+}
+
+#[test]
+fn the_wait_cap_bounds_how_long_a_started_request_is_paused() {
+    let tenants = weighted_tenants();
+    let cap = 10.0;
+    let policy = WlvfConfig {
+        max_wait_s: Some(cap),
+        max_consecutive_rotations: Some(8),
+        ..Default::default()
+    };
+    let cfg = SimTargetConfig {
+        policy,
+        ..Default::default()
+    };
+    let (capped, _) = run(PolicyKind::Wlvf, &tenants, cfg);
+    // One iteration of this node is at most ~2.3 s (a full 16,384-token prefill chunk).
+    assert!(
+        capped.max_stall_s <= cap + 2.5,
+        "max stall {}",
+        capped.max_stall_s
+    );
+    let (uncapped, _) = run(PolicyKind::Wlvf, &tenants, SimTargetConfig::default());
+    assert!(
+        uncapped.max_stall_s > capped.max_stall_s,
+        "{} vs {}",
+        uncapped.max_stall_s,
+        capped.max_stall_s
+    );
+}
+
+#[test]
+fn weighted_lvf_with_one_tenant_serves_exactly_as_lvf() {
+    let tenants = [tenant("default", 3.0, 19.0)];
+    let (_, lvf) = run(PolicyKind::Lvf, &tenants, SimTargetConfig::default());
+    let (_, wlvf) = run(PolicyKind::Wlvf, &tenants, SimTargetConfig::default());
+    assert_eq!(lvf, wlvf);
+}
