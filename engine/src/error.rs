@@ -29,4 +29,10 @@ pub enum EngineError {
     Stopped,
     #[error("config: {0}")]
     Config(String),
+    /// A model directory is incomplete or malformed; `file` names the file (and field).
+    #[error("model file {file}: {msg}")]
+    ModelFiles { file: String, msg: String },
+    /// Tokenizing, detokenizing or rendering a chat template failed.
+    #[error("text: {0}")]
+    Text(String),
 }

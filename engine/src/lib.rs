@@ -15,6 +15,8 @@
 //! - [`profile`]: hardware + model profiles for the simulation.
 //! - [`sim`]: a ready-made simulated engine.
 //! - [`handle`]: real-clock serving on a dedicated thread, with per-request event streams.
+//! - [`text`]: tokenizer, chat template and incremental detokenization ([`TextCodec`]).
+//! - [`model`]: model code; [`model::tiny`] writes the embedded random-weight default model.
 #![forbid(unsafe_code)]
 
 pub mod clock;
@@ -22,11 +24,13 @@ pub mod engine;
 pub mod error;
 pub mod handle;
 pub mod kv;
+pub mod model;
 pub mod profile;
 pub mod request;
 pub mod runner;
 pub mod sampling;
 pub mod sim;
+pub mod text;
 pub mod transfer;
 
 pub use engine::{Engine, EngineConfig, EngineEvent, EngineStats, StepReport};
@@ -34,3 +38,4 @@ pub use error::EngineError;
 pub use handle::{spawn, EngineHandle, EngineThread, HandleConfig, RequestStream, StreamEvent};
 pub use request::{EngineRequest, FinishReason, ReqState};
 pub use sampling::SamplingParams;
+pub use text::{ChatMessage, IncrementalDecoder, TextCodec};
