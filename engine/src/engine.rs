@@ -11,6 +11,7 @@ use crate::error::EngineError;
 use crate::kv::KvPool;
 use crate::request::{EngineRequest, FinishReason, ReqState, Request};
 use crate::runner::ModelRunner;
+use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,8 +61,13 @@ impl Default for EngineConfig {
 /// What the engine tells its caller, in order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineEvent {
-    /// A token was produced at engine time `t`.
-    Token { id: RequestId, token: u32, t: f64 },
+    /// A token was produced at engine time `t` (with log-probabilities when asked for).
+    Token {
+        id: RequestId,
+        token: u32,
+        t: f64,
+        logprobs: Option<TokenLogprobs>,
+    },
     /// The request ended (exactly once per request).
     Finished {
         id: RequestId,

@@ -7,6 +7,7 @@ use crate::engine::{Engine, EngineEvent, EngineStats};
 use crate::error::EngineError;
 use crate::request::{EngineRequest, FinishReason};
 use crate::runner::ModelRunner;
+use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,8 +43,13 @@ impl Default for HandleConfig {
 /// What a request's stream yields.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StreamEvent {
-    /// A token, at engine time `t` (seconds since the engine started).
-    Token { token: u32, t: f64 },
+    /// A token, at engine time `t` (seconds since the engine started), with its
+    /// log-probabilities when the request asked for them (`SamplingParams::logprobs`).
+    Token {
+        token: u32,
+        t: f64,
+        logprobs: Option<TokenLogprobs>,
+    },
     /// The end (always the last event).
     Finished {
         reason: FinishReason,
@@ -321,11 +327,16 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
     fn route(&mut self) {
         for ev in self.engine.take_events() {
             match ev {
-                EngineEvent::Token { id, token, t } => {
-                    let gone = self
-                        .streams
-                        .get(&id)
-                        .is_some_and(|tx| tx.try_send(StreamEvent::Token { token, t }).is_err());
+                EngineEvent::Token {
+                    id,
+                    token,
+                    t,
+                    logprobs,
+                } => {
+                    let gone = self.streams.get(&id).is_some_and(|tx| {
+                        tx.try_send(StreamEvent::Token { token, t, logprobs })
+                            .is_err()
+                    });
                     if gone {
                         // The client went away: abort now, frees its blocks before the next step.
                         self.streams.remove(&id);

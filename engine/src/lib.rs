@@ -16,6 +16,7 @@
 //! - [`sim`]: a ready-made simulated engine.
 //! - [`handle`]: real-clock serving on a dedicated thread, with per-request event streams.
 //! - [`text`]: tokenizer, chat template and incremental detokenization ([`TextCodec`]).
+//! - [`serve`]: a ready CPU engine from a model directory ([`serve::cpu_engine`]).
 //! - [`model`]: model code; [`model::tiny`] writes the embedded random-weight default model.
 #![forbid(unsafe_code)]
 
@@ -29,6 +30,7 @@ pub mod profile;
 pub mod request;
 pub mod runner;
 pub mod sampling;
+pub mod serve;
 pub mod sim;
 pub mod text;
 pub mod transfer;
@@ -37,5 +39,5 @@ pub use engine::{Engine, EngineConfig, EngineEvent, EngineStats, StepReport};
 pub use error::EngineError;
 pub use handle::{spawn, EngineHandle, EngineThread, HandleConfig, RequestStream, StreamEvent};
 pub use request::{EngineRequest, FinishReason, ReqState};
-pub use sampling::SamplingParams;
+pub use sampling::{SamplingParams, TokenLogprobs};
 pub use text::{ChatMessage, IncrementalDecoder, TextCodec};

@@ -3,11 +3,12 @@
 //!
 //! Backends: [`sim`] (a cost model from a hardware+model profile), `cpu` (candle) and `cuda`.
 
+pub mod cpu;
 pub mod sim;
 
 use crate::error::EngineError;
 use crate::kv::{BlockGeometry, LogicalBlock};
-use crate::sampling::SamplingParams;
+use crate::sampling::{SamplingParams, TokenLogprobs};
 use superinfer_policies::RequestId;
 
 /// One request's share of a step: run `tokens` (the sequence from position `pos`) and, when
@@ -17,6 +18,8 @@ pub struct BatchEntry<'a> {
     pub id: RequestId,
     /// The whole sequence so far (prompt + generated); the step runs `tokens[pos..end]`.
     pub tokens: &'a [u32],
+    /// `tokens[..prompt_len]` is the prompt, the rest generated (for sampling penalties).
+    pub prompt_len: u32,
     pub pos: u32,
     pub end: u32,
     /// The request's block table; every block covering `0..end` is resident in HBM.
@@ -49,6 +52,8 @@ pub struct StepOutput {
     pub tokens: Vec<Option<u32>>,
     /// Seconds the step took (measured on real hardware, modelled in the simulation).
     pub elapsed: f64,
+    /// Log-probabilities per batch entry, where its request asked for them; may be empty.
+    pub logprobs: Vec<Option<TokenLogprobs>>,
 }
 
 /// Runs the model.

@@ -6,6 +6,7 @@
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod host;
 pub mod sim;
 
 use crate::kv::block::{DramBlock, HbmBlock};

@@ -7,6 +7,7 @@ use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::request::{FinishReason, ReqState};
 use crate::runner::{BatchEntry, ModelRunner, StepBatch};
+use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
 use superinfer_policies::RequestId;
 
@@ -82,6 +83,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                     BatchEntry {
                         id: s.id,
                         tokens: &r.tokens,
+                        prompt_len: r.spec.prompt.len() as u32,
                         pos: s.pos,
                         end: s.end,
                         blocks: self.pool.table(s.id),
@@ -110,20 +112,29 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             ..Default::default()
         };
         let eos = self.runner.eos_token_ids().to_vec();
+        let mut logprobs = out.logprobs.into_iter();
         for (span, token) in spans.into_iter().zip(out.tokens) {
+            let lp = logprobs.next().flatten();
             let len = span.end - span.pos;
             if span.sample && len == 1 {
                 report.decode_tokens += 1;
             } else {
                 report.prefill_tokens += len;
             }
-            self.advance(span, token, t, &eos);
+            self.advance(span, (token, lp), t, &eos);
         }
         Ok(report)
     }
 
     /// Applies one entry's result at engine time `t`.
-    fn advance(&mut self, span: Span, token: Option<u32>, t: f64, eos: &[u32]) {
+    fn advance(
+        &mut self,
+        span: Span,
+        out: (Option<u32>, Option<TokenLogprobs>),
+        t: f64,
+        eos: &[u32],
+    ) {
+        let (token, logprobs) = out;
         let bs = self.cfg.block_size;
         for i in span.pos / bs..span.end.div_ceil(bs) {
             self.pool.wrote(span.id, i as usize);
@@ -146,6 +157,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 id: span.id,
                 token: tok,
                 t,
+                logprobs,
             });
             let stop = (!req.spec.ignore_eos && eos.contains(&tok))
                 || req.spec.stop_token_ids.contains(&tok);

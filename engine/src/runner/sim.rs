@@ -68,7 +68,11 @@ impl ModelRunner for SimRunner {
             .iter()
             .map(|e| e.sample.then_some(SIM_TOKEN))
             .collect();
-        Ok(StepOutput { tokens, elapsed })
+        Ok(StepOutput {
+            tokens,
+            elapsed,
+            ..StepOutput::default()
+        })
     }
 }
 

@@ -1,0 +1,258 @@
+//! `config.json` of a Hugging Face model of the Llama family, read into one [`ModelConfig`].
+//!
+//! Supported architectures: `LlamaForCausalLM` (Llama 2 and 3, with Llama 3's rope scaling),
+//! `MistralForCausalLM` (sliding window), `Qwen2ForCausalLM` (Qwen2 and Qwen2.5: biased q/k/v
+//! projections). Anything else is refused with an error naming the file and field.
+
+use crate::error::EngineError;
+use candle_transformers::models::llama::{Llama3RopeConfig, Llama3RopeType};
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::Path;
+
+/// The architectures this runner implements (`architectures[0]` of `config.json`).
+pub const SUPPORTED_ARCHITECTURES: &[&str] =
+    &["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"];
+
+/// The fields of `config.json` the model needs, the same for every supported architecture.
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub architecture: String,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    pub rope_scaling: Option<Llama3RopeConfig>,
+    pub max_position_embeddings: usize,
+    pub tie_word_embeddings: bool,
+    /// q/k/v projections have a bias (Qwen2, or `attention_bias` of Llama).
+    pub qkv_bias: bool,
+    /// Attend only to the last `sliding_window` positions (Mistral v0.1; Qwen2 when
+    /// `use_sliding_window`).
+    pub sliding_window: Option<usize>,
+    pub hidden_act: candle_nn::Activation,
+    pub eos_token_ids: Vec<u32>,
+}
+
+/// `config.json` as written by `transformers` (fields of all three architectures).
+#[derive(Deserialize)]
+struct RawConfig {
+    #[serde(default)]
+    architectures: Vec<String>,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    vocab_size: usize,
+    #[serde(default = "default_eps")]
+    rms_norm_eps: f64,
+    #[serde(default = "default_theta")]
+    rope_theta: f64,
+    #[serde(default)]
+    rope_scaling: Value,
+    #[serde(default = "default_max_pos")]
+    max_position_embeddings: usize,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    #[serde(default)]
+    attention_bias: bool,
+    #[serde(default)]
+    sliding_window: Option<usize>,
+    #[serde(default)]
+    use_sliding_window: Option<bool>,
+    #[serde(default = "default_act")]
+    hidden_act: candle_nn::Activation,
+    #[serde(default)]
+    eos_token_id: Value,
+}
+
+fn default_eps() -> f64 {
+    1e-5
+}
+fn default_theta() -> f64 {
+    10_000.0
+}
+fn default_max_pos() -> usize {
+    4096
+}
+fn default_act() -> candle_nn::Activation {
+    candle_nn::Activation::Silu
+}
+
+fn err(path: &Path, msg: impl Into<String>) -> EngineError {
+    EngineError::ModelFiles {
+        file: path.display().to_string(),
+        msg: msg.into(),
+    }
+}
+
+impl ModelConfig {
+    /// Reads `dir/config.json`.
+    pub fn from_model_dir(dir: &Path) -> Result<ModelConfig, EngineError> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                err(&path, "not found (a model directory needs config.json)")
+            } else {
+                err(&path, format!("cannot read: {e}"))
+            }
+        })?;
+        ModelConfig::from_json(&text, &path)
+    }
+
+    /// Parses the text of a `config.json`; `path` is used in errors only.
+    pub fn from_json(text: &str, path: &Path) -> Result<ModelConfig, EngineError> {
+        let raw: RawConfig = serde_json::from_str(text).map_err(|e| err(path, e.to_string()))?;
+        let architecture = raw.architectures.first().cloned().ok_or_else(|| {
+            err(
+                path,
+                "field architectures: missing or empty (expected e.g. [\"LlamaForCausalLM\"])",
+            )
+        })?;
+        if !SUPPORTED_ARCHITECTURES.contains(&architecture.as_str()) {
+            return Err(err(
+                path,
+                format!(
+                    "field architectures: {architecture} is not supported (supported: {})",
+                    SUPPORTED_ARCHITECTURES.join(", ")
+                ),
+            ));
+        }
+        let positive = |v: usize, field: &str| {
+            if v == 0 {
+                Err(err(path, format!("field {field}: must be positive")))
+            } else {
+                Ok(v)
+            }
+        };
+        let num_heads = positive(raw.num_attention_heads, "num_attention_heads")?;
+        let num_kv_heads = positive(
+            raw.num_key_value_heads.unwrap_or(num_heads),
+            "num_key_value_heads",
+        )?;
+        if num_heads % num_kv_heads != 0 {
+            return Err(err(
+                path,
+                format!(
+                    "field num_key_value_heads: {num_kv_heads} does not divide \
+                     num_attention_heads {num_heads}"
+                ),
+            ));
+        }
+        let hidden_size = positive(raw.hidden_size, "hidden_size")?;
+        let head_dim = positive(raw.head_dim.unwrap_or(hidden_size / num_heads), "head_dim")?;
+        if head_dim % 2 != 0 {
+            return Err(err(path, format!("field head_dim: {head_dim} is odd")));
+        }
+        let qwen = architecture == "Qwen2ForCausalLM";
+        let sliding_window = match (qwen, raw.use_sliding_window) {
+            (true, Some(true)) => raw.sliding_window,
+            (true, _) => None,
+            (false, _) => raw.sliding_window,
+        };
+        Ok(ModelConfig {
+            hidden_size,
+            intermediate_size: positive(raw.intermediate_size, "intermediate_size")?,
+            num_layers: positive(raw.num_hidden_layers, "num_hidden_layers")?,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            vocab_size: positive(raw.vocab_size, "vocab_size")?,
+            rms_norm_eps: raw.rms_norm_eps,
+            rope_theta: raw.rope_theta,
+            rope_scaling: rope_scaling(&raw.rope_scaling, path)?,
+            max_position_embeddings: positive(
+                raw.max_position_embeddings,
+                "max_position_embeddings",
+            )?,
+            tie_word_embeddings: raw.tie_word_embeddings,
+            qkv_bias: qwen || raw.attention_bias,
+            sliding_window,
+            hidden_act: raw.hidden_act,
+            eos_token_ids: eos_ids(&raw.eos_token_id),
+            architecture,
+        })
+    }
+
+    /// Query width (heads × head dim).
+    pub fn q_width(&self) -> usize {
+        self.num_heads * self.head_dim
+    }
+
+    /// K (or V) width (KV heads × head dim).
+    pub fn kv_width(&self) -> usize {
+        self.num_kv_heads * self.head_dim
+    }
+
+    /// Rotary inverse frequencies, with Llama 3's scaling when configured.
+    pub fn inv_freq(&self) -> Vec<f32> {
+        let d = self.head_dim;
+        let base: Vec<f32> = (0..d)
+            .step_by(2)
+            .map(|i| 1f32 / (self.rope_theta as f32).powf(i as f32 / d as f32))
+            .collect();
+        let Some(s) = self
+            .rope_scaling
+            .as_ref()
+            .filter(|s| matches!(s.rope_type, Llama3RopeType::Llama3))
+        else {
+            return base;
+        };
+        let orig = s.original_max_position_embeddings as f32;
+        let low_wavelen = orig / s.low_freq_factor;
+        let high_wavelen = orig / s.high_freq_factor;
+        base.into_iter()
+            .map(|freq| {
+                let wavelen = 2. * std::f32::consts::PI / freq;
+                if wavelen < high_wavelen {
+                    freq
+                } else if wavelen > low_wavelen {
+                    freq / s.factor
+                } else {
+                    let smooth = (orig / wavelen - s.low_freq_factor)
+                        / (s.high_freq_factor - s.low_freq_factor);
+                    (1. - smooth) * freq / s.factor + smooth * freq
+                }
+            })
+            .collect()
+    }
+}
+
+fn rope_scaling(v: &Value, path: &Path) -> Result<Option<Llama3RopeConfig>, EngineError> {
+    if v.is_null() {
+        return Ok(None);
+    }
+    let kind = v
+        .get("rope_type")
+        .or_else(|| v.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    match kind {
+        "llama3" => serde_json::from_value(v.clone())
+            .map(Some)
+            .map_err(|e| err(path, format!("field rope_scaling: {e}"))),
+        "default" => Ok(None),
+        other => Err(err(
+            path,
+            format!("field rope_scaling: rope type {other:?} is not supported (only llama3)"),
+        )),
+    }
+}
+
+fn eos_ids(v: &Value) -> Vec<u32> {
+    match v {
+        Value::Number(n) => n.as_u64().map(|n| n as u32).into_iter().collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_u64().map(|n| n as u32))
+            .collect(),
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,195 @@
+//! The candle model runner: a Llama-family model ([`PagedLlama`]) over the HBM-tier
+//! [`KvArena`], sampling on the host. Named for the CPU, where it is the default backend (the
+//! "HBM" tier is then a host arena with the engine's HBM capacity), but written over candle's
+//! [`Device`]: built with a CUDA device it runs the same code on the GPU.
+
+#[cfg(test)]
+mod tests;
+
+use super::{ModelRunner, StepBatch, StepOutput};
+use crate::error::EngineError;
+use crate::kv::BlockGeometry;
+use crate::model::kv_arena::candle_err;
+use crate::model::{KvArena, ModelConfig, PagedLlama, SeqChunk};
+use crate::sampling::{sample, TokenLogprobs};
+use candle_core::{DType, Device, Tensor};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::path::Path;
+use std::time::Instant;
+
+/// How to build a [`CpuRunner`].
+#[derive(Clone, Debug)]
+pub struct CpuRunnerConfig {
+    /// Tokens per KV block (the engine's `block_size`).
+    pub block_size: u32,
+    /// Blocks in the HBM-tier arena (the engine's `hbm_blocks`).
+    pub hbm_blocks: u32,
+    /// Compute and KV dtype; `None`: f32 on the CPU, the weights' dtype elsewhere would be the
+    /// usual choice (bf16/f16 weights are converted on load).
+    pub dtype: Option<DType>,
+    pub device: Device,
+    /// Seed of the generator for requests without a seed; `None`: from the OS.
+    pub seed: Option<u64>,
+}
+
+impl Default for CpuRunnerConfig {
+    fn default() -> Self {
+        CpuRunnerConfig {
+            block_size: 16,
+            hbm_blocks: 1024,
+            dtype: None,
+            device: Device::Cpu,
+            seed: None,
+        }
+    }
+}
+
+/// The candle [`ModelRunner`].
+pub struct CpuRunner {
+    model: PagedLlama,
+    arena: KvArena,
+    geometry: BlockGeometry,
+    eos: Vec<u32>,
+    rng: ChaCha8Rng,
+}
+
+impl CpuRunner {
+    /// Loads the model of a Hugging Face directory (`config.json` and safetensors weights)
+    /// and allocates the HBM-tier arena. End-of-sequence ids come from `config.json` and
+    /// `generation_config.json`; [`CpuRunner::set_eos_token_ids`] overrides them.
+    pub fn load(dir: &Path, cfg: &CpuRunnerConfig) -> Result<CpuRunner, EngineError> {
+        let mc = ModelConfig::from_model_dir(dir)?;
+        let dtype = cfg.dtype.unwrap_or(DType::F32);
+        let model = PagedLlama::load(dir, &mc, dtype, &cfg.device)?;
+        let geometry = BlockGeometry {
+            num_layers: mc.num_layers as u32,
+            block_size: cfg.block_size,
+            kv_heads: mc.num_kv_heads as u32,
+            head_dim: mc.head_dim as u32,
+            dtype_bytes: dtype.size_in_bytes() as u32,
+        };
+        let arena = KvArena::new(geometry, cfg.hbm_blocks, dtype, &cfg.device)?;
+        let mut eos = mc.eos_token_ids.clone();
+        let gen = crate::text::read_json(&dir.join("generation_config.json"))?;
+        if let Some(v) = gen.as_ref().and_then(|g| g.get("eos_token_id")) {
+            let ids: Vec<u32> = match v {
+                serde_json::Value::Array(a) => a
+                    .iter()
+                    .filter_map(|x| x.as_u64())
+                    .map(|x| x as u32)
+                    .collect(),
+                x => x.as_u64().map(|x| x as u32).into_iter().collect(),
+            };
+            eos.extend(ids);
+        }
+        eos.sort_unstable();
+        eos.dedup();
+        let rng = match cfg.seed {
+            Some(s) => ChaCha8Rng::seed_from_u64(s),
+            None => ChaCha8Rng::from_os_rng(),
+        };
+        Ok(CpuRunner {
+            model,
+            arena,
+            geometry,
+            eos,
+            rng,
+        })
+    }
+
+    /// Replaces the end-of-sequence ids (e.g. with [`crate::TextCodec::eos_token_ids`]).
+    pub fn set_eos_token_ids(&mut self, ids: &[u32]) {
+        self.eos = ids.to_vec();
+    }
+
+    /// The HBM-tier arena; clones share it (the host transfer backend copies from it).
+    pub fn arena(&self) -> &KvArena {
+        &self.arena
+    }
+
+    pub fn model(&self) -> &PagedLlama {
+        &self.model
+    }
+
+    /// Runs `batch` and returns the logits of its sampling entries `(n, vocab)` without
+    /// sampling (for tests and tools).
+    pub fn logits(&mut self, batch: &StepBatch<'_>) -> Result<Tensor, EngineError> {
+        let tables: Vec<Vec<u32>> = batch
+            .entries
+            .iter()
+            .map(|e| {
+                e.blocks
+                    .iter()
+                    .map(|b| b.hbm.map(|h| h.0))
+                    .collect::<Option<Vec<u32>>>()
+                    .ok_or_else(|| {
+                        EngineError::Runner(format!(
+                            "request {:?}: a block of its table is not in HBM",
+                            e.id
+                        ))
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        let chunks: Vec<SeqChunk<'_>> = batch
+            .entries
+            .iter()
+            .zip(&tables)
+            .map(|(e, t)| SeqChunk {
+                tokens: e.tokens,
+                pos: e.pos as usize,
+                end: e.end as usize,
+                blocks: t,
+                sample: e.sample,
+            })
+            .collect();
+        self.model.forward(&chunks, &self.arena)
+    }
+}
+
+impl ModelRunner for CpuRunner {
+    fn geometry(&self) -> BlockGeometry {
+        self.geometry
+    }
+
+    fn eos_token_ids(&self) -> &[u32] {
+        &self.eos
+    }
+
+    fn step(&mut self, batch: &StepBatch<'_>) -> Result<StepOutput, EngineError> {
+        let start = Instant::now();
+        let logits = self.logits(batch)?;
+        let mut rows = logits
+            .to_vec2::<f32>()
+            .map_err(|e| candle_err("reading logits", e))?
+            .into_iter();
+        let n = batch.entries.len();
+        let mut tokens = Vec::with_capacity(n);
+        let mut logprobs: Vec<Option<TokenLogprobs>> = Vec::with_capacity(n);
+        for e in &batch.entries {
+            if !e.sample {
+                tokens.push(None);
+                logprobs.push(None);
+                continue;
+            }
+            let mut row = rows
+                .next()
+                .ok_or_else(|| EngineError::Runner("fewer logits rows than samples".into()))?;
+            let history = &e.tokens[..e.end as usize];
+            let s = sample(
+                &mut row,
+                e.sampling,
+                history,
+                e.prompt_len as usize,
+                &mut self.rng,
+            );
+            tokens.push(Some(s.token));
+            logprobs.push(s.logprobs);
+        }
+        Ok(StepOutput {
+            tokens,
+            elapsed: start.elapsed().as_secs_f64(),
+            logprobs,
+        })
+    }
+}

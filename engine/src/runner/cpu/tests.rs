@@ -1,0 +1,276 @@
+//! The paged forward against candle-transformers' reference Llama on the same random weights.
+
+use super::*;
+use crate::kv::{BlockState, HbmBlock, LogicalBlock};
+use crate::model::tiny::write_tiny_model;
+use crate::runner::BatchEntry;
+use crate::sampling::SamplingParams;
+use candle_nn::VarBuilder;
+use candle_transformers::models::llama as reference;
+use rand::{Rng, SeedableRng};
+use superinfer_policies::RequestId;
+
+const TOL: f32 = 1e-4;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    runner: CpuRunner,
+    reference: reference::Llama,
+    ref_cfg: reference::Config,
+    vocab: u32,
+}
+
+fn fixture(hbm_blocks: u32) -> Fixture {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_tiny_model(dir.path(), 11).expect("tiny model");
+    let runner = CpuRunner::load(
+        dir.path(),
+        &CpuRunnerConfig {
+            hbm_blocks,
+            seed: Some(0),
+            ..CpuRunnerConfig::default()
+        },
+    )
+    .expect("load the runner");
+    let text = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
+    let cfg: reference::LlamaConfig = serde_json::from_str(&text).unwrap();
+    let ref_cfg = cfg.into_config(false);
+    let tensors =
+        candle_core::safetensors::load(dir.path().join("model.safetensors"), &Device::Cpu).unwrap();
+    let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+    let reference = reference::Llama::load(vb, &ref_cfg).unwrap();
+    let vocab = ref_cfg.vocab_size as u32;
+    Fixture {
+        _dir: dir,
+        runner,
+        reference,
+        ref_cfg,
+        vocab,
+    }
+}
+
+impl Fixture {
+    fn cache(&self) -> reference::Cache {
+        reference::Cache::new(true, DType::F32, &self.ref_cfg, &Device::Cpu).unwrap()
+    }
+
+    /// Reference logits of the last token of `tokens[pos..]`, continuing `cache`.
+    fn reference(&self, tokens: &[u32], pos: usize, cache: &mut reference::Cache) -> Vec<f32> {
+        let x = Tensor::new(&tokens[pos..], &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let out = self.reference.forward(&x, pos, cache).unwrap();
+        out.squeeze(0).unwrap().to_vec1().unwrap()
+    }
+}
+
+fn tokens(n: usize, vocab: u32, seed: u64) -> Vec<u32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(0..vocab)).collect()
+}
+
+/// A block table of `n` scattered HBM slots starting at `first` (stride 3, so neighbours in
+/// the table are not neighbours in the arena).
+fn table(first: u32, n: usize) -> Vec<LogicalBlock> {
+    (0..n as u32)
+        .map(|i| LogicalBlock {
+            hbm: Some(HbmBlock(first + 3 * i)),
+            dram: None,
+            state: BlockState::Dirty,
+            inflight: None,
+        })
+        .collect()
+}
+
+fn entry<'a>(
+    id: u64,
+    tokens: &'a [u32],
+    span: (usize, usize),
+    blocks: &'a [LogicalBlock],
+    sampling: &'a SamplingParams,
+) -> BatchEntry<'a> {
+    BatchEntry {
+        id: RequestId(id),
+        tokens,
+        prompt_len: tokens.len() as u32,
+        pos: span.0 as u32,
+        end: span.1 as u32,
+        blocks,
+        sample: span.1 == tokens.len(),
+        sampling,
+    }
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn row(t: &Tensor, i: usize) -> Vec<f32> {
+    t.get(i).unwrap().to_vec1().unwrap()
+}
+
+fn argmax(xs: &[f32]) -> u32 {
+    crate::sampling::sample(
+        &mut xs.to_vec(),
+        &SamplingParams::default(),
+        &[],
+        0,
+        &mut ChaCha8Rng::seed_from_u64(0),
+    )
+    .token
+}
+
+#[test]
+fn chunked_prefill_and_decode_match_the_reference() {
+    let mut f = fixture(3 * 24);
+    let sp = SamplingParams::default();
+    for (n, chunks) in [
+        (1, vec![1]),
+        (15, vec![15, 4]),
+        (16, vec![16, 5]),
+        (17, vec![17, 16, 3]),
+        (300, vec![300, 64, 37]),
+    ] {
+        let mut seq = tokens(n, f.vocab, n as u64);
+        let blocks = table(1, (n + 4).div_ceil(16));
+        let mut cache = f.cache();
+        let want = f.reference(&seq, 0, &mut cache);
+        for chunk in chunks {
+            let mut got = None;
+            let mut pos = 0;
+            while pos < n {
+                let end = (pos + chunk).min(n);
+                let e = entry(1, &seq[..n], (pos, end), &blocks, &sp);
+                let logits = f.runner.logits(&StepBatch { entries: vec![e] }).unwrap();
+                if end == n {
+                    got = Some(row(&logits, 0));
+                } else {
+                    assert_eq!(logits.dims()[0], 0, "no logits before the last chunk");
+                }
+                pos = end;
+            }
+            let d = max_diff(&got.unwrap(), &want);
+            assert!(d <= TOL, "prompt {n}, chunk {chunk}: max |diff| {d}");
+        }
+        // Three decode steps on top of the last prefill.
+        let mut next = argmax(&want);
+        for step in 0..3 {
+            seq.push(next);
+            let len = seq.len();
+            let want = f.reference(&seq, len - 1, &mut cache);
+            let e = entry(1, &seq, (len - 1, len), &blocks, &sp);
+            let got = row(
+                &f.runner.logits(&StepBatch { entries: vec![e] }).unwrap(),
+                0,
+            );
+            let d = max_diff(&got, &want);
+            assert!(d <= TOL, "prompt {n}, decode {step}: max |diff| {d}");
+            next = argmax(&want);
+        }
+    }
+}
+
+#[test]
+fn mixed_prefill_and_decode_batches_match_the_reference() {
+    let mut f = fixture(200);
+    let sp = SamplingParams::default();
+    let a = tokens(40, f.vocab, 1);
+    let b = tokens(70, f.vocab, 2);
+    let c = tokens(23, f.vocab, 3);
+    let d = tokens(9, f.vocab, 4);
+    let (ta, tb, tc, td) = (table(0, 4), table(1, 5), table(2, 3), table(50, 2));
+    // Prefill a (whole) and the first 30 tokens of b; d up to its last token.
+    let warm = StepBatch {
+        entries: vec![
+            entry(1, &a[..39], (0, 39), &ta, &sp),
+            entry(2, &b, (0, 30), &tb, &sp),
+            entry(4, &d[..8], (0, 8), &td, &sp),
+        ],
+    };
+    f.runner.logits(&warm).unwrap();
+    // One step: decode a and d, continue b's prefill, start c: four kinds at once, with
+    // decodes in between prefills.
+    let mixed = StepBatch {
+        entries: vec![
+            entry(1, &a, (39, 40), &ta, &sp),
+            entry(2, &b, (30, 70), &tb, &sp),
+            entry(3, &c, (0, 23), &tc, &sp),
+            entry(4, &d, (8, 9), &td, &sp),
+        ],
+    };
+    let got = f.runner.logits(&mixed).unwrap();
+    assert_eq!(got.dims()[0], 4);
+    for (i, seq) in [&a, &b, &c, &d].into_iter().enumerate() {
+        let want = f.reference(seq, 0, &mut f.cache());
+        let diff = max_diff(&row(&got, i), &want);
+        assert!(diff <= TOL, "sequence {i}: max |diff| {diff}");
+    }
+}
+
+#[test]
+fn step_samples_and_reports_logprobs() {
+    let mut f = fixture(16);
+    let seq = tokens(20, f.vocab, 5);
+    let blocks = table(0, 2);
+    let sp = SamplingParams {
+        logprobs: Some(3),
+        ..SamplingParams::default()
+    };
+    let out = f
+        .runner
+        .step(&StepBatch {
+            entries: vec![entry(1, &seq, (0, 20), &blocks, &sp)],
+        })
+        .unwrap();
+    let want = f.reference(&seq, 0, &mut f.cache());
+    assert_eq!(out.tokens, vec![Some(argmax(&want))]);
+    let lp = out.logprobs[0].as_ref().unwrap();
+    assert_eq!(lp.top.len(), 3);
+    assert_eq!(lp.top[0].0, argmax(&want));
+    assert!(lp.logprob <= 0.0 && (lp.logprob - lp.top[0].1).abs() < 1e-6);
+    assert!(out.elapsed > 0.0);
+}
+
+#[test]
+fn missing_and_unsupported_model_files_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let load = |d: &std::path::Path| {
+        CpuRunner::load(d, &CpuRunnerConfig::default())
+            .err()
+            .expect("must fail")
+            .to_string()
+    };
+    let e = load(dir.path());
+    assert!(e.contains("config.json") && e.contains("not found"), "{e}");
+    write_tiny_model(dir.path(), 1).unwrap();
+    let cfg_path = dir.path().join("config.json");
+    let text = std::fs::read_to_string(&cfg_path).unwrap();
+    std::fs::write(
+        &cfg_path,
+        text.replace("LlamaForCausalLM", "GPT2LMHeadModel"),
+    )
+    .unwrap();
+    let e = load(dir.path());
+    assert!(
+        e.contains("architectures") && e.contains("GPT2LMHeadModel"),
+        "{e}"
+    );
+    std::fs::write(&cfg_path, text.replace("\"hidden_size\"", "\"hidden\"")).unwrap();
+    let e = load(dir.path());
+    assert!(
+        e.contains("config.json") && e.contains("hidden_size"),
+        "{e}"
+    );
+    std::fs::write(&cfg_path, &text).unwrap();
+    std::fs::remove_file(dir.path().join("model.safetensors")).unwrap();
+    let e = load(dir.path());
+    assert!(
+        e.contains("model.safetensors") && e.contains("not found"),
+        "{e}"
+    );
+}

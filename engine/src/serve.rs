@@ -1,0 +1,168 @@
+//! A ready engine on the CPU model path: load a Hugging Face model directory, size the two
+//! KV tiers, and wire [`CpuRunner`], [`HostTransfer`] and the real clock into an [`Engine`]
+//! that [`crate::spawn`] serves.
+//!
+//! ```no_run
+//! use superinfer_engine::serve::{cpu_engine, EngineOptions};
+//! use superinfer_engine::{spawn, HandleConfig};
+//! # fn main() -> Result<(), superinfer_engine::EngineError> {
+//! let dir = std::path::Path::new("/tmp/tiny");
+//! superinfer_engine::model::tiny::write_tiny_model(dir, 0)?;
+//! let (engine, codec) = cpu_engine(dir, &EngineOptions::default())?;
+//! let (handle, thread) = spawn(engine, HandleConfig::default())?;
+//! let prompt = codec.encode("In the beginning", true)?;
+//! # let _ = (handle, thread, prompt);
+//! # Ok(())
+//! # }
+//! ```
+
+use crate::clock::RealClock;
+use crate::engine::{Engine, EngineConfig};
+use crate::error::EngineError;
+use crate::runner::cpu::{CpuRunner, CpuRunnerConfig};
+use crate::runner::ModelRunner;
+use crate::text::TextCodec;
+use crate::transfer::host::HostTransfer;
+use candle_core::{DType, Device};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use superinfer_policies::{Policy, PolicyKind, WlvfConfig};
+
+/// The engine type [`cpu_engine`] builds.
+pub type CpuEngine = Engine<CpuRunner, HostTransfer, RealClock>;
+
+/// Compute and KV-cache precision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelDtype {
+    /// Best on the CPU (f16/bf16 weights are converted on load).
+    #[default]
+    F32,
+    F16,
+    Bf16,
+}
+
+impl ModelDtype {
+    pub fn dtype(self) -> DType {
+        match self {
+            ModelDtype::F32 => DType::F32,
+            ModelDtype::F16 => DType::F16,
+            ModelDtype::Bf16 => DType::BF16,
+        }
+    }
+}
+
+/// How to size and schedule a CPU engine. Each tier is given in blocks or in bytes (blocks
+/// win when both are set; bytes are divided by the model's KV block size).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineOptions {
+    /// HBM-tier (on the CPU: the runner's arena) capacity in blocks.
+    pub hbm_blocks: Option<u32>,
+    /// HBM-tier capacity in bytes, when `hbm_blocks` is unset.
+    pub hbm_bytes: u64,
+    /// DRAM-tier capacity in blocks.
+    pub dram_blocks: Option<u32>,
+    /// DRAM-tier capacity in bytes, when `dram_blocks` is unset.
+    pub dram_bytes: u64,
+    pub policy: PolicyKind,
+    /// Knobs of LVF / weighted LVF.
+    pub wlvf: WlvfConfig,
+    /// Rotation budget: blocks moved per iteration per direction.
+    pub b_xfer: u32,
+    /// Token budget per iteration (decode tokens + prefill chunks).
+    pub max_batched_tokens: u32,
+    pub max_num_seqs: u32,
+    /// Requests waiting for admission beyond this are refused.
+    pub max_queue: usize,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    pub dtype: ModelDtype,
+    /// Seed for requests without one; `None`: from the OS.
+    pub seed: Option<u64>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            hbm_blocks: None,
+            hbm_bytes: 256 << 20,
+            dram_blocks: None,
+            dram_bytes: 1 << 30,
+            policy: PolicyKind::Wlvf,
+            wlvf: WlvfConfig::default(),
+            b_xfer: 256,
+            max_batched_tokens: 2048,
+            max_num_seqs: 256,
+            max_queue: 4096,
+            block_size: 16,
+            dtype: ModelDtype::F32,
+            seed: None,
+        }
+    }
+}
+
+/// Builds a CPU engine for the model in `model_dir` with the policy of `opts`, and the
+/// model's [`TextCodec`] (tokenizer, chat template, EOS ids). Hand the engine to
+/// [`crate::spawn`] to serve it.
+pub fn cpu_engine(
+    model_dir: &Path,
+    opts: &EngineOptions,
+) -> Result<(CpuEngine, TextCodec), EngineError> {
+    cpu_engine_with_policy(model_dir, opts, opts.policy.build(&opts.wlvf))
+}
+
+/// [`cpu_engine`] with a policy of the caller's (`opts.policy` is ignored).
+pub fn cpu_engine_with_policy(
+    model_dir: &Path,
+    opts: &EngineOptions,
+    policy: Box<dyn Policy>,
+) -> Result<(CpuEngine, TextCodec), EngineError> {
+    let codec = TextCodec::from_model_dir(model_dir)?;
+    let cfg = crate::model::ModelConfig::from_model_dir(model_dir)?;
+    let dtype = opts.dtype.dtype();
+    let block_bytes = opts.block_size as u64
+        * 2
+        * cfg.num_layers as u64
+        * cfg.kv_width() as u64
+        * dtype.size_in_bytes() as u64;
+    let blocks = |n: Option<u32>, bytes: u64, what: &str| -> Result<u32, EngineError> {
+        let n = n.unwrap_or_else(|| (bytes / block_bytes.max(1)).min(u64::from(u32::MAX)) as u32);
+        if n == 0 && what == "HBM" {
+            return Err(EngineError::Config(format!(
+                "the {what} tier holds no block ({bytes} bytes, {block_bytes} bytes per block)"
+            )));
+        }
+        Ok(n)
+    };
+    let hbm_blocks = blocks(opts.hbm_blocks, opts.hbm_bytes, "HBM")?;
+    let dram_blocks = blocks(opts.dram_blocks, opts.dram_bytes, "DRAM")?;
+    let mut runner = CpuRunner::load(
+        model_dir,
+        &CpuRunnerConfig {
+            block_size: opts.block_size,
+            hbm_blocks,
+            dtype: Some(dtype),
+            device: Device::Cpu,
+            seed: opts.seed,
+        },
+    )?;
+    let mut eos = codec.eos_token_ids().to_vec();
+    eos.extend_from_slice(runner.eos_token_ids());
+    eos.sort_unstable();
+    eos.dedup();
+    runner.set_eos_token_ids(&eos);
+    let transfer = HostTransfer::new(runner.arena().clone(), dram_blocks)?;
+    let engine_cfg = EngineConfig {
+        block_size: opts.block_size,
+        max_batched_tokens: opts.max_batched_tokens,
+        max_num_seqs: opts.max_num_seqs,
+        b_xfer: opts.b_xfer,
+        hbm_blocks,
+        dram_blocks,
+        max_queue: opts.max_queue,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(engine_cfg, policy, runner, transfer, RealClock::new())?;
+    Ok((engine, codec))
+}
