@@ -198,8 +198,9 @@ impl PinnedArena {
         }
         let mut out = Vec::with_capacity((self.bytes / piece) as usize);
         for c in &self.chunks {
-            // SAFETY: the chunk is a live allocation of `c.bytes` bytes owned by `self`,
-            // borrowed mutably for the slices' lifetime; the caller guarantees no device access.
+            // SAFETY: the chunk is a live allocation of `c.bytes` bytes owned by `self` (pinned
+            // pages from the OS, so initialized, zeroed until written), borrowed mutably for the
+            // slices' lifetime; the caller guarantees no device access meanwhile.
             let all = unsafe { std::slice::from_raw_parts_mut(c.host, c.bytes as usize) };
             out.extend(all.chunks_exact_mut(piece as usize));
         }
