@@ -13,6 +13,9 @@
 //! A CUDA failure inside the trait's methods (which return no errors) is a device fault the
 //! engine cannot recover from: it panics with the driver's message.
 
+#[cfg(test)]
+mod tests;
+
 use superinfer_kernels::cuda::{CopyMode, DuplexConfig, DuplexEngine, Gpu};
 use superinfer_kernels::BlockCopy;
 
@@ -55,6 +58,12 @@ impl CudaTransfer {
     /// The copy engine, for the model runner (HBM arena addresses) and diagnostics.
     pub fn engine(&self) -> &DuplexEngine {
         &self.engine
+    }
+
+    /// The copy engine, mutably: host access to the DRAM tier once no batch is in flight
+    /// (loading a prompt's KV, tests).
+    pub fn engine_mut(&mut self) -> &mut DuplexEngine {
+        &mut self.engine
     }
 }
 
