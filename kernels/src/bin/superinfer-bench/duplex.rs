@@ -5,18 +5,21 @@ use std::sync::Arc;
 
 use superinfer_kernels::compile_cache::CompileCache;
 use superinfer_kernels::cuda::cudarc::driver::{CudaEvent, CudaStream, DriverError};
-use superinfer_kernels::cuda::nvrtc::{compiler_version, Origin};
 use superinfer_kernels::cuda::{
-    Arena, Blocks, Copier, CopyMode, DeviceArena, DuplexConfig, DuplexEngine, Gpu, Kernels,
+    Arena, Blocks, Copier, CopyMode, DuplexConfig, DuplexEngine, Gpu, Kernels,
 };
-use superinfer_kernels::pattern::{
-    block_tag, par_count_mismatches, par_fill, PieceJob, SplitMix64,
-};
+use superinfer_kernels::pattern::{block_tag, par_count_mismatches, par_fill, PieceJob};
 use superinfer_kernels::plan::{self, BlockCopy, BlockShape, Layout, MergeLimits, Segment};
 use superinfer_kernels::report::{self, median, Ceilings, Interference, Mode, Row, Verified};
 use superinfer_kernels::{Error, Result};
 
 use crate::Opts;
+
+mod interference;
+mod setup;
+
+use interference::interference;
+use setup::{contiguous_sets, header, random_sets};
 
 const GIB: u64 = 1 << 30;
 /// Qwen2.5-32B's KV: 64 layers; K (or V) of one layer of a 16-token block is
@@ -44,6 +47,16 @@ pub(crate) fn elapsed(a: &CudaEvent, b: &CudaEvent) -> Result<f64> {
 pub(crate) struct Sets {
     pub out: Vec<BlockCopy>,
     pub inn: Vec<BlockCopy>,
+}
+
+/// What a row moves: its blocks, their layout and shape (for filling and verifying), and
+/// the copy plan of each direction.
+struct Movement<'a> {
+    sets: &'a Sets,
+    layout: Layout,
+    shape: BlockShape,
+    out: &'a [Segment],
+    inn: &'a [Segment],
 }
 
 /// How a duplex row moves its bytes.
@@ -202,19 +215,15 @@ impl Bench {
     }
 
     /// Out (D2H) then in (H2D) on one stream.
-    #[allow(clippy::too_many_arguments)]
     fn sequential(
         &mut self,
         name: &str,
-        sets: &Sets,
-        layout: Layout,
-        shape: BlockShape,
-        out: &[Segment],
-        inn: &[Segment],
+        m: &Movement<'_>,
         mode: CopyMode,
         reps: usize,
         warmup: bool,
     ) -> Result<Row> {
+        let (sets, layout, shape, out, inn) = (m.sets, m.layout, m.shape, m.out, m.inn);
         self.prepare(sets, layout, shape)?;
         let (_, stream) = self.streams();
         let ev = self.events(3)?;
@@ -257,15 +266,8 @@ impl Bench {
     }
 
     /// Both directions at once on the two copy streams, issued directly (not via the engine).
-    fn duplex_raw(
-        &mut self,
-        name: &str,
-        sets: &Sets,
-        out: &[Segment],
-        inn: &[Segment],
-        how: How,
-        reps: usize,
-    ) -> Result<Row> {
+    fn duplex_raw(&mut self, name: &str, m: &Movement<'_>, how: How, reps: usize) -> Result<Row> {
+        let (sets, out, inn) = (m.sets, m.out, m.inn);
         self.prepare(sets, Layout::BlockFirst, kv_shape())?;
         let (h2d, d2h) = self.streams();
         let ev = self.events(3)?;
@@ -349,283 +351,227 @@ impl Bench {
     }
 }
 
-/// Random scattered block ids: each direction gets `n` blocks of each arena, disjoint.
-pub(crate) fn random_sets(n: u32, seed: u64) -> Sets {
-    let mut rng = SplitMix64::new(seed);
-    let hbm = rng.permutation(2 * n);
-    let dram = rng.permutation(2 * n);
-    let (nu, total) = (n as usize, 2 * n as usize);
-    Sets {
-        out: (0..nu)
-            .map(|i| BlockCopy {
-                src: hbm[i],
-                dst: dram[i],
-            })
-            .collect(),
-        inn: (nu..total)
-            .map(|i| BlockCopy {
-                src: dram[i],
-                dst: hbm[i],
-            })
-            .collect(),
-    }
-}
-
-/// The ceiling's blocks: one contiguous range each way (DRAM 0..n -> HBM 0..n in, HBM
-/// n..2n -> DRAM n..2n out).
-fn contiguous_sets(n: u32) -> Sets {
-    Sets {
-        out: (n..2 * n).map(|b| BlockCopy { src: b, dst: b }).collect(),
-        inn: (0..n).map(|b| BlockCopy { src: b, dst: b }).collect(),
-    }
-}
-
-fn header(b: &Bench, o: &Opts) -> Result<String> {
-    let (maj, min) = b.gpu.driver_version()?;
-    let origin = match b.kernels.origin {
-        Origin::Cached => "loaded from cache".to_string(),
-        Origin::Compiled { ms } => format!("compiled by NVRTC in {ms:.0} ms"),
-    };
-    Ok(format!(
-        "GPU: {} ({}), driver CUDA {maj}.{min}, NVRTC {}, kernels {origin}\n\
-         KV: Qwen2.5-32B shape, {} layers x K/V x 16 tokens x 8 heads x 128 x bf16 = {} MiB blocks, block-first\n\
-         moved: {} GiB each way = {} blocks, random scattered ids (seed {}), arenas of {} blocks per tier\n\
-         pinned DRAM tier: {} chunk(s) of up to {} GiB; {} timed reps per row (median), naive {}",
-        b.gpu.name()?,
-        b.gpu.arch()?,
-        compiler_version()?,
-        LAYERS,
-        b.block_bytes >> 20,
-        o.gib,
-        b.n,
-        o.seed,
-        b.total,
-        b.engine.dram().num_chunks(),
-        o.chunk_gib,
-        o.reps,
-        o.naive_reps,
-    ))
-}
-
 /// Runs the whole table; returns whether every row's data verified.
-pub fn run(o: &Opts) -> Result<bool> {
-    let shape = kv_shape();
-    let block_bytes = shape.block_bytes();
-    let n = (o.gib * GIB / block_bytes) as u32;
-    let total = 2 * n;
-    let gpu = Gpu::new(0)?;
-    let t = std::time::Instant::now();
-    let engine = DuplexEngine::new(
-        &gpu,
-        DuplexConfig {
+impl Bench {
+    fn new(o: &Opts) -> Result<Bench> {
+        let block_bytes = kv_shape().block_bytes();
+        let n = (o.gib * GIB / block_bytes) as u32;
+        let total = 2 * n;
+        let gpu = Gpu::new(0)?;
+        let t = std::time::Instant::now();
+        let cfg = DuplexConfig {
             block_bytes,
             hbm_blocks: total,
             dram_blocks: total,
             pinned_chunk_bytes: o.chunk_gib * GIB,
             mode: CopyMode::Batched,
             merge: true,
-        },
-    )?;
-    println!(
-        "allocated {} GiB HBM + {} GiB pinned in {:.1} s",
-        2 * o.gib,
-        2 * o.gib,
-        t.elapsed().as_secs_f64()
-    );
-    let kernels = Kernels::load(&gpu, &CompileCache::new(CompileCache::default_dir()))?;
-    let threads = std::thread::available_parallelism().map_or(4, |p| p.get());
-    let mut b = Bench {
-        gpu,
-        engine,
-        kernels,
-        n,
-        total,
-        block_bytes,
-        generation: 0,
-        threads,
-        copier: Copier::default(),
-        copier2: Copier::default(),
-        raw: String::from("row,rep,total_ms,h2d_ms,d2h_ms\n"),
-    };
-    let head = header(&b, o)?;
-    println!("{head}");
+        };
+        let engine = DuplexEngine::new(&gpu, cfg)?;
+        let gib = 2 * o.gib;
+        let secs = t.elapsed().as_secs_f64();
+        println!("allocated {gib} GiB HBM + {gib} GiB pinned in {secs:.1} s");
+        let kernels = Kernels::load(&gpu, &CompileCache::new(CompileCache::default_dir()))?;
+        Ok(Bench {
+            gpu,
+            engine,
+            kernels,
+            n,
+            total,
+            block_bytes,
+            generation: 0,
+            threads: std::thread::available_parallelism().map_or(4, |p| p.get()),
+            copier: Copier::default(),
+            copier2: Copier::default(),
+            raw: String::from("row,rep,total_ms,h2d_ms,d2h_ms\n"),
+        })
+    }
+}
 
-    let sets = random_sets(n, o.seed);
-    let cont = contiguous_sets(n);
-    let dram_chunk = b.engine.dram().chunk_bytes();
-    let limits = MergeLimits {
-        src_chunk_blocks: u32::MAX,
-        dst_chunk_blocks: (dram_chunk / block_bytes) as u32,
-        max_blocks: u32::MAX,
+/// The contiguous ceilings: (out then in, both at once).
+fn ceilings(b: &mut Bench, reps: usize) -> Result<(Row, Row)> {
+    let cont = contiguous_sets(b.n);
+    let dram_chunk_blocks = (b.engine.dram().chunk_bytes() / b.block_bytes) as u32;
+    let unlimited = MergeLimits::UNLIMITED;
+    let to_dram = MergeLimits {
+        dst_chunk_blocks: dram_chunk_blocks,
+        ..unlimited
     };
-    let limits_in = MergeLimits {
-        src_chunk_blocks: limits.dst_chunk_blocks,
-        dst_chunk_blocks: u32::MAX,
-        max_blocks: u32::MAX,
+    let from_dram = MergeLimits {
+        src_chunk_blocks: dram_chunk_blocks,
+        ..unlimited
     };
-    let c_out = plan::merged(&cont.out, block_bytes, limits);
-    let c_in = plan::merged(&cont.inn, block_bytes, limits_in);
-    let (reps, nreps) = (o.reps, o.naive_reps.max(1));
-
-    println!("ceilings (contiguous pinned copies):");
-    let seq0 = b.sequential(
+    let out = plan::merged(&cont.out, b.block_bytes, to_dram);
+    let inn = plan::merged(&cont.inn, b.block_bytes, from_dram);
+    let m = Movement {
+        sets: &cont,
+        layout: Layout::BlockFirst,
+        shape: kv_shape(),
+        out: &out,
+        inn: &inn,
+    };
+    let seq = b.sequential(
         "Ceiling: contiguous, out then in",
-        &cont,
-        Layout::BlockFirst,
-        shape,
-        &c_out,
-        &c_in,
+        &m,
         CopyMode::PerSegment,
         reps,
         true,
     )?;
-    let dup0 = b.duplex_raw(
-        "Ceiling: contiguous, both at once",
-        &cont,
-        &c_out,
-        &c_in,
-        How::Copies(CopyMode::PerSegment),
-        reps,
-    )?;
+    let both = How::Copies(CopyMode::PerSegment);
+    let dup = b.duplex_raw("Ceiling: contiguous, both at once", &m, both, reps)?;
+    Ok((seq, dup))
+}
 
-    println!("rows:");
-    let mut rows = Vec::new();
-    let layer_first = Layout::LayerFirst { num_blocks: total };
-    let per_layer = BlockShape::per_layer(LAYERS, 2 * HALF_LAYER_BYTES);
-    // Naive as vLLM's swap loop: one tensor per layer per K/V, one copy per block of each.
-    let kv_out = plan::per_piece(&sets.out, shape, layer_first, layer_first);
-    let kv_in = plan::per_piece(&sets.inn, shape, layer_first, layer_first);
-    rows.push(b.sequential(
-        NAIVE,
-        &sets,
-        layer_first,
+/// The naive rows: a vLLM-style layer-first cache, one copy per layer per block per K/V.
+fn naive_rows(b: &mut Bench, o: &Opts, sets: &Sets) -> Result<Vec<Row>> {
+    let (shape, nreps) = (kv_shape(), o.naive_reps.max(1));
+    let layer_first = Layout::LayerFirst {
+        num_blocks: b.total,
+    };
+    let out = plan::per_piece(&sets.out, shape, layer_first, layer_first);
+    let inn = plan::per_piece(&sets.inn, shape, layer_first, layer_first);
+    let m = Movement {
+        sets,
+        layout: layer_first,
         shape,
-        &kv_out,
-        &kv_in,
-        CopyMode::PerSegment,
-        nreps,
-        false,
-    )?);
+        out: &out,
+        inn: &inn,
+    };
+    let mut rows = vec![b.sequential(NAIVE, &m, CopyMode::PerSegment, nreps, false)?];
     if o.naive_sync {
-        rows.push(b.sequential(
-            "(baseline) Naive as a synchronous swap loop: same 32 KiB copies, each waited for",
-            &sets,
-            layer_first,
-            shape,
-            &kv_out,
-            &kv_in,
-            CopyMode::Synchronous,
-            1,
-            false,
-        )?);
+        let name =
+            "(baseline) Naive as a synchronous swap loop: same 32 KiB copies, each waited for";
+        rows.push(b.sequential(name, &m, CopyMode::Synchronous, 1, false)?);
     }
-    drop((kv_out, kv_in));
     if o.naive_layer {
-        let nv_out = plan::per_piece(&sets.out, per_layer, layer_first, layer_first);
-        let nv_in = plan::per_piece(&sets.inn, per_layer, layer_first, layer_first);
-        rows.push(b.sequential("(baseline) Naive with K and V of a layer adjacent: one copy per layer per block (64 KiB)", &sets, layer_first, per_layer, &nv_out, &nv_in, CopyMode::PerSegment, nreps, false)?);
+        let per_layer = BlockShape::per_layer(LAYERS, 2 * HALF_LAYER_BYTES);
+        let out = plan::per_piece(&sets.out, per_layer, layer_first, layer_first);
+        let inn = plan::per_piece(&sets.inn, per_layer, layer_first, layer_first);
+        let m = Movement {
+            sets,
+            layout: layer_first,
+            shape: per_layer,
+            out: &out,
+            inn: &inn,
+        };
+        let name = "(baseline) Naive with K and V of a layer adjacent: one copy per layer per block (64 KiB)";
+        rows.push(b.sequential(name, &m, CopyMode::PerSegment, nreps, false)?);
     }
-    let pb_out = plan::per_block(&sets.out, block_bytes);
-    let pb_in = plan::per_block(&sets.inn, block_bytes);
-    rows.push(b.sequential(
-        "Merged segments: block-first, one copy per block (4 MiB), one stream, out then in",
-        &sets,
-        Layout::BlockFirst,
-        shape,
-        &pb_out,
-        &pb_in,
-        CopyMode::PerSegment,
-        reps,
-        true,
-    )?);
-    rows.push(b.sequential(
-        "Merged + batched: one cuMemcpyBatchAsync per direction, one stream, out then in",
-        &sets,
-        Layout::BlockFirst,
-        shape,
-        &pb_out,
-        &pb_in,
-        CopyMode::Batched,
-        reps,
-        true,
-    )?);
-    rows.push(b.duplex_engine(
-        "DuplexKV: DuplexEngine, batched, both directions at once on two streams",
-        &sets,
-        reps,
-    )?);
-    rows.push(b.duplex_raw(
-        "(tried) duplex, one cuMemcpyAsync per block on each stream",
-        &sets,
-        &pb_out,
-        &pb_in,
-        How::Copies(CopyMode::PerSegment),
-        reps,
-    )?);
-    rows.push(b.duplex_raw(
-        "(tried) duplex, SM gather/scatter kernels (NVRTC) instead of copy engines",
-        &sets,
-        &pb_out,
-        &pb_in,
-        How::SmKernel,
-        reps,
-    )?);
+    Ok(rows)
+}
 
-    println!("ceilings again (drift check):");
-    let seq1 = b.sequential(
-        "Ceiling: contiguous, out then in",
-        &cont,
-        Layout::BlockFirst,
-        shape,
-        &c_out,
-        &c_in,
-        CopyMode::PerSegment,
-        reps,
-        true,
-    )?;
-    let dup1 = b.duplex_raw(
-        "Ceiling: contiguous, both at once",
-        &cont,
-        &c_out,
-        &c_in,
-        How::Copies(CopyMode::PerSegment),
-        reps,
-    )?;
-    let (seq, dup) = (
-        if seq1.total_ms < seq0.total_ms {
-            seq1
-        } else {
-            seq0
-        },
-        if dup1.total_ms < dup0.total_ms {
-            dup1
-        } else {
-            dup0
-        },
-    );
-    let ceilings = Ceilings {
-        sequential_ms: seq.total_ms,
-        duplex_ms: dup.total_ms,
+/// The block-first rows: merged, batched, DuplexKV and the variants tried.
+fn block_first_rows(b: &mut Bench, sets: &Sets, reps: usize) -> Result<Vec<Row>> {
+    let out = plan::per_block(&sets.out, b.block_bytes);
+    let inn = plan::per_block(&sets.inn, b.block_bytes);
+    let m = Movement {
+        sets,
+        layout: Layout::BlockFirst,
+        shape: kv_shape(),
+        out: &out,
+        inn: &inn,
     };
+    Ok(vec![
+        b.sequential(
+            "Merged segments: block-first, one copy per block (4 MiB), one stream, out then in",
+            &m,
+            CopyMode::PerSegment,
+            reps,
+            true,
+        )?,
+        b.sequential(
+            "Merged + batched: one cuMemcpyBatchAsync per direction, one stream, out then in",
+            &m,
+            CopyMode::Batched,
+            reps,
+            true,
+        )?,
+        b.duplex_engine(
+            "DuplexKV: DuplexEngine, batched, both directions at once on two streams",
+            sets,
+            reps,
+        )?,
+        b.duplex_raw(
+            "(tried) duplex, one cuMemcpyAsync per block on each stream",
+            &m,
+            How::Copies(CopyMode::PerSegment),
+            reps,
+        )?,
+        b.duplex_raw(
+            "(tried) duplex, SM gather/scatter kernels (NVRTC) instead of copy engines",
+            &m,
+            How::SmKernel,
+            reps,
+        )?,
+    ])
+}
 
-    println!("interference with a memory-bound kernel on the compute stream:");
-    let inter = interference(&mut b, &sets, reps)?;
+fn faster(a: Row, b: Row) -> Row {
+    if b.total_ms < a.total_ms {
+        b
+    } else {
+        a
+    }
+}
 
-    rows.push(seq);
-    rows.push(dup);
-    let all_ok = rows.iter().all(|r| r.verified == Verified::Ok) && inter.1;
+/// The Markdown report of a run.
+fn markdown(
+    head: &str,
+    rows: &[Row],
+    ceilings: &Ceilings,
+    bytes: u64,
+    inter: &[Interference],
+) -> String {
     let mut md = format!("```\n{head}\n```\n\n");
-    md.push_str(&report::table(&rows, &ceilings));
+    md.push_str(&report::table(rows, ceilings));
     let dkv = rows
         .iter()
         .find(|r| r.name.starts_with("DuplexKV"))
         .map_or(f64::NAN, |r| r.total_ms);
-    let _ = writeln!(md, "\nDuplexKV = {:.1}% of the same-run duplex ceiling ({:.1} GB/s each way, slower direction).", 100.0 * ceilings.duplex_ms / dkv, report::gbps(u64::from(n) * block_bytes, ceilings.duplex_ms));
+    let _ = writeln!(
+        md,
+        "\nDuplexKV = {:.1}% of the same-run duplex ceiling ({:.1} GB/s each way, slower direction).",
+        100.0 * ceilings.duplex_ms / dkv,
+        report::gbps(bytes, ceilings.duplex_ms)
+    );
     for r in rows.iter().filter(|r| r.name.contains("Naive")) {
         let _ = writeln!(md, "{:.1}x = {} / DuplexKV", r.total_ms / dkv, r.name);
     }
     md.push('\n');
-    md.push_str(&report::interference_table(&inter.0));
+    md.push_str(&report::interference_table(inter));
+    md
+}
+
+/// Runs the whole table; returns whether every row's data verified.
+pub fn run(o: &Opts) -> Result<bool> {
+    let mut b = Bench::new(o)?;
+    let head = header(&b, o)?;
+    println!("{head}");
+    let sets = random_sets(b.n, o.seed);
+    println!("ceilings (contiguous pinned copies):");
+    let (seq0, dup0) = ceilings(&mut b, o.reps)?;
+    println!("rows:");
+    let mut rows = naive_rows(&mut b, o, &sets)?;
+    rows.extend(block_first_rows(&mut b, &sets, o.reps)?);
+    println!("ceilings again (drift check):");
+    let (seq1, dup1) = ceilings(&mut b, o.reps)?;
+    let (seq, dup) = (faster(seq0, seq1), faster(dup0, dup1));
+    let ceilings = Ceilings {
+        sequential_ms: seq.total_ms,
+        duplex_ms: dup.total_ms,
+    };
+    println!("interference with a memory-bound kernel on the compute stream:");
+    let (inter, inter_ok) = interference(&mut b, &sets, o.reps)?;
+    rows.push(seq);
+    rows.push(dup);
+    let all_ok = rows.iter().all(|r| r.verified == Verified::Ok) && inter_ok;
+    let md = markdown(
+        &head,
+        &rows,
+        &ceilings,
+        u64::from(b.n) * b.block_bytes,
+        &inter,
+    );
     println!("\n{md}");
     if let Some(dir) = &o.out {
         let io = |e: std::io::Error| Error::Io {
@@ -637,84 +583,4 @@ pub fn run(o: &Opts) -> Result<bool> {
         std::fs::write(dir.join("duplex-raw.csv"), &b.raw).map_err(io)?;
     }
     Ok(all_ok)
-}
-
-/// The duplex batch beside a memory-bound copy kernel on the compute stream: each timed alone
-/// and together. Returns the rows and whether the copied data verified.
-fn interference(b: &mut Bench, sets: &Sets, reps: usize) -> Result<(Vec<Interference>, bool)> {
-    let bytes = 2 * GIB;
-    let src = DeviceArena::new(&b.gpu, bytes)?;
-    let dst = DeviceArena::new(&b.gpu, bytes)?;
-    let compute = b.gpu.compute_stream().clone();
-    let ev = b.events(3)?;
-    let passes = |kernels: &Kernels, k: usize| -> Result<()> {
-        for _ in 0..k {
-            kernels.stream_copy(&compute, &src, &dst, bytes)?;
-        }
-        Ok(())
-    };
-    passes(&b.kernels, 3)?;
-    ev[0].record(&compute).map_err(cuda("cuEventRecord"))?;
-    passes(&b.kernels, 10)?;
-    ev[1].record(&compute).map_err(cuda("cuEventRecord"))?;
-    let per_pass = elapsed(&ev[0], &ev[1])? / 10.0;
-    println!(
-        "  load kernel: {:.2} ms per pass over 2 GiB ({:.0} GB/s read+write)",
-        per_pass,
-        2.0 * report::gbps(bytes, per_pass)
-    );
-
-    b.prepare(sets, Layout::BlockFirst, kv_shape())?;
-    let mut d_alone = Vec::new();
-    for rep in 0..=reps {
-        let s = b.engine_batch(sets, None)?;
-        if rep > 0 {
-            d_alone.push(s.0);
-        }
-    }
-    let d_alone = median(&d_alone);
-    let k = ((1.25 * d_alone / per_pass).ceil() as usize).max(1);
-    let mut k_alone = Vec::new();
-    for _ in 0..reps {
-        ev[0].record(&compute).map_err(cuda("cuEventRecord"))?;
-        passes(&b.kernels, k)?;
-        ev[1].record(&compute).map_err(cuda("cuEventRecord"))?;
-        k_alone.push(elapsed(&ev[0], &ev[1])?);
-    }
-    let (mut k_tog, mut d_tog) = (Vec::new(), Vec::new());
-    for _ in 0..reps {
-        ev[0].record(&compute).map_err(cuda("cuEventRecord"))?;
-        passes(&b.kernels, k)?;
-        ev[2].record(&compute).map_err(cuda("cuEventRecord"))?;
-        let s = b.engine_batch(sets, Some(&ev[0]))?;
-        k_tog.push(elapsed(&ev[0], &ev[2])?);
-        d_tog.push(s.0);
-    }
-    let bad = b.verify(sets, Layout::BlockFirst, kv_shape())?;
-    println!(
-        "  {k} passes; copied data {}",
-        if bad == 0 {
-            "verified".to_string()
-        } else {
-            format!("{bad} WORDS WRONG")
-        }
-    );
-    Ok((
-        vec![
-            Interference {
-                name: format!(
-                    "DuplexKV batch ({} GiB each way)",
-                    b.n as u64 * b.block_bytes / GIB
-                ),
-                alone_ms: d_alone,
-                together_ms: median(&d_tog),
-            },
-            Interference {
-                name: format!("memory-bound copy kernel, {k} passes over 2 GiB"),
-                alone_ms: median(&k_alone),
-                together_ms: median(&k_tog),
-            },
-        ],
-        bad == 0,
-    ))
 }
