@@ -1,13 +1,17 @@
 //! Text in and out of a model: a Hugging Face `tokenizer.json` (through the `tokenizers`
 //! crate), the chat template of `tokenizer_config.json` rendered with minijinja the way
 //! `transformers` renders it, the end-of-sequence ids, and incremental detokenization that
-//! never emits half of a UTF-8 character.
+//! never emits half of a UTF-8 character, and stop strings matched on the streamed text
+//! ([`StopMatcher`]).
 //!
 //! [`TextCodec`] is cheap to clone (shared, immutable) and `Send + Sync`, so a gateway keeps one
 //! and hands clones to its request tasks.
 
+mod stop;
 #[cfg(test)]
 mod tests;
+
+pub use stop::{StopCheck, StopMatcher};
 
 use crate::error::EngineError;
 use serde::{Deserialize, Serialize};

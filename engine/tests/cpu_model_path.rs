@@ -261,3 +261,51 @@ fn two_hundred_requests_under_rotation_complete_with_correct_outputs() {
         assert_eq!(got[&RequestId(i)], alone(dir.path(), r), "request {i}");
     }
 }
+
+#[test]
+fn served_on_its_thread_streams_the_same_tokens_and_frees_aborted_requests() {
+    use superinfer_engine::{spawn, HandleConfig, StreamEvent};
+    let dir = model();
+    let want = alone(dir.path(), request(3, prompt(3, 30), 10));
+    let (engine, codec) = cpu_engine(dir.path(), &opts(64, 256)).unwrap();
+    let (handle, thread) = spawn(engine, HandleConfig::default()).unwrap();
+    // A client that goes away after its first token: its blocks are freed.
+    let mut quitter = handle.submit(request(0, prompt(4, 40), 200)).unwrap();
+    assert!(matches!(
+        quitter.blocking_next(),
+        Some(StreamEvent::Token { .. })
+    ));
+    drop(quitter);
+    let mut s = handle.submit(request(0, prompt(3, 30), 10)).unwrap();
+    let mut got = Vec::new();
+    let mut text = codec.incremental_decoder();
+    let mut streamed = String::new();
+    loop {
+        match s.blocking_next() {
+            Some(StreamEvent::Token { token, .. }) => {
+                got.push(token);
+                streamed.push_str(&text.push(token));
+            }
+            Some(StreamEvent::Finished {
+                completion_tokens, ..
+            }) => {
+                assert_eq!(completion_tokens, 10);
+                break;
+            }
+            None => panic!("stream ended without Finished"),
+        }
+    }
+    assert_eq!(got, want);
+    streamed.push_str(&text.finish());
+    assert_eq!(
+        streamed,
+        codec.decode(&got),
+        "meaningless but well-formed text"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while handle.stats().hbm_used != 0 || handle.stats().running != 0 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", handle.stats());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    thread.shutdown();
+}
