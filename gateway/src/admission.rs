@@ -1,0 +1,61 @@
+//! Admission (the last step before the engine): refuse with 503 + `Retry-After` when the
+//! engine's queue is full or its inbox cannot take the request, or the server is draining;
+//! otherwise submit the validated request with the tenant's SLO and weight.
+
+use superinfer_engine::{EngineError, EngineRequest, RequestStream};
+use superinfer_policies::{RequestId, Slo, TenantId};
+use superinfer_tenants::Tenant;
+
+use crate::error::{GatewayError, Result};
+use crate::state::AppState;
+use crate::validate::ValidRequest;
+
+/// The engine request for a tenant's validated request: identity, weight and SLO come from the
+/// tenant record only.
+pub fn engine_request(tenant: &Tenant, v: &ValidRequest) -> EngineRequest {
+    EngineRequest {
+        id: RequestId(0),
+        tenant: TenantId(tenant.id.0),
+        weight: tenant.weight,
+        slo: Slo {
+            ttft_s: tenant.slo.ttft_s(),
+            tbt_s: tenant.slo.tbt_s(),
+        },
+        prompt: v.prompt.clone(),
+        max_tokens: v.max_tokens,
+        ignore_eos: v.ignore_eos,
+        stop_token_ids: v.stop_token_ids.clone(),
+        sampling: v.sampling.clone(),
+        arrival: None,
+    }
+}
+
+pub fn submit(state: &AppState, tenant: &Tenant, v: &ValidRequest) -> Result<RequestStream> {
+    if state.is_draining() {
+        return Err(GatewayError::ShuttingDown);
+    }
+    let waiting = state.engine.stats().waiting;
+    if waiting >= state.max_queue {
+        return Err(overloaded(format!(
+            "the engine queue is full ({waiting} requests waiting); retry after the \
+             Retry-After seconds"
+        )));
+    }
+    state
+        .engine
+        .submit(engine_request(tenant, v))
+        .map_err(|e| match e {
+            EngineError::QueueFull(_) => {
+                overloaded("the engine inbox is full; retry after the Retry-After seconds".into())
+            }
+            EngineError::Stopped => GatewayError::ShuttingDown,
+            other => GatewayError::Engine(other.to_string()),
+        })
+}
+
+fn overloaded(message: String) -> GatewayError {
+    GatewayError::Overloaded {
+        message,
+        retry_after_s: 1,
+    }
+}

@@ -1,0 +1,150 @@
+//! The engine behind the gateway: which model, which runner, which engine knobs; started on
+//! its own thread ([`superinfer_engine::spawn`]).
+//!
+//! Sources today: the simulated runner on the real clock, at a built-in hardware + model
+//! profile's speed (`--sim-profile h200-llama-3-8b`, the default), or at zero cost per step
+//! (`--sim-profile zero`, for benchmarking the gateway itself). Its tokens are rendered by the
+//! word stand-in of [`crate::text`].
+
+use anyhow::{bail, Context};
+use std::path::PathBuf;
+use superinfer_engine::clock::RealClock;
+use superinfer_engine::profile::{HardwareProfile, Profile};
+use superinfer_engine::runner::sim::SimRunner;
+use superinfer_engine::transfer::sim::SimTransfer;
+use superinfer_engine::{spawn, Engine, EngineConfig, EngineHandle, EngineThread, HandleConfig};
+use superinfer_policies::{PolicyKind, WlvfConfig};
+
+use crate::text::Text;
+use crate::validate::ModelInfo;
+
+/// The default simulated profile.
+pub const DEFAULT_SIM_PROFILE: &str = "h200-llama-3-8b";
+/// The profile name whose steps cost nothing.
+pub const ZERO_PROFILE: &str = "zero";
+
+/// Where the model comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelSource {
+    /// A Hugging Face model directory (config.json, tokenizer.json, safetensors).
+    Dir(PathBuf),
+    /// The simulated runner at a built-in profile, or `zero`.
+    Sim(String),
+}
+
+/// Engine knobs from the command line; `None` keeps the engine's or profile's default.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineOptions {
+    pub policy: PolicyKind,
+    pub hbm_blocks: Option<u32>,
+    pub dram_blocks: Option<u32>,
+    pub b_xfer: Option<u32>,
+    pub max_batched_tokens: Option<u32>,
+    /// Requests waiting for admission beyond this are refused (503).
+    pub max_queue: usize,
+    /// Longest prompt + output of one request; capped by the KV capacity.
+    pub max_model_len: u32,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            policy: PolicyKind::Wlvf,
+            hbm_blocks: None,
+            dram_blocks: None,
+            b_xfer: None,
+            max_batched_tokens: None,
+            max_queue: 1024,
+            max_model_len: 8192,
+        }
+    }
+}
+
+/// A running engine and what the gateway needs to talk to it.
+pub struct Backend {
+    pub handle: EngineHandle,
+    pub thread: EngineThread,
+    pub text: Text,
+    pub model: ModelInfo,
+}
+
+const BLOCK_SIZE: u32 = 16;
+
+pub fn start(source: &ModelSource, opts: &EngineOptions) -> anyhow::Result<Backend> {
+    match source {
+        ModelSource::Sim(profile) => start_sim(profile, opts),
+        ModelSource::Dir(dir) => bail!(
+            "--model-dir {}: the CPU model runner is not in this build yet; run the simulated \
+             engine with --sim-profile {DEFAULT_SIM_PROFILE}",
+            dir.display()
+        ),
+    }
+}
+
+/// A profile whose steps and copies take no modelled time.
+pub fn zero_profile() -> anyhow::Result<Profile> {
+    let base = Profile::builtin(DEFAULT_SIM_PROFILE)?;
+    let fast = 1e12;
+    Ok(Profile {
+        hw: HardwareProfile {
+            name: ZERO_PROFILE.into(),
+            hbm_bw_gbps: fast,
+            hbm_bw_efficiency: 1.0,
+            matmul_tflops: fast,
+            prefill_efficiency: 1.0,
+            h2d_gbps: fast,
+            d2h_gbps: fast,
+            duplex_each_gbps: fast,
+            per_copy_latency_s: 0.0,
+            step_overhead_s: 0.0,
+            ..base.hw
+        },
+        model: base.model,
+    })
+}
+
+fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
+    let zero = name == ZERO_PROFILE;
+    let profile = if zero {
+        zero_profile()?
+    } else {
+        Profile::builtin(name)?
+    };
+    let (hbm, dram) = profile
+        .kv_blocks(BLOCK_SIZE, 0.9, 400.0)
+        .with_context(|| format!("sizing the KV tiers of profile {name}"))?;
+    let defaults = EngineConfig::default();
+    let cfg = EngineConfig {
+        block_size: BLOCK_SIZE,
+        max_batched_tokens: opts
+            .max_batched_tokens
+            .unwrap_or(defaults.max_batched_tokens),
+        b_xfer: opts.b_xfer.unwrap_or(defaults.b_xfer),
+        hbm_blocks: opts.hbm_blocks.unwrap_or(hbm),
+        dram_blocks: opts.dram_blocks.unwrap_or(dram),
+        // The gateway refuses at its own limit first (503); this is the engine's backstop.
+        max_queue: opts.max_queue.saturating_mul(2).max(1),
+        ..defaults
+    };
+    let kv_tokens = cfg.hbm_blocks.saturating_mul(cfg.block_size);
+    let block_bytes = profile.model.geometry(BLOCK_SIZE).block_bytes();
+    let transfer = SimTransfer::new(&profile.hw, block_bytes);
+    let runner = SimRunner::new(profile, BLOCK_SIZE);
+    let policy = opts.policy.build(&WlvfConfig::default());
+    let engine = Engine::new(cfg, policy, runner, transfer, RealClock::new())?;
+    let handle_cfg = HandleConfig {
+        inbox_capacity: opts.max_queue.max(1),
+        pace: !zero,
+        ..HandleConfig::default()
+    };
+    let (handle, thread) = spawn(engine, handle_cfg)?;
+    Ok(Backend {
+        handle,
+        thread,
+        text: Text::words(),
+        model: ModelInfo {
+            id: format!("sim-{name}"),
+            max_model_len: opts.max_model_len.min(kv_tokens),
+        },
+    })
+}

@@ -1,0 +1,127 @@
+//! The `superinfer` command line: `serve` (the server) and `tenants …` (the tenant store,
+//! offline, while the server is stopped). Bad flags exit with status 2; a failure while
+//! running exits with status 1.
+
+mod tenants;
+
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::config::{ServeConfig, Settings};
+use crate::server;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "superinfer",
+    version,
+    about = "SuperInfer: multi-tenant, SLO-aware LLM serving"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve the OpenAI-compatible API (defaults: 127.0.0.1:8000, ./superinfer-data).
+    Serve(ServeArgs),
+    /// Manage tenants in the data directory while the server is stopped.
+    Tenants(tenants::TenantsArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// A TOML file of settings (same names as the flags, `_` for `-`); flags and
+    /// SUPERINFER_* variables override it.
+    #[arg(long, env = "SUPERINFER_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    run(std::env::args_os())
+}
+
+pub fn run<I: IntoIterator<Item = OsString>>(argv: I) -> ExitCode {
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+        }
+    };
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Tenants(args) => tenants::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_logging();
+    let file = match &args.config {
+        Some(p) => Settings::from_file(p)?,
+        None => Settings::default(),
+    };
+    let cfg = ServeConfig::resolve(args.settings.or(file))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("superinfer-http")
+        .build()?;
+    rt.block_on(async move {
+        let server = server::start(cfg).await?;
+        if let Some(key) = &server.default_api_key {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "default tenant api key: {key}")?;
+            writeln!(out, "(shown once; it is stored only as a hash)")?;
+            out.flush()?;
+        }
+        println!("listening on http://{}", server.addr);
+        if let Some(m) = server.metrics_addr {
+            println!("metrics on http://{m}/metrics");
+        }
+        server.run_until(shutdown_signal()).await
+    })
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

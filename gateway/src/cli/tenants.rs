@@ -1,0 +1,173 @@
+//! `superinfer tenants list|create|get|patch|delete|rotate-key`: the admin API's operations on
+//! the data directory directly, for when the server is stopped (sled locks the directory, so
+//! while it runs, use the admin API). Output is JSON; a new key is printed once.
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use superinfer_tenants::{
+    NewTenant, Quotas, QuotasPatch, Slo, SloPatch, Tenant, TenantId, TenantPatch, TenantStore,
+};
+
+#[derive(Args, Debug)]
+pub struct TenantsArgs {
+    /// The server's data directory.
+    #[arg(
+        long,
+        env = "SUPERINFER_DATA_DIR",
+        default_value = "superinfer-data",
+        global = true
+    )]
+    pub data_dir: PathBuf,
+    #[command(subcommand)]
+    pub command: TenantsCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TenantsCommand {
+    /// Every tenant, as JSON lines.
+    List,
+    /// Create a tenant and print its API key (shown once).
+    Create {
+        name: String,
+        #[command(flatten)]
+        fields: Fields,
+    },
+    /// One tenant by id or name.
+    Get { tenant: String },
+    /// Change some fields of a tenant.
+    Patch {
+        tenant: String,
+        /// New name.
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        fields: Fields,
+    },
+    /// Delete a tenant; its key stops working.
+    Delete { tenant: String },
+    /// Give a tenant a new key (printed once); the old one stops working.
+    RotateKey { tenant: String },
+}
+
+/// Settable fields; each left out keeps its default (create) or value (patch).
+#[derive(Args, Debug, Default)]
+pub struct Fields {
+    #[arg(long)]
+    pub ttft_ms: Option<u32>,
+    #[arg(long)]
+    pub tbt_ms: Option<u32>,
+    #[arg(long)]
+    pub weight: Option<f64>,
+    #[arg(long)]
+    pub requests_per_s: Option<f64>,
+    #[arg(long)]
+    pub burst: Option<u32>,
+    #[arg(long)]
+    pub tokens_per_min: Option<u64>,
+    #[arg(long)]
+    pub max_concurrent: Option<u32>,
+    #[arg(long)]
+    pub max_prompt_tokens: Option<u32>,
+    #[arg(long)]
+    pub max_output_tokens: Option<u32>,
+    /// Enable (true) or disable (false) the tenant.
+    #[arg(long)]
+    pub enabled: Option<bool>,
+}
+
+impl Fields {
+    fn patch(&self, name: Option<String>) -> TenantPatch {
+        TenantPatch {
+            name,
+            slo: (self.ttft_ms.is_some() || self.tbt_ms.is_some()).then_some(SloPatch {
+                ttft_ms: self.ttft_ms,
+                tbt_ms: self.tbt_ms,
+            }),
+            weight: self.weight,
+            quotas: Some(QuotasPatch {
+                requests_per_s: self.requests_per_s,
+                burst: self.burst,
+                tokens_per_min: self.tokens_per_min,
+                max_concurrent: self.max_concurrent,
+                max_prompt_tokens: self.max_prompt_tokens,
+                max_output_tokens: self.max_output_tokens,
+            })
+            .filter(|q| *q != QuotasPatch::default()),
+            enabled: self.enabled,
+        }
+    }
+
+    fn new_tenant(&self, name: String) -> anyhow::Result<NewTenant> {
+        // Start from the defaults and apply the flags as a patch, validated on create.
+        let base = Tenant {
+            id: TenantId(0),
+            name: name.clone(),
+            slo: Slo::default(),
+            weight: 1.0,
+            quotas: Quotas::default(),
+            enabled: true,
+            created_at_ms: 0,
+        };
+        let t = self.patch(None).apply(&base)?;
+        Ok(NewTenant {
+            name,
+            slo: t.slo,
+            weight: t.weight,
+            quotas: t.quotas,
+            enabled: t.enabled,
+        })
+    }
+}
+
+pub fn run(args: TenantsArgs) -> anyhow::Result<()> {
+    let path = args.data_dir.join("tenants");
+    let store = TenantStore::open(&path)
+        .with_context(|| format!("opening the tenant store in {}", args.data_dir.display()))?;
+    match args.command {
+        TenantsCommand::List => {
+            for t in store.list()? {
+                println!("{}", serde_json::to_string(&t)?);
+            }
+        }
+        TenantsCommand::Create { name, fields } => {
+            let (t, key) = store.create(fields.new_tenant(name)?)?;
+            println!("{}", serde_json::to_string_pretty(&t)?);
+            println!("api key: {}", key.expose());
+        }
+        TenantsCommand::Get { tenant } => {
+            let t = resolve(&store, &tenant)?;
+            println!("{}", serde_json::to_string_pretty(&t)?);
+        }
+        TenantsCommand::Patch {
+            tenant,
+            name,
+            fields,
+        } => {
+            let t = resolve(&store, &tenant)?;
+            let t = store.patch(t.id, fields.patch(name))?;
+            println!("{}", serde_json::to_string_pretty(&t)?);
+        }
+        TenantsCommand::Delete { tenant } => {
+            let t = resolve(&store, &tenant)?;
+            store.delete(t.id)?;
+            println!("deleted tenant {} ({})", t.id, t.name);
+        }
+        TenantsCommand::RotateKey { tenant } => {
+            let t = resolve(&store, &tenant)?;
+            let key = store.rotate_key(t.id)?;
+            println!("api key: {}", key.expose());
+        }
+    }
+    store.flush()?;
+    Ok(())
+}
+
+/// A number is an id; anything else a name.
+fn resolve(store: &TenantStore, key: &str) -> anyhow::Result<Tenant> {
+    let found = match key.parse::<u32>() {
+        Ok(id) => store.get(TenantId(id))?,
+        Err(_) => store.get_by_name(key)?,
+    };
+    found.with_context(|| format!("no tenant `{key}`"))
+}

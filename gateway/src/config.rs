@@ -1,0 +1,202 @@
+//! `superinfer serve` settings from three sources: a TOML file (`--config`), environment
+//! variables `SUPERINFER_<NAME>` and flags. Flags override the environment, which overrides
+//! the file; what none of them sets has the default listed in docs/OPERATIONS.md.
+//!
+//! One struct, [`Settings`], is all three: clap reads the flags and (through `env`) the
+//! variables, serde reads the file with the same field names, and [`Settings::or`] layers
+//! them. [`ServeConfig::resolve`] then fills in defaults and checks the values.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use superinfer_policies::PolicyKind;
+
+use crate::backend::{EngineOptions, ModelSource, DEFAULT_SIM_PROFILE};
+
+/// Every `serve` setting; each is optional so the sources can be layered.
+#[derive(Args, Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Address to listen on [default: 127.0.0.1:8000].
+    #[arg(long, env = "SUPERINFER_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Serve /metrics on this address instead of the main listener.
+    #[arg(long, env = "SUPERINFER_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Data directory: the tenant store (and the embedded model, once written)
+    /// [default: ./superinfer-data].
+    #[arg(long, env = "SUPERINFER_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Token for the admin API (/admin/v1); without it the admin API is disabled.
+    #[arg(long, env = "SUPERINFER_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// A Hugging Face model directory to serve.
+    #[arg(long, env = "SUPERINFER_MODEL_DIR", conflicts_with = "sim_profile")]
+    pub model_dir: Option<PathBuf>,
+    /// Serve the simulated engine at this hardware + model profile (e.g. h200-llama-3-8b), or
+    /// `zero` for steps that cost nothing [default: h200-llama-3-8b].
+    #[arg(long, env = "SUPERINFER_SIM_PROFILE")]
+    pub sim_profile: Option<String>,
+    /// Scheduling policy: fcfs, wf, sf, edf, lvf, wlvf [default: wlvf].
+    #[arg(long, env = "SUPERINFER_POLICY")]
+    pub policy: Option<PolicyKind>,
+    /// HBM tier size in KV blocks [default: from the model and memory].
+    #[arg(long, env = "SUPERINFER_HBM_BLOCKS")]
+    pub hbm_blocks: Option<u32>,
+    /// DRAM tier size in KV blocks [default: from the model and memory].
+    #[arg(long, env = "SUPERINFER_DRAM_BLOCKS")]
+    pub dram_blocks: Option<u32>,
+    /// Rotation budget: KV blocks moved per iteration per direction [default: 2400].
+    #[arg(long, env = "SUPERINFER_B_XFER")]
+    pub b_xfer: Option<u32>,
+    /// Token budget per iteration [default: 16384].
+    #[arg(long, env = "SUPERINFER_MAX_BATCHED_TOKENS")]
+    pub max_batched_tokens: Option<u32>,
+    /// Requests waiting in the engine beyond this get 503 [default: 1024].
+    #[arg(long, env = "SUPERINFER_MAX_QUEUE")]
+    pub max_queue: Option<usize>,
+    /// Longest prompt + output of one request, tokens [default: 8192].
+    #[arg(long, env = "SUPERINFER_MAX_MODEL_LEN")]
+    pub max_model_len: Option<u32>,
+    /// Largest request body, bytes [default: 4194304].
+    #[arg(long, env = "SUPERINFER_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// On SIGTERM, let in-flight requests finish for at most this many seconds [default: 30].
+    #[arg(long, env = "SUPERINFER_DRAIN_TIMEOUT_S")]
+    pub drain_timeout_s: Option<f64>,
+}
+
+impl Settings {
+    /// `self` where set, otherwise `lower`.
+    pub fn or(self, lower: Settings) -> Settings {
+        Settings {
+            listen: self.listen.or(lower.listen),
+            metrics_listen: self.metrics_listen.or(lower.metrics_listen),
+            data_dir: self.data_dir.or(lower.data_dir),
+            admin_token: self.admin_token.or(lower.admin_token),
+            model_dir: self.model_dir.or(lower.model_dir),
+            sim_profile: self.sim_profile.or(lower.sim_profile),
+            policy: self.policy.or(lower.policy),
+            hbm_blocks: self.hbm_blocks.or(lower.hbm_blocks),
+            dram_blocks: self.dram_blocks.or(lower.dram_blocks),
+            b_xfer: self.b_xfer.or(lower.b_xfer),
+            max_batched_tokens: self.max_batched_tokens.or(lower.max_batched_tokens),
+            max_queue: self.max_queue.or(lower.max_queue),
+            max_model_len: self.max_model_len.or(lower.max_model_len),
+            max_body_bytes: self.max_body_bytes.or(lower.max_body_bytes),
+            drain_timeout_s: self.drain_timeout_s.or(lower.drain_timeout_s),
+        }
+    }
+
+    /// The settings of a TOML file (same names as the flags, with `_` for `-`).
+    pub fn from_file(path: &Path) -> anyhow::Result<Settings> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the config file {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
+    }
+}
+
+/// Everything `serve` needs, defaults filled in and checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    pub metrics_listen: Option<SocketAddr>,
+    pub data_dir: PathBuf,
+    pub admin_token: Option<String>,
+    pub model: ModelSource,
+    pub engine: EngineOptions,
+    pub max_body_bytes: usize,
+    pub drain_timeout: Duration,
+}
+
+impl ServeConfig {
+    /// Defaults for everything: what `superinfer serve` with no arguments runs.
+    pub fn resolve(s: Settings) -> anyhow::Result<ServeConfig> {
+        let d = EngineOptions::default();
+        let model = match (s.model_dir, s.sim_profile) {
+            (Some(_), Some(_)) => bail!("set either model_dir or sim_profile, not both"),
+            (Some(dir), None) => ModelSource::Dir(dir),
+            (None, p) => ModelSource::Sim(p.unwrap_or_else(|| DEFAULT_SIM_PROFILE.into())),
+        };
+        let drain = s.drain_timeout_s.unwrap_or(30.0);
+        if !(drain.is_finite() && drain >= 0.0) {
+            bail!("drain_timeout_s must be a number of seconds >= 0, got {drain}");
+        }
+        if s.admin_token.as_deref().is_some_and(|t| t.len() < 16) {
+            bail!("the admin token must be at least 16 characters long");
+        }
+        let positive = |name: &str, v: Option<u32>| match v {
+            Some(0) => bail!("{name} must be at least 1"),
+            _ => Ok(v),
+        };
+        Ok(ServeConfig {
+            listen: s
+                .listen
+                .unwrap_or_else(|| "127.0.0.1:8000".parse().expect("a valid address")),
+            metrics_listen: s.metrics_listen,
+            data_dir: s
+                .data_dir
+                .unwrap_or_else(|| PathBuf::from("superinfer-data")),
+            admin_token: s.admin_token,
+            model,
+            engine: EngineOptions {
+                policy: s.policy.unwrap_or(d.policy),
+                hbm_blocks: positive("hbm_blocks", s.hbm_blocks)?,
+                dram_blocks: s.dram_blocks,
+                b_xfer: s.b_xfer,
+                max_batched_tokens: positive("max_batched_tokens", s.max_batched_tokens)?,
+                max_queue: s.max_queue.unwrap_or(d.max_queue).max(1),
+                max_model_len: positive("max_model_len", s.max_model_len)?
+                    .unwrap_or(d.max_model_len),
+            },
+            max_body_bytes: s.max_body_bytes.unwrap_or(4 << 20),
+            drain_timeout: Duration::from_secs_f64(drain),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_settings_give_the_documented_defaults() {
+        let c = ServeConfig::resolve(Settings::default()).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8000");
+        assert_eq!(c.data_dir, PathBuf::from("superinfer-data"));
+        assert_eq!(c.model, ModelSource::Sim(DEFAULT_SIM_PROFILE.into()));
+        assert_eq!(c.engine.policy, PolicyKind::Wlvf);
+        assert!(c.admin_token.is_none());
+    }
+
+    #[test]
+    fn higher_sources_win_field_by_field() {
+        let file: Settings =
+            toml::from_str("listen = \"127.0.0.1:9000\"\nmax_queue = 7\npolicy = \"lvf\"\n")
+                .unwrap();
+        let flags = Settings {
+            max_queue: Some(9),
+            ..Settings::default()
+        };
+        let c = ServeConfig::resolve(flags.or(file)).unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.engine.max_queue, 9);
+        assert_eq!(c.engine.policy, PolicyKind::Lvf);
+    }
+
+    #[test]
+    fn unknown_file_keys_and_bad_values_are_refused() {
+        assert!(toml::from_str::<Settings>("listn = \"x\"").is_err());
+        let s = Settings {
+            admin_token: Some("short".into()),
+            ..Settings::default()
+        };
+        assert!(ServeConfig::resolve(s)
+            .unwrap_err()
+            .to_string()
+            .contains("16"));
+    }
+}

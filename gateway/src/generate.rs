@@ -1,0 +1,223 @@
+//! One admitted request's life after admission: engine events → text pieces (detokenized, cut
+//! at stop strings) → the end, with per-tenant metrics and statistics recorded on the way.
+//! Dropping a [`Generation`] before its end drops the engine stream, which aborts the request
+//! in the engine (a client that went away frees its KV blocks).
+
+mod stop;
+
+pub use stop::StopMatcher;
+
+use std::sync::Arc;
+use std::time::Instant;
+use superinfer_engine::{FinishReason, RequestStream, StreamEvent};
+
+use crate::limits::InFlight;
+use crate::registry::TenantCtx;
+use crate::text::Decoder;
+
+/// What a generation yields.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Piece {
+    /// Text to append to the answer (never empty).
+    Text(String),
+    /// The end; always the last piece.
+    Done(Outcome),
+}
+
+/// How a request ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// `stop`, `length`, `abort` or `error` (OpenAI's `finish_reason`).
+    pub finish_reason: &'static str,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    /// Set when the engine failed or refused the request.
+    pub error: Option<String>,
+}
+
+/// Streams one request's text.
+pub struct Generation {
+    stream: Option<RequestStream>,
+    decoder: Decoder,
+    stop: StopMatcher,
+    ctx: Arc<TenantCtx>,
+    started: Instant,
+    last_token: Option<Instant>,
+    gaps: Vec<f64>,
+    prompt_tokens: u32,
+    tokens: u32,
+    pending_done: Option<Outcome>,
+    finished: bool,
+    _slot: InFlight,
+}
+
+impl Generation {
+    /// `started` is when the request arrived at the gateway (TTFT is measured from it).
+    pub fn new(
+        stream: RequestStream,
+        decoder: Decoder,
+        stop: StopMatcher,
+        ctx: Arc<TenantCtx>,
+        started: Instant,
+        prompt_tokens: u32,
+        slot: InFlight,
+    ) -> Generation {
+        Generation {
+            stream: Some(stream),
+            decoder,
+            stop,
+            ctx,
+            started,
+            last_token: None,
+            gaps: Vec::new(),
+            prompt_tokens,
+            tokens: 0,
+            pending_done: None,
+            finished: false,
+            _slot: slot,
+        }
+    }
+
+    /// The next piece; `None` after `Done`.
+    pub async fn next(&mut self) -> Option<Piece> {
+        if let Some(done) = self.pending_done.take() {
+            return Some(self.done(done));
+        }
+        loop {
+            let stream = self.stream.as_mut()?;
+            let event = stream.next().await;
+            match event {
+                Some(StreamEvent::Token { token, .. }) => {
+                    self.on_token();
+                    let piece = self.decoder.push(token);
+                    let (emit, stopped) = self.stop.push(&piece);
+                    if stopped {
+                        // Dropping the stream aborts the request in the engine.
+                        self.stream = None;
+                        let done = self.outcome("stop", None);
+                        return Some(self.emit_then(emit, done));
+                    }
+                    if !emit.is_empty() {
+                        return Some(Piece::Text(emit));
+                    }
+                }
+                Some(StreamEvent::Finished {
+                    reason,
+                    prompt_tokens,
+                    completion_tokens,
+                    error,
+                    ..
+                }) => {
+                    self.stream = None;
+                    if prompt_tokens > 0 {
+                        self.prompt_tokens = prompt_tokens;
+                    }
+                    self.tokens = self.tokens.max(completion_tokens);
+                    let mut done = self.outcome(finish_reason(reason), error);
+                    let tail = self.decoder.finish();
+                    let (mut rest, stopped) = self.stop.push(&tail);
+                    if stopped {
+                        done.finish_reason = "stop";
+                    } else {
+                        rest.push_str(&self.stop.finish());
+                    }
+                    return Some(self.emit_then(rest, done));
+                }
+                None => {
+                    self.stream = None;
+                    let done = self.outcome("error", Some("the engine stopped".into()));
+                    return Some(self.emit_then(String::new(), done));
+                }
+            }
+        }
+    }
+
+    /// Tokens generated so far.
+    pub fn completion_tokens(&self) -> u32 {
+        self.tokens
+    }
+
+    fn emit_then(&mut self, text: String, done: Outcome) -> Piece {
+        if text.is_empty() {
+            self.done(done)
+        } else {
+            self.pending_done = Some(done);
+            Piece::Text(text)
+        }
+    }
+
+    fn outcome(&self, finish_reason: &'static str, error: Option<String>) -> Outcome {
+        Outcome {
+            finish_reason,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.tokens,
+            error,
+        }
+    }
+
+    fn on_token(&mut self) {
+        let now = Instant::now();
+        let t = &self.ctx.tenant;
+        match self.last_token {
+            None => {
+                let ttft = now.duration_since(self.started).as_secs_f64();
+                self.ctx.metrics.ttft.record(ttft);
+                let att = self.ctx.stats.first_token(ttft, t.slo.ttft_s());
+                self.ctx.metrics.ttft_attainment.set(att);
+            }
+            Some(last) => {
+                let gap = now.duration_since(last).as_secs_f64();
+                self.ctx.metrics.itl.record(gap);
+                self.gaps.push(gap);
+            }
+        }
+        self.last_token = Some(now);
+        self.tokens += 1;
+    }
+
+    /// Records the end once and hands it out.
+    fn done(&mut self, outcome: Outcome) -> Piece {
+        self.record_end(outcome.finish_reason);
+        Piece::Done(outcome)
+    }
+
+    fn record_end(&mut self, reason: &'static str) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        let m = &self.ctx.metrics;
+        let i = match reason {
+            "stop" => 0,
+            "length" => 1,
+            "abort" => 2,
+            _ => 3,
+        };
+        m.finished[i].increment(1);
+        m.generation_tokens.increment(u64::from(self.tokens));
+        let e2e = self.started.elapsed().as_secs_f64();
+        m.e2e.record(e2e);
+        if !self.gaps.is_empty() {
+            let att = self.ctx.stats.gaps(&self.gaps, self.ctx.tenant.slo.tbt_s());
+            m.tbt_attainment.set(att);
+        }
+        self.ctx.stats.finished(u64::from(self.tokens), e2e);
+        self.ctx.limits.charge_tokens(u64::from(self.tokens));
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        // A client that went away: the engine stream is dropped with `self` (abort).
+        self.record_end("abort");
+    }
+}
+
+fn finish_reason(r: FinishReason) -> &'static str {
+    match r {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::Abort => "abort",
+        FinishReason::Error => "error",
+    }
+}

@@ -1,0 +1,265 @@
+//! Per-tenant limiters for the quotas stored with each tenant: a governor token bucket for
+//! requests/s with burst, a tokens-per-minute bucket, and a count of requests in flight.
+//!
+//! Tokens per minute: a request is admitted while the tenant's bucket is not in debt; its
+//! prompt tokens are charged at admission and its output tokens as it finishes, so the bucket
+//! may go below zero and a long answer is never cut short. The bucket refills at
+//! `tokens_per_min / 60` per second up to `tokens_per_min`.
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use superinfer_tenants::Quotas;
+
+/// Why a request was refused, with how long to wait.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refusal {
+    Rate {
+        limit: f64,
+        burst: u32,
+        wait: Duration,
+    },
+    Tokens {
+        limit: u64,
+        wait: Duration,
+    },
+    Concurrency {
+        limit: u32,
+    },
+}
+
+impl Refusal {
+    /// What the client reads, and the `Retry-After` seconds.
+    pub fn message(&self) -> (String, u64) {
+        match self {
+            Refusal::Rate { limit, burst, wait } => (
+                format!(
+                    "request rate over this tenant's quota ({limit} requests/s, burst {burst}); \
+                     retry after the Retry-After seconds or ask for a higher quota"
+                ),
+                ceil_secs(*wait),
+            ),
+            Refusal::Tokens { limit, wait } => (
+                format!(
+                    "token usage over this tenant's quota ({limit} tokens/min); retry after the \
+                     Retry-After seconds or ask for a higher quota"
+                ),
+                ceil_secs(*wait),
+            ),
+            Refusal::Concurrency { limit } => (
+                format!(
+                    "too many requests in flight for this tenant (limit {limit}); wait for one \
+                     to finish"
+                ),
+                1,
+            ),
+        }
+    }
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The live limiters of one tenant, built from its [`Quotas`].
+pub struct Limits {
+    quotas: Quotas,
+    rate: DefaultDirectRateLimiter,
+    tokens: Mutex<TokenBucket>,
+    in_flight: Arc<AtomicU32>,
+}
+
+impl std::fmt::Debug for Limits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limits")
+            .field("quotas", &self.quotas)
+            .field("in_flight", &self.in_flight)
+            .finish()
+    }
+}
+
+impl Limits {
+    pub fn new(quotas: Quotas) -> Limits {
+        Limits {
+            quotas,
+            rate: RateLimiter::direct(rate_quota(&quotas)),
+            tokens: Mutex::new(TokenBucket::new(quotas.tokens_per_min, Instant::now())),
+            in_flight: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
+    pub fn quotas(&self) -> &Quotas {
+        &self.quotas
+    }
+
+    /// Requests of this tenant in flight now.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Admits one request or says why not. The returned guard holds a concurrency slot until
+    /// it is dropped (when the response, streamed or not, is complete).
+    pub fn admit(&self) -> Result<InFlight, Refusal> {
+        if let Err(not_until) = self.rate.check() {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            return Err(Refusal::Rate {
+                limit: self.quotas.requests_per_s,
+                burst: self.quotas.burst,
+                wait,
+            });
+        }
+        if let Some(wait) = self.bucket().debt_wait(Instant::now()) {
+            return Err(Refusal::Tokens {
+                limit: self.quotas.tokens_per_min,
+                wait,
+            });
+        }
+        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if before >= self.quotas.max_concurrent {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(Refusal::Concurrency {
+                limit: self.quotas.max_concurrent,
+            });
+        }
+        Ok(InFlight {
+            counter: self.in_flight.clone(),
+        })
+    }
+
+    /// Charges `tokens` against the tokens-per-minute bucket.
+    pub fn charge_tokens(&self, tokens: u64) {
+        self.bucket().charge(tokens, Instant::now());
+    }
+
+    fn bucket(&self) -> std::sync::MutexGuard<'_, TokenBucket> {
+        // The bucket is plain numbers, consistent after any panic.
+        self.tokens.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn rate_quota(q: &Quotas) -> Quota {
+    // Validated by the tenant store: requests_per_s is finite and > 0, burst >= 1.
+    let period =
+        Duration::from_secs_f64(1.0 / q.requests_per_s.max(1e-6)).max(Duration::from_nanos(1));
+    let burst = NonZeroU32::new(q.burst.max(1)).expect("max(1) is non-zero");
+    Quota::with_period(period)
+        .expect("the period is at least one nanosecond")
+        .allow_burst(burst)
+}
+
+/// A concurrency slot; frees itself on drop.
+#[derive(Debug)]
+pub struct InFlight {
+    counter: Arc<AtomicU32>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A token bucket that may go into debt. Time is a parameter, so tests need no sleeping.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenBucket {
+    capacity: f64,
+    per_s: f64,
+    balance: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    pub fn new(tokens_per_min: u64, now: Instant) -> TokenBucket {
+        let capacity = tokens_per_min as f64;
+        TokenBucket {
+            capacity,
+            per_s: capacity / 60.0,
+            balance: capacity,
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.at).as_secs_f64();
+        self.balance = (self.balance + dt * self.per_s).min(self.capacity);
+        self.at = now;
+    }
+
+    /// `None` when a request may start now; otherwise how long until the debt is repaid.
+    pub fn debt_wait(&mut self, now: Instant) -> Option<Duration> {
+        self.refill(now);
+        (self.balance < 0.0).then(|| Duration::from_secs_f64(-self.balance / self.per_s))
+    }
+
+    pub fn charge(&mut self, tokens: u64, now: Instant) {
+        self.refill(now);
+        self.balance -= tokens as f64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quotas(rps: f64, burst: u32, concurrent: u32) -> Quotas {
+        Quotas {
+            requests_per_s: rps,
+            burst,
+            max_concurrent: concurrent,
+            ..Quotas::default()
+        }
+    }
+
+    #[test]
+    fn burst_then_refusal_with_a_wait() {
+        let l = Limits::new(quotas(1.0, 3, 100));
+        let held: Vec<_> = (0..3).map(|_| l.admit().unwrap()).collect();
+        match l.admit() {
+            Err(Refusal::Rate { wait, .. }) => {
+                assert!(wait > Duration::from_millis(500) && wait <= Duration::from_secs(1))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(l.in_flight(), 3);
+        drop(held);
+        assert_eq!(l.in_flight(), 0);
+    }
+
+    #[test]
+    fn concurrency_slots_are_returned_on_drop() {
+        let l = Limits::new(quotas(1e6, 1000, 2));
+        let a = l.admit().unwrap();
+        let _b = l.admit().unwrap();
+        assert_eq!(l.admit().unwrap_err(), Refusal::Concurrency { limit: 2 });
+        drop(a);
+        assert!(l.admit().is_ok());
+    }
+
+    #[test]
+    fn token_bucket_allows_debt_and_refuses_until_repaid() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(600, t0); // 10 tokens/s
+        assert_eq!(b.debt_wait(t0), None);
+        b.charge(650, t0);
+        let wait = b.debt_wait(t0).unwrap();
+        assert!((wait.as_secs_f64() - 5.0).abs() < 1e-6, "{wait:?}");
+        assert_eq!(b.debt_wait(t0 + Duration::from_secs(6)), None);
+        // Refill stops at the capacity.
+        b.refill(t0 + Duration::from_secs(3600));
+        assert_eq!(b.balance, 600.0);
+    }
+
+    #[test]
+    fn refusal_messages_name_the_limit() {
+        let (msg, after) = Refusal::Tokens {
+            limit: 1000,
+            wait: Duration::from_millis(1500),
+        }
+        .message();
+        assert!(msg.contains("1000 tokens/min"), "{msg}");
+        assert_eq!(after, 2);
+    }
+}

@@ -1,0 +1,6 @@
+//! `superinfer`: see [`superinfer_gateway::cli`].
+#![forbid(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    superinfer_gateway::cli::main()
+}

@@ -1,0 +1,203 @@
+//! Prometheus metrics, named after vLLM's with the `superinfer_` prefix (DESIGN.md): per-tenant
+//! latency histograms, request and token counters and SLO-attainment gauges, plus engine
+//! gauges read from `EngineHandle::stats()` at each scrape.
+//!
+//! Each server owns its recorder (no process-global state), so several servers in one test
+//! process keep separate metrics. Per-tenant handles are registered once per tenant and kept
+//! in [`TenantMetrics`], so the request path does no label lookups.
+
+use metrics::{Counter, Gauge, Histogram, Recorder};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+use std::sync::Arc;
+use superinfer_engine::EngineStats;
+
+pub const TTFT: &str = "superinfer_time_to_first_token_seconds";
+pub const ITL: &str = "superinfer_inter_token_latency_seconds";
+pub const E2E: &str = "superinfer_e2e_request_latency_seconds";
+pub const REQUESTS: &str = "superinfer_requests_total";
+pub const REJECTED: &str = "superinfer_requests_rejected_total";
+pub const PROMPT_TOKENS: &str = "superinfer_prompt_tokens_total";
+pub const GENERATION_TOKENS: &str = "superinfer_generation_tokens_total";
+pub const TTFT_ATTAINMENT: &str = "superinfer_ttft_slo_attainment_ratio";
+pub const TBT_ATTAINMENT: &str = "superinfer_tbt_slo_attainment_ratio";
+
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+];
+
+/// The server's metrics registry.
+#[derive(Clone)]
+pub struct Metrics {
+    recorder: Arc<PrometheusRecorder>,
+    handle: PrometheusHandle,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut builder = PrometheusBuilder::new();
+        for name in [TTFT, ITL, E2E] {
+            builder = builder
+                .set_buckets_for_metric(Matcher::Full(name.into()), LATENCY_BUCKETS)
+                .expect("the bucket list is a non-empty constant");
+        }
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        let m = Metrics {
+            recorder: Arc::new(recorder),
+            handle,
+        };
+        m.describe();
+        m
+    }
+
+    /// Runs `f` with this server's recorder as the `metrics` macros' target.
+    pub fn with<T>(&self, f: impl FnOnce() -> T) -> T {
+        metrics::with_local_recorder(&*self.recorder, f)
+    }
+
+    fn describe(&self) {
+        let r: &dyn Recorder = &*self.recorder;
+        let help: &[(&str, &str)] = &[
+            (
+                TTFT,
+                "Time to first token, from arrival at the gateway, per tenant.",
+            ),
+            (ITL, "Time between consecutive output tokens, per tenant."),
+            (E2E, "Time from arrival to the last token, per tenant."),
+            (REQUESTS, "Requests finished, per tenant and finish reason."),
+            (
+                REJECTED,
+                "Requests refused before reaching the engine, per tenant and reason.",
+            ),
+            (
+                PROMPT_TOKENS,
+                "Prompt tokens of admitted requests, per tenant.",
+            ),
+            (GENERATION_TOKENS, "Output tokens generated, per tenant."),
+            (
+                TTFT_ATTAINMENT,
+                "Share of a tenant's requests whose first token met its TTFT SLO.",
+            ),
+            (
+                TBT_ATTAINMENT,
+                "Share of a tenant's token gaps within its TBT SLO.",
+            ),
+            (
+                "superinfer_num_requests_running",
+                "Requests in the running batch.",
+            ),
+            (
+                "superinfer_num_requests_waiting",
+                "Requests waiting for admission.",
+            ),
+            (
+                "superinfer_num_requests_rotary",
+                "Requests whose KV is in (or moving to or from) the DRAM tier.",
+            ),
+            (
+                "superinfer_kv_usage_ratio",
+                "Used share of a KV tier (hbm, dram).",
+            ),
+            ("superinfer_rotations_total", "Requests rotated out of HBM."),
+            (
+                "superinfer_transfer_bytes_total",
+                "Bytes copied between the tiers (h2d, d2h).",
+            ),
+        ];
+        for (name, text) in help {
+            r.describe_gauge((*name).into(), None, (*text).into());
+        }
+    }
+
+    /// Handles for one tenant's series, labelled `tenant=<name>`.
+    pub fn tenant(&self, name: &str) -> TenantMetrics {
+        let t = name.to_string();
+        self.with(|| {
+            let finished = |reason: &'static str| {
+                metrics::counter!(REQUESTS, "tenant" => t.clone(), "finish_reason" => reason)
+            };
+            TenantMetrics {
+                name: t.clone(),
+                ttft: metrics::histogram!(TTFT, "tenant" => t.clone()),
+                itl: metrics::histogram!(ITL, "tenant" => t.clone()),
+                e2e: metrics::histogram!(E2E, "tenant" => t.clone()),
+                prompt_tokens: metrics::counter!(PROMPT_TOKENS, "tenant" => t.clone()),
+                generation_tokens: metrics::counter!(GENERATION_TOKENS, "tenant" => t.clone()),
+                finished: [
+                    finished("stop"),
+                    finished("length"),
+                    finished("abort"),
+                    finished("error"),
+                ],
+                ttft_attainment: metrics::gauge!(TTFT_ATTAINMENT, "tenant" => t.clone()),
+                tbt_attainment: metrics::gauge!(TBT_ATTAINMENT, "tenant" => t.clone()),
+            }
+        })
+    }
+
+    /// Counts a refusal (auth, quota, validation, admission) of a known tenant.
+    pub fn rejected(&self, tenant: &str, reason: &'static str) {
+        let t = tenant.to_string();
+        self.with(|| metrics::counter!(REJECTED, "tenant" => t, "reason" => reason).increment(1));
+    }
+
+    /// The Prometheus text, with the engine gauges as of `engine`.
+    pub fn render(&self, engine: &EngineStats) -> String {
+        self.with(|| {
+            let ratio = |used: u32, cap: u32| {
+                if cap == 0 {
+                    0.0
+                } else {
+                    f64::from(used) / f64::from(cap)
+                }
+            };
+            metrics::gauge!("superinfer_num_requests_running").set(engine.running as f64);
+            metrics::gauge!("superinfer_num_requests_waiting").set(engine.waiting as f64);
+            metrics::gauge!("superinfer_num_requests_rotary")
+                .set((engine.rotary + engine.evicting + engine.restoring) as f64);
+            metrics::gauge!("superinfer_kv_usage_ratio", "tier" => "hbm")
+                .set(ratio(engine.hbm_used, engine.hbm_capacity));
+            metrics::gauge!("superinfer_kv_usage_ratio", "tier" => "dram")
+                .set(ratio(engine.dram_used, engine.dram_capacity));
+            metrics::counter!("superinfer_rotations_total").absolute(engine.rotations_out);
+            metrics::counter!("superinfer_transfer_bytes_total", "direction" => "h2d")
+                .absolute(engine.bytes_h2d);
+            metrics::counter!("superinfer_transfer_bytes_total", "direction" => "d2h")
+                .absolute(engine.bytes_d2h);
+        });
+        self.handle.run_upkeep();
+        self.handle.render()
+    }
+}
+
+/// One tenant's metric handles.
+#[derive(Clone)]
+pub struct TenantMetrics {
+    pub name: String,
+    pub ttft: Histogram,
+    pub itl: Histogram,
+    pub e2e: Histogram,
+    pub prompt_tokens: Counter,
+    pub generation_tokens: Counter,
+    /// By finish reason: stop, length, abort, error.
+    pub finished: [Counter; 4],
+    pub ttft_attainment: Gauge,
+    pub tbt_attainment: Gauge,
+}
+
+impl std::fmt::Debug for TenantMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantMetrics")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}

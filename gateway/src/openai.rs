@@ -1,0 +1,181 @@
+//! The OpenAI-compatible endpoints: `POST /v1/completions`, `POST /v1/chat/completions`
+//! (streamed as server-sent events, or one JSON body), `GET /v1/models`, and the tenant's own
+//! `GET /v1/tenant/stats`. The auth and quota layers have run before these handlers; each
+//! handler then validates, admits and streams, in that order.
+
+mod response;
+mod sse;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::admission;
+use crate::error::{GatewayError, Result};
+use crate::generate::{Generation, Piece, StopMatcher};
+use crate::quota::Slot;
+use crate::registry::TenantCtx;
+use crate::state::Shared;
+use crate::validate::{self, Endpoint};
+use response::{ResponseMeta, Usage};
+
+pub async fn completions(
+    State(state): State<Shared>,
+    Extension(ctx): Extension<Arc<TenantCtx>>,
+    Extension(slot): Extension<Slot>,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Response {
+    generate(state, ctx, slot, Endpoint::Completions, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn chat_completions(
+    State(state): State<Shared>,
+    Extension(ctx): Extension<Arc<TenantCtx>>,
+    Extension(slot): Extension<Slot>,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Response {
+    generate(state, ctx, slot, Endpoint::Chat, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn generate(
+    state: Shared,
+    ctx: Arc<TenantCtx>,
+    slot: Slot,
+    endpoint: Endpoint,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Result<Response> {
+    let started = Instant::now();
+    let refuse = |reason: &'static str, e: GatewayError| {
+        state.metrics.rejected(&ctx.tenant.name, reason);
+        e
+    };
+    let bytes = body.map_err(|e| refuse("invalid", body_error(&e, state.max_body_bytes)))?;
+    let valid = validate::parse(&bytes)
+        .and_then(|b| validate::validate(endpoint, b, &ctx.tenant, &state.model, &state.text))
+        .map_err(|e| refuse("invalid", e))?;
+    let stream =
+        admission::submit(&state, &ctx.tenant, &valid).map_err(|e| refuse("overloaded", e))?;
+    let prompt_tokens = valid.prompt.len() as u32;
+    ctx.stats.admitted(u64::from(prompt_tokens));
+    ctx.metrics
+        .prompt_tokens
+        .increment(u64::from(prompt_tokens));
+    ctx.limits.charge_tokens(u64::from(prompt_tokens));
+    let slot = slot
+        .take()
+        .ok_or_else(|| GatewayError::Internal("the concurrency slot was taken twice".into()))?;
+    let gen = Generation::new(
+        stream,
+        state.text.decoder(),
+        StopMatcher::new(valid.stop.clone()),
+        ctx,
+        started,
+        prompt_tokens,
+        slot,
+    );
+    let meta = ResponseMeta::new(endpoint, &state.model.id, valid.include_usage);
+    if valid.stream {
+        Ok(sse::respond(gen, meta))
+    } else {
+        collect(gen, meta).await
+    }
+}
+
+fn body_error(e: &BytesRejection, limit: usize) -> GatewayError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        GatewayError::BodyTooLarge { limit }
+    } else {
+        GatewayError::bad_request(format!("cannot read the request body: {}", e.body_text()))
+    }
+}
+
+/// A non-streamed answer: the whole text in one JSON body.
+async fn collect(mut gen: Generation, meta: ResponseMeta) -> Result<Response> {
+    let mut text = String::new();
+    while let Some(piece) = gen.next().await {
+        match piece {
+            Piece::Text(t) => text.push_str(&t),
+            Piece::Done(o) => {
+                if let Some(err) = o.error {
+                    return Err(engine_failure(err, o.completion_tokens));
+                }
+                let usage = Usage::new(o.prompt_tokens, o.completion_tokens);
+                return Ok(meta.full_body(&text, o.finish_reason, usage));
+            }
+        }
+    }
+    Err(GatewayError::Engine(
+        "the answer ended without a finish".into(),
+    ))
+}
+
+/// The engine refused or failed a request after admission. A full queue discovered by the
+/// engine thread itself is overload (503), not a fault.
+pub fn engine_failure(err: String, tokens: u32) -> GatewayError {
+    if tokens == 0 && err.contains("queue is full") {
+        GatewayError::Overloaded {
+            message: format!("{err}; retry after the Retry-After seconds"),
+            retry_after_s: 1,
+        }
+    } else if err.contains("stopped") {
+        GatewayError::ShuttingDown
+    } else {
+        GatewayError::Engine(err)
+    }
+}
+
+/// `GET /v1/models`: the one served model.
+pub async fn models(State(state): State<Shared>) -> Response {
+    Json(serde_json::json!({
+        "object": "list",
+        "data": [{
+            "id": state.model.id,
+            "object": "model",
+            "created": state.started_unix_s,
+            "owned_by": "superinfer",
+            "max_model_len": state.model.max_model_len,
+        }],
+    }))
+    .into_response()
+}
+
+/// `GET /v1/tenant/stats`: the calling tenant's own statistics. There is no parameter that
+/// names a tenant: the key decides whose statistics these are.
+pub async fn tenant_stats(Extension(ctx): Extension<Arc<TenantCtx>>) -> Response {
+    Json(stats_body(&ctx)).into_response()
+}
+
+/// A tenant's settings, live usage and statistics (also the admin API's per-tenant stats).
+pub fn stats_body(ctx: &TenantCtx) -> serde_json::Value {
+    let t = &ctx.tenant;
+    serde_json::json!({
+        "object": "tenant.stats",
+        "tenant": {"id": t.id, "name": t.name},
+        "slo": t.slo,
+        "weight": t.weight,
+        "quotas": t.quotas,
+        "in_flight": ctx.limits.in_flight(),
+        "stats": ctx.stats.report(t.slo.ttft_s(), t.slo.tbt_s()),
+    })
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// A response id: unique within this process, not guessable across restarts.
+fn response_id(prefix: &str) -> String {
+    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let salt = *SALT.get_or_init(rand::random::<u32>);
+    format!("{prefix}-{salt:08x}{n:012x}")
+}
+
+static SALT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();

@@ -1,0 +1,251 @@
+//! The JSON that OpenAI clients expect back: full bodies, stream chunks and `usage`.
+
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::Serialize;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::validate::Endpoint;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub total_tokens: u32,
+}
+
+impl Usage {
+    pub fn new(prompt_tokens: u32, completion_tokens: u32) -> Usage {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        }
+    }
+}
+
+/// What every body and chunk of one response shares.
+#[derive(Clone, Debug)]
+pub struct ResponseMeta {
+    pub endpoint: Endpoint,
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub include_usage: bool,
+}
+
+#[derive(Serialize)]
+struct Full<'a, C> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [C; 1],
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct TextChoice<'a> {
+    index: u32,
+    text: &'a str,
+    logprobs: Option<()>,
+    finish_reason: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct ChatChoice<'a> {
+    index: u32,
+    message: ChatMessageOut<'a>,
+    logprobs: Option<()>,
+    finish_reason: &'a str,
+}
+
+#[derive(Serialize)]
+struct ChatMessageOut<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+#[derive(Serialize)]
+struct Chunk<'a, C> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: Vec<C>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Usage>,
+}
+
+#[derive(Serialize)]
+struct DeltaChoice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: Option<()>,
+    finish_reason: Option<&'a str>,
+}
+
+#[derive(Serialize, Default)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+}
+
+/// One stream event: text (possibly empty, for the chat's opening role chunk), the finish, or
+/// the usage-only chunk.
+pub enum ChunkKind<'a> {
+    Open,
+    Text(&'a str),
+    Finish(&'a str),
+    Usage(Usage),
+}
+
+impl ResponseMeta {
+    pub fn new(endpoint: Endpoint, model: &str, include_usage: bool) -> ResponseMeta {
+        let prefix = match endpoint {
+            Endpoint::Completions => "cmpl",
+            Endpoint::Chat => "chatcmpl",
+        };
+        ResponseMeta {
+            endpoint,
+            id: super::response_id(prefix),
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            model: model.to_string(),
+            include_usage,
+        }
+    }
+
+    /// The non-streamed body.
+    pub fn full_body(&self, text: &str, finish_reason: &str, usage: Usage) -> Response {
+        let bytes = match self.endpoint {
+            Endpoint::Completions => serde_json::to_vec(&Full {
+                id: &self.id,
+                object: "text_completion",
+                created: self.created,
+                model: &self.model,
+                choices: [TextChoice {
+                    index: 0,
+                    text,
+                    logprobs: None,
+                    finish_reason: Some(finish_reason),
+                }],
+                usage,
+            }),
+            Endpoint::Chat => serde_json::to_vec(&Full {
+                id: &self.id,
+                object: "chat.completion",
+                created: self.created,
+                model: &self.model,
+                choices: [ChatChoice {
+                    index: 0,
+                    message: ChatMessageOut {
+                        role: "assistant",
+                        content: text,
+                    },
+                    logprobs: None,
+                    finish_reason,
+                }],
+                usage,
+            }),
+        };
+        let mut resp = bytes.unwrap_or_default().into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        resp
+    }
+
+    /// One `data: …\n\n` event of the stream.
+    pub fn chunk(&self, kind: ChunkKind<'_>) -> Bytes {
+        let json = match self.endpoint {
+            Endpoint::Completions => {
+                let (choices, usage) = match kind {
+                    ChunkKind::Open => (vec![], None),
+                    ChunkKind::Text(t) => (vec![text_choice(t, None)], None),
+                    ChunkKind::Finish(r) => (vec![text_choice("", Some(r))], None),
+                    ChunkKind::Usage(u) => (vec![], Some(u)),
+                };
+                serde_json::to_vec(&self.wrap("text_completion", choices, usage))
+            }
+            Endpoint::Chat => {
+                let (choices, usage) = match kind {
+                    ChunkKind::Open => (
+                        vec![delta(
+                            Delta {
+                                role: Some("assistant"),
+                                content: Some(""),
+                            },
+                            None,
+                        )],
+                        None,
+                    ),
+                    ChunkKind::Text(t) => (
+                        vec![delta(
+                            Delta {
+                                role: None,
+                                content: Some(t),
+                            },
+                            None,
+                        )],
+                        None,
+                    ),
+                    ChunkKind::Finish(r) => (vec![delta(Delta::default(), Some(r))], None),
+                    ChunkKind::Usage(u) => (vec![], Some(u)),
+                };
+                serde_json::to_vec(&self.wrap("chat.completion.chunk", choices, usage))
+            }
+        };
+        event(&json.unwrap_or_default())
+    }
+
+    fn wrap<'a, C>(
+        &'a self,
+        object: &'static str,
+        choices: Vec<C>,
+        usage: Option<Usage>,
+    ) -> Chunk<'a, C> {
+        Chunk {
+            id: &self.id,
+            object,
+            created: self.created,
+            model: &self.model,
+            choices,
+            usage,
+        }
+    }
+}
+
+fn text_choice<'a>(text: &'a str, finish_reason: Option<&'a str>) -> TextChoice<'a> {
+    TextChoice {
+        index: 0,
+        text,
+        logprobs: None,
+        finish_reason,
+    }
+}
+
+fn delta<'a>(delta: Delta<'a>, finish_reason: Option<&'a str>) -> DeltaChoice<'a> {
+    DeltaChoice {
+        index: 0,
+        delta,
+        logprobs: None,
+        finish_reason,
+    }
+}
+
+/// `data: <json>\n\n`.
+pub fn event(json: &[u8]) -> Bytes {
+    let mut b = Vec::with_capacity(json.len() + 8);
+    b.extend_from_slice(b"data: ");
+    b.extend_from_slice(json);
+    b.extend_from_slice(b"\n\n");
+    Bytes::from(b)
+}
+
+pub const DONE: &[u8] = b"data: [DONE]\n\n";

@@ -1,0 +1,335 @@
+//! The composition root: opens the tenant store, starts the engine, builds the router with its
+//! layers, listens, and shuts down in order (stop accepting → drain in-flight requests up to a
+//! deadline → stop the engine → flush the store).
+//!
+//! Layers, outermost first (the order matters):
+//! 1. request id (`x-request-id`, set if absent, echoed back);
+//! 2. trace (one span per request, carrying the id);
+//! 3. auth (key → tenant) — before quota, which needs the tenant;
+//! 4. quota (rate, tokens/min, concurrency) — before validation, so a flood of bad requests
+//!    from one tenant is throttled before it costs tokenization;
+//! 5. validation (parse, tokenize, limits) and 6. admission (engine queue) run in the handler,
+//!    in that order ([`crate::openai`]).
+
+use anyhow::Context;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::from_fn_with_state;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use superinfer_tenants::{NewTenant, TenantStore};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::admin::{self, AdminToken};
+use crate::backend::{self, Backend};
+use crate::config::ServeConfig;
+use crate::error::GatewayError;
+use crate::metrics::Metrics;
+use crate::openai;
+use crate::registry::Registry;
+use crate::state::{AppState, Shared};
+use crate::{auth, quota};
+
+/// Name of the tenant created on the first start.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// A server that is listening.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    /// Where `/metrics` is served when `--metrics-listen` moved it.
+    pub metrics_addr: Option<SocketAddr>,
+    /// The default tenant's key, when this start created the tenant (first start only).
+    pub default_api_key: Option<String>,
+    pub state: Shared,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningServer {
+    /// Begins a graceful shutdown and waits for it to finish.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        self.task.await.context("the server task")?
+    }
+
+    /// Waits until `signal` resolves, then shuts down gracefully.
+    pub async fn run_until(
+        self,
+        signal: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<()> {
+        signal.await;
+        tracing::info!("shutting down: no new connections; draining in-flight requests");
+        self.shutdown().await
+    }
+}
+
+/// Opens everything and starts listening.
+pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
+    let metrics = Metrics::new();
+    let (registry, default_api_key, changes) = open_tenants(&cfg, metrics.clone()).await?;
+    let model = cfg.model.clone();
+    let engine_opts = cfg.engine.clone();
+    let Backend {
+        handle,
+        thread,
+        text,
+        model,
+    } = tokio::task::spawn_blocking(move || backend::start(&model, &engine_opts))
+        .await
+        .context("the engine start task")??;
+    let state = Arc::new(AppState {
+        engine: handle,
+        registry: registry.clone(),
+        metrics,
+        text,
+        model,
+        admin_token: cfg.admin_token.as_deref().map(AdminToken::new),
+        max_queue: cfg.engine.max_queue,
+        max_body_bytes: cfg.max_body_bytes,
+        draining: AtomicBool::new(false),
+        started_unix_s: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    });
+    let watcher = registry.spawn_watcher(changes);
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let addr = listener.local_addr()?;
+    let (metrics_listener, metrics_addr) = match cfg.metrics_listen {
+        None => (None, None),
+        Some(a) => {
+            let l = TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen on {a} for /metrics"))?;
+            let local = l.local_addr()?;
+            (Some(l), Some(local))
+        }
+    };
+    let app = router(state.clone(), cfg.metrics_listen.is_none());
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(serve(Serve {
+        state: state.clone(),
+        app,
+        listener,
+        metrics_listener,
+        stopped,
+        drain: cfg.drain_timeout,
+        thread,
+        watcher,
+    }));
+    tracing::info!(%addr, model = %state.model.id, "listening");
+    Ok(RunningServer {
+        addr,
+        metrics_addr,
+        default_api_key,
+        state,
+        stop,
+        task,
+    })
+}
+
+type Opened = (
+    Arc<Registry>,
+    Option<String>,
+    superinfer_tenants::Subscriber,
+);
+
+/// Opens the store; on the first start creates the default tenant and returns its key.
+async fn open_tenants(cfg: &ServeConfig, metrics: Metrics) -> anyhow::Result<Opened> {
+    let dir = cfg.data_dir.clone();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<Opened> {
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+        let store = TenantStore::open(dir.join("tenants"))?;
+        let mut key = None;
+        if store.list()?.is_empty() {
+            let (_, k) = store.create(NewTenant::named(DEFAULT_TENANT))?;
+            key = Some(k.into_string());
+        }
+        // Subscribe before the first snapshot, so no write falls between them.
+        let changes = store.subscribe();
+        let registry = Registry::new(store, metrics)?;
+        Ok((Arc::new(registry), key, changes))
+    })
+    .await
+    .context("the tenant store task")?
+}
+
+pub fn router(state: Shared, with_metrics: bool) -> Router {
+    let generate = Router::new()
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .layer(from_fn_with_state(state.clone(), quota::layer))
+        .layer(from_fn_with_state(state.clone(), auth::layer));
+    let tenant_reads = Router::new()
+        .route("/v1/models", get(openai::models))
+        .route("/v1/tenant/stats", get(openai::tenant_stats))
+        .layer(from_fn_with_state(state.clone(), auth::layer));
+    let mut open = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz));
+    if with_metrics {
+        open = open.route("/metrics", get(metrics_text));
+    }
+    Router::new()
+        .merge(generate)
+        .merge(tenant_reads)
+        .merge(open)
+        .merge(admin::router(state.clone()))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.max_body_bytes))
+        .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(60)))
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            let id = req
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-");
+            tracing::debug_span!("request", method = %req.method(), path = %req.uri().path(), id)
+        }))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeId::default()))
+        .with_state(state)
+}
+
+/// Request ids `req-<salt><counter>`: unique per process, cheap.
+#[derive(Clone)]
+struct MakeId {
+    salt: u32,
+    next: Arc<AtomicU64>,
+}
+
+impl Default for MakeId {
+    fn default() -> Self {
+        MakeId {
+            salt: rand::random(),
+            next: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+impl MakeRequestId for MakeId {
+    fn make_request_id<B>(&mut self, _: &axum::http::Request<B>) -> Option<RequestId> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let id = format!("req-{:08x}{n:08x}", self.salt);
+        HeaderValue::from_str(&id).ok().map(RequestId::new)
+    }
+}
+
+async fn healthz() -> Response {
+    axum::Json(serde_json::json!({"status": "ok"})).into_response()
+}
+
+async fn readyz(State(state): State<Shared>) -> Response {
+    let (code, status) = if state.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else if !state.engine.is_running() {
+        (StatusCode::SERVICE_UNAVAILABLE, "engine stopped")
+    } else {
+        (StatusCode::OK, "ready")
+    };
+    (code, axum::Json(serde_json::json!({"status": status}))).into_response()
+}
+
+async fn metrics_text(State(state): State<Shared>) -> Response {
+    let body = state.metrics.render(&state.engine.stats());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn not_found(req: Request) -> Response {
+    GatewayError::NotFound {
+        method: req.method().to_string(),
+        path: req.uri().path().to_string(),
+    }
+    .into_response()
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    GatewayError::MethodNotAllowed {
+        method: req.method().to_string(),
+        path: req.uri().path().to_string(),
+    }
+    .into_response()
+}
+
+struct Serve {
+    state: Shared,
+    app: Router,
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    stopped: watch::Receiver<bool>,
+    drain: Duration,
+    thread: superinfer_engine::EngineThread,
+    watcher: JoinHandle<()>,
+}
+
+async fn serve(s: Serve) -> anyhow::Result<()> {
+    let stop_signal = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|v| *v).await;
+    };
+    let metrics_task = s.metrics_listener.map(|l| {
+        let app = Router::new()
+            .route("/metrics", get(metrics_text))
+            .with_state(s.state.clone());
+        let stop = stop_signal(s.stopped.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(l, app).with_graceful_shutdown(stop).await;
+        })
+    });
+    let state = s.state.clone();
+    let mut rx = s.stopped.clone();
+    let on_stop = async move {
+        let _ = rx.wait_for(|v| *v).await;
+        state.draining.store(true, Ordering::Release);
+    };
+    let server = axum::serve(s.listener, s.app).with_graceful_shutdown(on_stop);
+    let deadline = {
+        let stop = stop_signal(s.stopped.clone());
+        let drain = s.drain;
+        async move {
+            stop.await;
+            tokio::time::sleep(drain).await;
+        }
+    };
+    tokio::select! {
+        r = server => r.context("serving HTTP")?,
+        () = deadline => tracing::warn!(
+            "drain deadline of {:?} passed; closing the remaining connections", s.drain
+        ),
+    }
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
+    s.watcher.abort();
+    let store = s.state.registry.store().clone();
+    let thread = s.thread;
+    tokio::task::spawn_blocking(move || {
+        thread.shutdown();
+        store.flush()
+    })
+    .await
+    .context("the shutdown task")??;
+    tracing::info!("stopped");
+    Ok(())
+}

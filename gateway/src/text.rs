@@ -1,0 +1,177 @@
+//! The text layer: prompts and chat messages to token ids, token ids back to text. Everything
+//! the gateway knows about tokenization goes through [`Text`], so the backend behind it is
+//! chosen in this one module.
+//!
+//! Backends:
+//! - [`Text::model`]: a model's own tokenizer and chat template ([`TextCodec`] from its
+//!   `tokenizer.json` and `tokenizer_config.json`), with incremental detokenization that
+//!   never splits a character.
+//! - [`Text::words`]: a stand-in for the simulated engine, which has no vocabulary. It counts
+//!   one token per whitespace-separated word (so a prompt of N words is N tokens, as the load
+//!   generator assumes) and renders every token id as a word. The simulated runner always
+//!   samples token 0, so its output reads `"hello hello …"`.
+
+use std::sync::Arc;
+use superinfer_engine::{IncrementalDecoder, TextCodec};
+
+/// One chat message after parsing: a role and its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+/// A tokenizer + chat template + detokenizer. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Text {
+    inner: Arc<Backend>,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Words,
+    Model(TextCodec),
+}
+
+/// Words the stand-in renders token ids as (`id % len`).
+const WORDS: &[&str] = &[
+    "hello", "world", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog",
+];
+
+impl Text {
+    /// The word-per-token stand-in used with the simulated engine.
+    pub fn words() -> Text {
+        Text {
+            inner: Arc::new(Backend::Words),
+        }
+    }
+
+    /// A model's tokenizer and chat template.
+    pub fn model(codec: TextCodec) -> Text {
+        Text {
+            inner: Arc::new(Backend::Model(codec)),
+        }
+    }
+
+    /// Token ids of a plain prompt (with the model's special tokens, e.g. BOS).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        match &*self.inner {
+            Backend::Words => Ok(text.split_whitespace().map(word_id).collect()),
+            Backend::Model(c) => c.encode(text, true).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Token ids run past this are out of the vocabulary.
+    pub fn vocab_size(&self) -> Option<usize> {
+        match &*self.inner {
+            Backend::Words => None,
+            Backend::Model(c) => Some(c.vocab_size()),
+        }
+    }
+
+    /// Token ids of a conversation rendered with the model's chat template, ending with the
+    /// assistant's turn opened.
+    pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, String> {
+        match &*self.inner {
+            Backend::Words => {
+                let mut ids = Vec::new();
+                for m in messages {
+                    ids.push(word_id(&m.role));
+                    ids.extend(m.content.split_whitespace().map(word_id));
+                }
+                ids.push(word_id("assistant"));
+                Ok(ids)
+            }
+            Backend::Model(c) => {
+                let msgs: Vec<superinfer_engine::ChatMessage> = messages
+                    .iter()
+                    .map(|m| superinfer_engine::ChatMessage::new(&m.role, &m.content))
+                    .collect();
+                c.encode_chat(&msgs).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// A detokenizer for one response.
+    pub fn decoder(&self) -> Decoder {
+        let model = match &*self.inner {
+            Backend::Words => None,
+            Backend::Model(c) => Some(c.incremental_decoder()),
+        };
+        Decoder {
+            text: self.clone(),
+            model,
+            started: false,
+        }
+    }
+}
+
+/// Turns one response's tokens into text, one piece per token (a piece may be empty while a
+/// multi-byte character is incomplete).
+pub struct Decoder {
+    text: Text,
+    model: Option<IncrementalDecoder>,
+    started: bool,
+}
+
+impl Decoder {
+    /// The text that token `token` adds.
+    pub fn push(&mut self, token: u32) -> String {
+        if let Some(d) = &mut self.model {
+            return d.push(token);
+        }
+        match &*self.text.inner {
+            Backend::Words => {
+                let word = WORDS[token as usize % WORDS.len()];
+                let first = !self.started;
+                self.started = true;
+                if first {
+                    word.to_string()
+                } else {
+                    format!(" {word}")
+                }
+            }
+            Backend::Model(_) => String::new(),
+        }
+    }
+
+    /// Whatever is still held back at the end of the answer.
+    pub fn finish(&mut self) -> String {
+        self.model.as_mut().map(|d| d.finish()).unwrap_or_default()
+    }
+}
+
+fn word_id(word: &str) -> u32 {
+    // FNV-1a: any stable map from words to ids will do for the stand-in.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in word.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % 32_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_token_per_word_and_words_back() {
+        let t = Text::words();
+        assert_eq!(t.encode("a b  c\n d").unwrap().len(), 4);
+        assert!(t.encode("   ").unwrap().is_empty());
+        let mut d = t.decoder();
+        assert_eq!(d.push(0), "hello");
+        assert_eq!(d.push(1), " world");
+    }
+
+    #[test]
+    fn chat_template_opens_the_assistant_turn() {
+        let t = Text::words();
+        let msgs = [ChatMessage {
+            role: "user".into(),
+            content: "hi there".into(),
+        }];
+        assert_eq!(t.encode_chat(&msgs).unwrap().len(), 4);
+    }
+}

@@ -1,0 +1,407 @@
+//! Validation: a wire [`Body`] becomes a [`ValidRequest`] once (tokenized, within the
+//! tenant's and the model's limits, sampling values in range); the engine gets nothing else.
+//! Every refusal is a 400 (404 for an unknown model) whose message says what to change.
+
+use superinfer_engine::SamplingParams;
+use superinfer_tenants::Tenant;
+
+use crate::error::{GatewayError, Result};
+use crate::text::{ChatMessage, Text};
+use crate::wire::{Body, Content, Message, Prompt, Stop};
+
+/// Which OpenAI endpoint a request came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    Completions,
+    Chat,
+}
+
+/// The served model as validation needs it.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    /// The `id` of `GET /v1/models`; requests naming another model get 404.
+    pub id: String,
+    /// Prompt plus output tokens of one request, at most.
+    pub max_model_len: u32,
+}
+
+/// A request that passed validation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidRequest {
+    pub endpoint: Endpoint,
+    pub prompt: Vec<u32>,
+    pub max_tokens: u32,
+    pub sampling: SamplingParams,
+    pub stop: Vec<String>,
+    pub stop_token_ids: Vec<u32>,
+    pub ignore_eos: bool,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// `max_tokens` of a completion that leaves it out (OpenAI's default).
+pub const DEFAULT_COMPLETION_TOKENS: u32 = 16;
+/// At most this many stop strings (OpenAI's limit).
+pub const MAX_STOP_STRINGS: usize = 4;
+
+/// Parses a body, naming the field at fault when a value has the wrong type.
+pub fn parse(bytes: &[u8]) -> Result<Body> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    let body: Body = serde_path_to_error::deserialize(de).map_err(parse_error)?;
+    Ok(body)
+}
+
+fn parse_error(e: serde_path_to_error::Error<serde_json::Error>) -> GatewayError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    if inner.is_syntax() || inner.is_eof() {
+        return GatewayError::bad_request(format!(
+            "the body is not valid JSON ({inner}); send a JSON object such as \
+             {{\"model\": \"…\", \"prompt\": \"Hello\"}}"
+        ));
+    }
+    if path == "." || path.is_empty() {
+        return GatewayError::bad_request(format!("the body must be a JSON object ({inner})"));
+    }
+    let field = path.split(['.', '[']).next().unwrap_or(&path).to_string();
+    let hint = match field.as_str() {
+        "prompt" => {
+            "`prompt` must be a string, a list of one string, or a list of token ids".to_string()
+        }
+        "stop" => "`stop` must be a string or a list of strings".to_string(),
+        "messages" => format!(
+            "`{path}`: each message needs a string `role` and a `content` that is a string or \
+             a list of {{\"type\": \"text\", \"text\": …}} parts ({inner})"
+        ),
+        _ => format!("`{path}` has the wrong type: {inner}"),
+    };
+    GatewayError::invalid(field, hint)
+}
+
+/// Checks everything and tokenizes the prompt.
+pub fn validate(
+    endpoint: Endpoint,
+    body: Body,
+    tenant: &Tenant,
+    model: &ModelInfo,
+    text: &Text,
+) -> Result<ValidRequest> {
+    if let Some(m) = &body.model {
+        if *m != model.id {
+            return Err(GatewayError::ModelNotFound {
+                requested: m.clone(),
+                served: model.id.clone(),
+            });
+        }
+    }
+    unsupported(&body, endpoint)?;
+    let sampling = sampling(&body)?;
+    let stop = stop_strings(body.stop)?;
+    let prompt = match endpoint {
+        Endpoint::Completions => prompt_tokens(body.prompt, text)?,
+        Endpoint::Chat => chat_tokens(body.messages, text)?,
+    };
+    let prompt_len = prompt.len() as u32;
+    let q = &tenant.quotas;
+    if prompt_len > q.max_prompt_tokens {
+        return Err(GatewayError::invalid(
+            prompt_field(endpoint),
+            format!(
+                "the prompt has {prompt_len} tokens; this tenant's limit is {} \
+                 (max_prompt_tokens): shorten the prompt",
+                q.max_prompt_tokens
+            ),
+        ));
+    }
+    let room = model.max_model_len.saturating_sub(prompt_len);
+    if room == 0 {
+        return Err(context_error(model, prompt_len, 1, endpoint));
+    }
+    let requested = match endpoint {
+        Endpoint::Completions => body.max_tokens,
+        Endpoint::Chat => body.max_completion_tokens.or(body.max_tokens),
+    };
+    let max_tokens = match requested {
+        None if endpoint == Endpoint::Completions => {
+            DEFAULT_COMPLETION_TOKENS.min(room).min(q.max_output_tokens)
+        }
+        None => room.min(q.max_output_tokens),
+        Some(0) => {
+            return Err(GatewayError::invalid(
+                "max_tokens",
+                "`max_tokens` must be at least 1",
+            ))
+        }
+        Some(m) if m > q.max_output_tokens => {
+            return Err(GatewayError::invalid(
+                "max_tokens",
+                format!(
+                    "`max_tokens` is {m}; this tenant's limit is {} (max_output_tokens)",
+                    q.max_output_tokens
+                ),
+            ))
+        }
+        Some(m) if m > room => return Err(context_error(model, prompt_len, m, endpoint)),
+        Some(m) => m,
+    };
+    let stream = body.stream.unwrap_or(false);
+    let include_usage = body
+        .stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false);
+    if body.stream_options.is_some() && !stream {
+        return Err(GatewayError::invalid(
+            "stream_options",
+            "`stream_options` is only allowed with \"stream\": true",
+        ));
+    }
+    let stop_token_ids = body.stop_token_ids.unwrap_or_default();
+    if stop_token_ids.len() > 64 {
+        return Err(GatewayError::invalid(
+            "stop_token_ids",
+            "at most 64 `stop_token_ids` are allowed",
+        ));
+    }
+    Ok(ValidRequest {
+        endpoint,
+        prompt,
+        max_tokens,
+        sampling,
+        stop,
+        stop_token_ids,
+        ignore_eos: body.ignore_eos.unwrap_or(false),
+        stream,
+        include_usage,
+    })
+}
+
+fn prompt_field(endpoint: Endpoint) -> &'static str {
+    match endpoint {
+        Endpoint::Completions => "prompt",
+        Endpoint::Chat => "messages",
+    }
+}
+
+fn context_error(model: &ModelInfo, prompt: u32, max_tokens: u32, e: Endpoint) -> GatewayError {
+    GatewayError::invalid(
+        if max_tokens > 1 {
+            "max_tokens"
+        } else {
+            prompt_field(e)
+        },
+        format!(
+            "this model's maximum context length is {} tokens, but {} were requested ({prompt} \
+             in the prompt, {max_tokens} for the completion); shorten the prompt or lower \
+             `max_tokens`",
+            model.max_model_len,
+            u64::from(prompt) + u64::from(max_tokens)
+        ),
+    )
+}
+
+/// OpenAI features this server does not implement: refused, not silently ignored.
+fn unsupported(body: &Body, endpoint: Endpoint) -> Result<()> {
+    let refuse = |field: &str, msg: &str| Err(GatewayError::invalid(field, msg));
+    if body.n.is_some_and(|n| n != 1) {
+        return refuse(
+            "n",
+            "only `n` = 1 is supported; send one request per choice",
+        );
+    }
+    if body.best_of.is_some_and(|n| n != 1) {
+        return refuse("best_of", "only `best_of` = 1 is supported");
+    }
+    if body.echo == Some(true) {
+        return refuse(
+            "echo",
+            "`echo` is not supported; leave it out or set it to false",
+        );
+    }
+    if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return refuse("suffix", "`suffix` is not supported");
+    }
+    let logprobs = match &body.logprobs {
+        None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(false)) => false,
+        Some(serde_json::Value::Number(n)) => n.as_u64() != Some(0),
+        Some(_) => true,
+    };
+    if logprobs {
+        return refuse("logprobs", "`logprobs` is not supported; leave it out");
+    }
+    if body.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+        return refuse("tools", "tool calling is not supported; leave `tools` out");
+    }
+    if endpoint == Endpoint::Chat && body.prompt.is_some() && body.messages.is_none() {
+        return refuse(
+            "messages",
+            "chat completions take `messages`, not `prompt`; use /v1/completions for a prompt",
+        );
+    }
+    Ok(())
+}
+
+fn in_range(field: &'static str, v: Option<f32>, lo: f32, hi: f32, open_lo: bool) -> Result<()> {
+    match v {
+        Some(x) if !x.is_finite() || x > hi || x < lo || (open_lo && x == lo) => {
+            let lo_bracket = if open_lo { "(" } else { "[" };
+            Err(GatewayError::invalid(
+                field,
+                format!("`{field}` must be in {lo_bracket}{lo}, {hi}], got {x}"),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn sampling(b: &Body) -> Result<SamplingParams> {
+    in_range("temperature", b.temperature, 0.0, 2.0, false)?;
+    in_range("top_p", b.top_p, 0.0, 1.0, true)?;
+    in_range("min_p", b.min_p, 0.0, 1.0, false)?;
+    in_range("frequency_penalty", b.frequency_penalty, -2.0, 2.0, false)?;
+    in_range("presence_penalty", b.presence_penalty, -2.0, 2.0, false)?;
+    in_range("repetition_penalty", b.repetition_penalty, 0.0, 2.0, true)?;
+    let top_k = match b.top_k {
+        None | Some(-1) | Some(0) => 0,
+        Some(k) if k > 0 => k as u32,
+        Some(k) => {
+            return Err(GatewayError::invalid(
+                "top_k",
+                format!("`top_k` must be -1 or 0 (off) or a positive number, got {k}"),
+            ))
+        }
+    };
+    let d = SamplingParams::default();
+    #[allow(clippy::needless_update)]
+    Ok(SamplingParams {
+        // OpenAI's default temperature is 1.
+        temperature: b.temperature.unwrap_or(1.0),
+        top_k,
+        top_p: b.top_p.unwrap_or(d.top_p),
+        min_p: b.min_p.unwrap_or(d.min_p),
+        seed: b.seed.map(|s| s as u64),
+        repetition_penalty: b.repetition_penalty.unwrap_or(d.repetition_penalty),
+        frequency_penalty: b.frequency_penalty.unwrap_or(d.frequency_penalty),
+        presence_penalty: b.presence_penalty.unwrap_or(d.presence_penalty),
+        ..d
+    })
+}
+
+fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>> {
+    let v = match stop {
+        None => return Ok(Vec::new()),
+        Some(Stop::One(s)) => vec![s],
+        Some(Stop::Many(v)) => v,
+    };
+    if v.len() > MAX_STOP_STRINGS {
+        return Err(GatewayError::invalid(
+            "stop",
+            format!(
+                "at most {MAX_STOP_STRINGS} `stop` strings are allowed, got {}",
+                v.len()
+            ),
+        ));
+    }
+    if v.iter().any(|s| s.is_empty()) {
+        return Err(GatewayError::invalid(
+            "stop",
+            "`stop` strings must not be empty",
+        ));
+    }
+    Ok(v)
+}
+
+fn prompt_tokens(prompt: Option<Prompt>, text: &Text) -> Result<Vec<u32>> {
+    let one = "send one prompt per request (batched prompts are not supported)";
+    let ids = match prompt {
+        None => {
+            return Err(GatewayError::invalid(
+                "prompt",
+                "`prompt` is required: the text to complete",
+            ))
+        }
+        Some(Prompt::Text(s)) => encode(text, &s)?,
+        Some(Prompt::Texts(v)) if v.len() <= 1 => match v.first() {
+            Some(s) => encode(text, s)?,
+            None => Vec::new(),
+        },
+        Some(Prompt::Tokens(ids)) => ids,
+        Some(Prompt::TokenLists(mut v)) if v.len() == 1 => v.remove(0),
+        Some(_) => return Err(GatewayError::invalid("prompt", one)),
+    };
+    if let (Some(vocab), Some(&max)) = (text.vocab_size(), ids.iter().max()) {
+        if max as usize >= vocab {
+            return Err(GatewayError::invalid(
+                "prompt",
+                format!("token id {max} is outside the vocabulary (0..{vocab})"),
+            ));
+        }
+    }
+    if ids.is_empty() {
+        return Err(GatewayError::invalid(
+            "prompt",
+            "the prompt is empty: send at least one token of text",
+        ));
+    }
+    Ok(ids)
+}
+
+fn encode(text: &Text, s: &str) -> Result<Vec<u32>> {
+    text.encode(s)
+        .map_err(|e| GatewayError::invalid("prompt", format!("cannot tokenize the prompt: {e}")))
+}
+
+const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
+
+fn chat_tokens(messages: Option<Vec<Message>>, text: &Text) -> Result<Vec<u32>> {
+    let messages = messages.unwrap_or_default();
+    if messages.is_empty() {
+        return Err(GatewayError::invalid(
+            "messages",
+            "`messages` must hold at least one message, e.g. [{\"role\": \"user\", \"content\": \"Hi\"}]",
+        ));
+    }
+    let mut parsed = Vec::with_capacity(messages.len());
+    for (i, m) in messages.into_iter().enumerate() {
+        if !ROLES.contains(&m.role.as_str()) {
+            return Err(GatewayError::invalid(
+                format!("messages[{i}].role"),
+                format!("unknown role `{}`; use one of {}", m.role, ROLES.join(", ")),
+            ));
+        }
+        let content = match m.content {
+            None => String::new(),
+            Some(Content::Text(s)) => s,
+            Some(Content::Parts(parts)) => {
+                let mut s = String::new();
+                for p in parts {
+                    match (p.kind.as_str(), p.text) {
+                        ("text", Some(t)) => s.push_str(&t),
+                        _ => return Err(GatewayError::invalid(
+                            format!("messages[{i}].content"),
+                            "only {\"type\": \"text\", \"text\": …} content parts are supported",
+                        )),
+                    }
+                }
+                s
+            }
+        };
+        parsed.push(ChatMessage {
+            role: m.role,
+            content,
+        });
+    }
+    let ids = text.encode_chat(&parsed).map_err(|e| {
+        GatewayError::invalid("messages", format!("cannot apply the chat template: {e}"))
+    })?;
+    if ids.is_empty() {
+        return Err(GatewayError::invalid(
+            "messages",
+            "the conversation has no tokens",
+        ));
+    }
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests;

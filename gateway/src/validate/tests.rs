@@ -1,0 +1,169 @@
+use super::*;
+use superinfer_tenants::{Quotas, Slo, TenantId};
+
+fn tenant() -> Tenant {
+    Tenant {
+        id: TenantId(1),
+        name: "t".into(),
+        slo: Slo::default(),
+        weight: 1.0,
+        quotas: Quotas {
+            max_prompt_tokens: 10,
+            max_output_tokens: 100,
+            ..Quotas::default()
+        },
+        enabled: true,
+        created_at_ms: 0,
+    }
+}
+
+fn model() -> ModelInfo {
+    ModelInfo {
+        id: "m".into(),
+        max_model_len: 50,
+    }
+}
+
+fn check(endpoint: Endpoint, json: &str) -> Result<ValidRequest> {
+    let body = parse(json.as_bytes())?;
+    validate(endpoint, body, &tenant(), &model(), &Text::words())
+}
+
+fn param_of(r: Result<ValidRequest>) -> String {
+    match r.unwrap_err() {
+        GatewayError::InvalidRequest { param, .. } => param.unwrap_or_default(),
+        e => panic!("not a 400: {e}"),
+    }
+}
+
+#[test]
+fn a_plain_completion_gets_the_defaults() {
+    let v = check(Endpoint::Completions, r#"{"model":"m","prompt":"a b c"}"#).unwrap();
+    assert_eq!(v.prompt.len(), 3);
+    assert_eq!(v.max_tokens, DEFAULT_COMPLETION_TOKENS);
+    assert_eq!(v.sampling.temperature, 1.0);
+    assert!(!v.stream);
+}
+
+#[test]
+fn chat_defaults_to_the_room_left_in_the_context() {
+    let v = check(
+        Endpoint::Chat,
+        r#"{"messages":[{"role":"user","content":"hi"}]}"#,
+    )
+    .unwrap();
+    // role + 1 word + assistant = 3 prompt tokens; 50 - 3 = 47 < the tenant's 100.
+    assert_eq!(v.max_tokens, 47);
+}
+
+#[test]
+fn wrong_types_name_the_field() {
+    assert_eq!(
+        param_of(check(
+            Endpoint::Completions,
+            r#"{"prompt":"a","max_tokens":"x"}"#
+        )),
+        "max_tokens"
+    );
+    assert_eq!(
+        param_of(check(Endpoint::Completions, r#"{"prompt":5}"#)),
+        "prompt"
+    );
+    assert_eq!(
+        param_of(check(Endpoint::Chat, r#"{"messages":[{"role":1}]}"#)),
+        "messages"
+    );
+}
+
+#[test]
+fn malformed_json_and_non_objects_are_400s() {
+    for body in ["{", "", "[1,2]", "null", "\"x\""] {
+        let e = check(Endpoint::Completions, body).unwrap_err();
+        assert_eq!(e.status(), 400, "{body}: {e}");
+    }
+}
+
+#[test]
+fn limits_of_the_tenant_and_the_model() {
+    let long = ["w"; 11].join(" ");
+    let r = check(Endpoint::Completions, &format!(r#"{{"prompt":"{long}"}}"#));
+    assert!(r.unwrap_err().to_string().contains("max_prompt_tokens"));
+    let r = check(Endpoint::Completions, r#"{"prompt":"a","max_tokens":101}"#);
+    assert!(r.unwrap_err().to_string().contains("max_output_tokens"));
+    let r = check(Endpoint::Completions, r#"{"prompt":"a","max_tokens":50}"#);
+    assert!(r
+        .unwrap_err()
+        .to_string()
+        .contains("maximum context length is 50"));
+    assert_eq!(
+        param_of(check(
+            Endpoint::Completions,
+            r#"{"prompt":"a","max_tokens":0}"#
+        )),
+        "max_tokens"
+    );
+    assert_eq!(
+        param_of(check(Endpoint::Completions, r#"{"prompt":""}"#)),
+        "prompt"
+    );
+    assert_eq!(
+        param_of(check(Endpoint::Completions, r#"{"prompt":[]}"#)),
+        "prompt"
+    );
+}
+
+#[test]
+fn sampling_values_out_of_range_are_refused() {
+    for (field, value) in [
+        ("temperature", "2.5"),
+        ("temperature", "-1"),
+        ("top_p", "0"),
+        ("top_p", "1.5"),
+        ("min_p", "2"),
+        ("top_k", "-2"),
+        ("frequency_penalty", "3"),
+        ("presence_penalty", "-3"),
+        ("repetition_penalty", "0"),
+    ] {
+        let body = format!(r#"{{"prompt":"a","{field}":{value}}}"#);
+        assert_eq!(
+            param_of(check(Endpoint::Completions, &body)),
+            field,
+            "{body}"
+        );
+    }
+}
+
+#[test]
+fn unknown_model_is_a_404_and_unknown_fields_are_ignored() {
+    let e = check(Endpoint::Completions, r#"{"model":"gpt-9","prompt":"a"}"#).unwrap_err();
+    assert_eq!(e.status(), 404);
+    assert!(check(Endpoint::Completions, r#"{"prompt":"a","frobnicate":1}"#).is_ok());
+}
+
+#[test]
+fn priority_in_the_body_changes_nothing() {
+    let a = check(Endpoint::Completions, r#"{"prompt":"a"}"#).unwrap();
+    let b = check(Endpoint::Completions, r#"{"prompt":"a","priority":-1000}"#).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn unsupported_features_are_refused_by_name() {
+    for (field, body) in [
+        ("n", r#"{"prompt":"a","n":2}"#),
+        ("echo", r#"{"prompt":"a","echo":true}"#),
+        ("logprobs", r#"{"prompt":"a","logprobs":3}"#),
+        ("stop", r#"{"prompt":"a","stop":["1","2","3","4","5"]}"#),
+        (
+            "stream_options",
+            r#"{"prompt":"a","stream_options":{"include_usage":true}}"#,
+        ),
+    ] {
+        assert_eq!(
+            param_of(check(Endpoint::Completions, body)),
+            field,
+            "{body}"
+        );
+    }
+}

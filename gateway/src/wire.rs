@@ -1,0 +1,89 @@
+//! OpenAI's request bodies as they arrive, before validation. Unknown fields are ignored (as
+//! OpenAI and vLLM do, so clients that send newer fields keep working); a known field of the
+//! wrong type is a 400 naming the field.
+//!
+//! vLLM's extensions are accepted: `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`,
+//! `stop_token_ids`. `priority` is accepted and ignored: a tenant's priority comes only from
+//! its weight and SLO, never from the body.
+
+use serde::Deserialize;
+
+/// The body of `POST /v1/completions` and `POST /v1/chat/completions`: one struct for both
+/// (the handler requires `prompt` or `messages`), which keeps parsing a single pass.
+#[derive(Debug, Default, Deserialize)]
+pub struct Body {
+    pub model: Option<String>,
+    /// Completions only.
+    pub prompt: Option<Prompt>,
+    /// Chat only.
+    pub messages: Option<Vec<Message>>,
+    pub max_tokens: Option<u32>,
+    /// Chat: the newer name of `max_tokens`.
+    pub max_completion_tokens: Option<u32>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i32>,
+    pub min_p: Option<f32>,
+    pub seed: Option<i64>,
+    pub frequency_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    pub stop: Option<Stop>,
+    pub stop_token_ids: Option<Vec<u32>>,
+    pub ignore_eos: Option<bool>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub n: Option<u32>,
+    pub best_of: Option<u32>,
+    pub echo: Option<bool>,
+    pub suffix: Option<String>,
+    /// Completions: a number of top log-probabilities; chat: a bool. Unsupported either way.
+    pub logprobs: Option<serde_json::Value>,
+    pub tools: Option<Vec<serde_json::Value>>,
+    pub user: Option<String>,
+    /// Ignored (DESIGN.md: a client cannot raise its own priority).
+    pub priority: Option<i64>,
+}
+
+/// A prompt: text, a list of one text, or token ids.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    pub include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: Option<Content>,
+}
+
+/// Message content: text, or a list of parts of which only `text` parts are supported.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
