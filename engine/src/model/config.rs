@@ -256,3 +256,69 @@ fn eos_ids(v: &Value) -> Vec<u32> {
         _ => Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &str) -> Result<ModelConfig, EngineError> {
+        let text = format!(
+            r#"{{"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "vocab_size": 100, {extra}}}"#
+        );
+        ModelConfig::from_json(&text, Path::new("m/config.json"))
+    }
+
+    #[test]
+    fn family_members_parse_with_their_quirks() {
+        let m = parse(r#""architectures": ["MistralForCausalLM"], "num_key_value_heads": 2, "sliding_window": 4096"#).unwrap();
+        assert_eq!(
+            (m.num_kv_heads, m.head_dim, m.sliding_window),
+            (2, 16, Some(4096))
+        );
+        assert!(!m.qkv_bias);
+        let q = parse(r#""architectures": ["Qwen2ForCausalLM"], "sliding_window": 32, "use_sliding_window": false, "tie_word_embeddings": true"#).unwrap();
+        assert!(q.qkv_bias && q.tie_word_embeddings);
+        assert_eq!(q.sliding_window, None);
+        let l = parse(
+            r#""architectures": ["LlamaForCausalLM"], "rope_theta": 500000.0, "eos_token_id": [7, 9],
+               "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}"#,
+        )
+        .unwrap();
+        assert_eq!(l.eos_token_ids, vec![7, 9]);
+        let plain = ModelConfig {
+            rope_scaling: None,
+            ..l.clone()
+        };
+        let (scaled, base) = (l.inv_freq(), plain.inv_freq());
+        assert_eq!(scaled[0], base[0], "high frequencies are kept");
+        assert!(
+            (scaled[7] - base[7] / 8.0).abs() < 1e-9,
+            "low frequencies are divided"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_field() {
+        let e = parse(r#""architectures": ["BertModel"]"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("m/config.json") && e.contains("architectures") && e.contains("BertModel"),
+            "{e}"
+        );
+        let e = parse(r#""architectures": ["LlamaForCausalLM"], "num_key_value_heads": 3"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("num_key_value_heads"), "{e}");
+        let e = parse(r#""architectures": ["LlamaForCausalLM"], "rope_scaling": {"type": "yarn", "factor": 4.0}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rope_scaling") && e.contains("yarn"), "{e}");
+        let e = parse(r#""num_key_value_heads": 4"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("architectures"), "{e}");
+    }
+}

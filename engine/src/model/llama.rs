@@ -496,3 +496,23 @@ impl StepPlan {
         Tensor::from_vec(idx, (self.ids.len(), width), dev).map_err(ce("kv write index"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::causal_mask;
+
+    #[test]
+    fn causal_mask_from_a_start_position_with_and_without_a_window() {
+        let inf = f32::NEG_INFINITY;
+        // Queries at positions 2 and 3 over keys 0..4.
+        assert_eq!(
+            causal_mask(2, 2, 4, None),
+            vec![0.0, 0.0, 0.0, inf, 0.0, 0.0, 0.0, 0.0]
+        );
+        // A window of 2 tokens: position 3 sees 2 and 3 only.
+        assert_eq!(
+            causal_mask(2, 2, 4, Some(2)),
+            vec![inf, 0.0, 0.0, inf, inf, inf, 0.0, 0.0]
+        );
+    }
+}

@@ -48,6 +48,8 @@ const CHAT_TEMPLATE: &str = "{{ bos_token }}{% for message in messages %}\
 /// Shape of a random Llama-architecture model.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RandomLlama {
+    /// `LlamaForCausalLM`, or `Qwen2ForCausalLM` (adds q/k/v biases).
+    pub architecture: &'static str,
     pub hidden_size: usize,
     pub intermediate_size: usize,
     pub num_layers: usize,
@@ -62,6 +64,7 @@ impl RandomLlama {
     /// The embedded default: 4 layers, hidden 128, 4 query heads over 2 KV heads (GQA) of
     /// dimension 32; about 1.3 M parameters (5 MB in f32).
     pub const TINY: RandomLlama = RandomLlama {
+        architecture: "LlamaForCausalLM",
         hidden_size: 128,
         intermediate_size: 384,
         num_layers: 4,
@@ -75,6 +78,7 @@ impl RandomLlama {
     /// A ~100 M-parameter Llama-shaped model for benchmarks: 16 layers, hidden 768, 12 heads
     /// over 4 KV heads of dimension 64, MLP 2048.
     pub const SMALL_100M: RandomLlama = RandomLlama {
+        architecture: "LlamaForCausalLM",
         hidden_size: 768,
         intermediate_size: 2048,
         num_layers: 16,
@@ -84,6 +88,10 @@ impl RandomLlama {
         rope_theta: 10000.0,
         tie_word_embeddings: false,
     };
+
+    fn qwen2(&self) -> bool {
+        self.architecture == "Qwen2ForCausalLM"
+    }
 
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_heads
@@ -129,6 +137,16 @@ impl RandomLlama {
                 TensorSpec::new(&format!("{p}.mlp.down_proj.weight"), &[h, i], 0.05, 0.0),
             ]);
         }
+        if self.qwen2() {
+            for l in 0..self.num_layers {
+                let p = format!("model.layers.{l}.self_attn");
+                t.extend([
+                    TensorSpec::new(&format!("{p}.q_proj.bias"), &[q], 0.1, 0.0),
+                    TensorSpec::new(&format!("{p}.k_proj.bias"), &[kv], 0.1, 0.0),
+                    TensorSpec::new(&format!("{p}.v_proj.bias"), &[kv], 0.1, 0.0),
+                ]);
+            }
+        }
         t.push(TensorSpec::new("model.norm.weight", &[h], 0.1, 1.0));
         if !self.tie_word_embeddings {
             let std = 2.0 / (h as f32).sqrt();
@@ -138,9 +156,9 @@ impl RandomLlama {
     }
 
     fn config_json(&self, vocab: usize) -> serde_json::Value {
-        json!({
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
+        let mut c = json!({
+            "architectures": [self.architecture],
+            "model_type": if self.qwen2() { "qwen2" } else { "llama" },
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
             "num_hidden_layers": self.num_layers,
@@ -157,7 +175,13 @@ impl RandomLlama {
             "tie_word_embeddings": self.tie_word_embeddings,
             "torch_dtype": "float32",
             "_comment": "Random weights from superinfer-engine: the text this model writes is meaningless."
-        })
+        });
+        if self.qwen2() {
+            c["sliding_window"] = json!(self.max_position_embeddings);
+            c["max_window_layers"] = json!(self.num_layers);
+            c["use_sliding_window"] = json!(false);
+        }
+        c
     }
 }
 

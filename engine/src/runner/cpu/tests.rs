@@ -274,3 +274,61 @@ fn missing_and_unsupported_model_files_are_named() {
         "{e}"
     );
 }
+
+#[test]
+fn qwen2_with_qkv_bias_matches_the_reference() {
+    use crate::model::tiny::{write_random_llama, RandomLlama};
+    use candle_transformers::models::qwen2;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = RandomLlama {
+        architecture: "Qwen2ForCausalLM",
+        ..RandomLlama::TINY
+    };
+    write_random_llama(dir.path(), &spec, 3).unwrap();
+    let mut runner = CpuRunner::load(dir.path(), &CpuRunnerConfig::default()).unwrap();
+    assert!(runner.model().config().qkv_bias);
+    let text = std::fs::read_to_string(dir.path().join("config.json")).unwrap();
+    let cfg: qwen2::Config = serde_json::from_str(&text).unwrap();
+    let tensors =
+        candle_core::safetensors::load(dir.path().join("model.safetensors"), &Device::Cpu).unwrap();
+    let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+    let mut reference = qwen2::ModelForCausalLM::new(&cfg, vb).unwrap();
+    let mut seq = tokens(37, cfg.vocab_size as u32, 8);
+    let blocks = table(0, 3);
+    let sp = SamplingParams::default();
+    let mut got = None;
+    for (pos, end) in [(0, 16), (16, 32), (32, 37)] {
+        let e = entry(1, &seq, (pos, end), &blocks, &sp);
+        let l = runner.logits(&StepBatch { entries: vec![e] }).unwrap();
+        got = (end == 37).then(|| row(&l, 0));
+    }
+    let x = Tensor::new(seq.as_slice(), &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let want: Vec<f32> = reference
+        .forward(&x, 0)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let d = max_diff(&got.unwrap(), &want);
+    assert!(d <= TOL, "prefill: max |diff| {d}");
+    seq.push(argmax(&want));
+    let x = Tensor::new(&seq[37..], &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let want: Vec<f32> = reference
+        .forward(&x, 37)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let e = entry(1, &seq, (37, 38), &blocks, &sp);
+    let got = row(&runner.logits(&StepBatch { entries: vec![e] }).unwrap(), 0);
+    let d = max_diff(&got, &want);
+    assert!(d <= TOL, "decode: max |diff| {d}");
+}
