@@ -1,13 +1,18 @@
 //! The engine behind the gateway: which model, which runner, which engine knobs; started on
 //! its own thread ([`superinfer_engine::spawn`]).
 //!
-//! Sources today: the simulated runner on the real clock, at a built-in hardware + model
-//! profile's speed (`--sim-profile h200-llama-3-8b`, the default), or at zero cost per step
-//! (`--sim-profile zero`, for benchmarking the gateway itself). Its tokens are rendered by the
-//! word stand-in of [`crate::text`].
+//! Sources:
+//! - the embedded tiny model (the default): a random-weight Llama written into
+//!   `<data dir>/model` on the first start, run by the CPU runner; its text is meaningless but
+//!   real (real tokenizer, chat template, sampling);
+//! - `--model-dir DIR`: a Hugging Face model directory on the CPU runner;
+//! - `--sim-profile NAME`: the simulated runner on the real clock at a built-in hardware +
+//!   model profile's speed (e.g. `h200-llama-3-8b`), or at zero cost per step (`zero`, for
+//!   benchmarking the gateway itself). Its tokens are rendered by the word stand-in of
+//!   [`crate::text`].
 
-use anyhow::{bail, Context};
-use std::path::PathBuf;
+use anyhow::Context;
+use std::path::{Path, PathBuf};
 use superinfer_engine::clock::RealClock;
 use superinfer_engine::profile::{HardwareProfile, Profile};
 use superinfer_engine::runner::sim::SimRunner;
@@ -23,9 +28,16 @@ pub const DEFAULT_SIM_PROFILE: &str = "h200-llama-3-8b";
 /// The profile name whose steps cost nothing.
 pub const ZERO_PROFILE: &str = "zero";
 
+/// The id `GET /v1/models` shows for the embedded model.
+pub const TINY_MODEL_ID: &str = "superinfer-tiny";
+/// Seed of the embedded model's random weights: every installation serves the same model.
+const TINY_SEED: u64 = 0;
+
 /// Where the model comes from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ModelSource {
+    /// The embedded tiny model, written into this directory on first use.
+    Tiny(PathBuf),
     /// A Hugging Face model directory (config.json, tokenizer.json, safetensors).
     Dir(PathBuf),
     /// The simulated runner at a built-in profile, or `zero`.
@@ -73,12 +85,67 @@ const BLOCK_SIZE: u32 = 16;
 pub fn start(source: &ModelSource, opts: &EngineOptions) -> anyhow::Result<Backend> {
     match source {
         ModelSource::Sim(profile) => start_sim(profile, opts),
-        ModelSource::Dir(dir) => bail!(
-            "--model-dir {}: the CPU model runner is not in this build yet; run the simulated \
-             engine with --sim-profile {DEFAULT_SIM_PROFILE}",
-            dir.display()
-        ),
+        ModelSource::Dir(dir) => start_cpu(dir, model_id(dir), opts),
+        ModelSource::Tiny(dir) => {
+            if !dir.join("config.json").exists() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("cannot create {}", dir.display()))?;
+                superinfer_engine::model::tiny::write_tiny_model(dir, TINY_SEED).with_context(
+                    || format!("writing the embedded model into {}", dir.display()),
+                )?;
+                tracing::info!(dir = %dir.display(), "wrote the embedded tiny model");
+            }
+            start_cpu(dir, TINY_MODEL_ID.into(), opts)
+        }
     }
+}
+
+/// A model directory's id: its folder name.
+fn model_id(dir: &Path) -> String {
+    dir.canonicalize()
+        .ok()
+        .as_deref()
+        .unwrap_or(dir)
+        .file_name()
+        .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
+}
+
+fn start_cpu(dir: &Path, id: String, opts: &EngineOptions) -> anyhow::Result<Backend> {
+    use superinfer_engine::serve;
+    let defaults = serve::EngineOptions::default();
+    let cpu = serve::EngineOptions {
+        hbm_blocks: opts.hbm_blocks,
+        dram_blocks: opts.dram_blocks,
+        policy: opts.policy,
+        b_xfer: opts.b_xfer.unwrap_or(defaults.b_xfer),
+        max_batched_tokens: opts
+            .max_batched_tokens
+            .unwrap_or(defaults.max_batched_tokens),
+        max_queue: opts.max_queue.saturating_mul(2).max(1),
+        ..defaults
+    };
+    let (engine, codec) = serve::cpu_engine(dir, &cpu)
+        .with_context(|| format!("loading the model in {}", dir.display()))?;
+    let config = superinfer_engine::model::ModelConfig::from_model_dir(dir)?;
+    let kv_tokens = engine
+        .config()
+        .hbm_blocks
+        .saturating_mul(engine.config().block_size);
+    let handle_cfg = HandleConfig {
+        inbox_capacity: opts.max_queue.max(1),
+        ..HandleConfig::default()
+    };
+    let (handle, thread) = spawn(engine, handle_cfg)?;
+    let context = u32::try_from(config.max_position_embeddings).unwrap_or(u32::MAX);
+    Ok(Backend {
+        handle,
+        thread,
+        text: Text::model(codec),
+        model: ModelInfo {
+            id,
+            max_model_len: opts.max_model_len.min(kv_tokens).min(context),
+        },
+    })
 }
 
 /// A profile whose steps and copies take no modelled time.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use superinfer_policies::PolicyKind;
 
-use crate::backend::{EngineOptions, ModelSource, DEFAULT_SIM_PROFILE};
+use crate::backend::{EngineOptions, ModelSource};
 
 /// Every `serve` setting; each is optional so the sources can be layered.
 #[derive(Args, Clone, Debug, Default, Deserialize, PartialEq)]
@@ -37,7 +37,7 @@ pub struct Settings {
     #[arg(long, env = "SUPERINFER_MODEL_DIR", conflicts_with = "sim_profile")]
     pub model_dir: Option<PathBuf>,
     /// Serve the simulated engine at this hardware + model profile (e.g. h200-llama-3-8b), or
-    /// `zero` for steps that cost nothing [default: h200-llama-3-8b].
+    /// `zero` for steps that cost nothing [default: the embedded tiny model on the CPU].
     #[arg(long, env = "SUPERINFER_SIM_PROFILE")]
     pub sim_profile: Option<String>,
     /// Scheduling policy: fcfs, wf, sf, edf, lvf, wlvf [default: wlvf].
@@ -116,10 +116,14 @@ impl ServeConfig {
     /// Defaults for everything: what `superinfer serve` with no arguments runs.
     pub fn resolve(s: Settings) -> anyhow::Result<ServeConfig> {
         let d = EngineOptions::default();
+        let data_dir = s
+            .data_dir
+            .unwrap_or_else(|| PathBuf::from("superinfer-data"));
         let model = match (s.model_dir, s.sim_profile) {
             (Some(_), Some(_)) => bail!("set either model_dir or sim_profile, not both"),
             (Some(dir), None) => ModelSource::Dir(dir),
-            (None, p) => ModelSource::Sim(p.unwrap_or_else(|| DEFAULT_SIM_PROFILE.into())),
+            (None, Some(p)) => ModelSource::Sim(p),
+            (None, None) => ModelSource::Tiny(data_dir.join("model")),
         };
         let drain = s.drain_timeout_s.unwrap_or(30.0);
         if !(drain.is_finite() && drain >= 0.0) {
@@ -137,9 +141,7 @@ impl ServeConfig {
                 .listen
                 .unwrap_or_else(|| "127.0.0.1:8000".parse().expect("a valid address")),
             metrics_listen: s.metrics_listen,
-            data_dir: s
-                .data_dir
-                .unwrap_or_else(|| PathBuf::from("superinfer-data")),
+            data_dir,
             admin_token: s.admin_token,
             model,
             engine: EngineOptions {
@@ -167,7 +169,10 @@ mod tests {
         let c = ServeConfig::resolve(Settings::default()).unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:8000");
         assert_eq!(c.data_dir, PathBuf::from("superinfer-data"));
-        assert_eq!(c.model, ModelSource::Sim(DEFAULT_SIM_PROFILE.into()));
+        assert_eq!(
+            c.model,
+            ModelSource::Tiny(PathBuf::from("superinfer-data/model"))
+        );
         assert_eq!(c.engine.policy, PolicyKind::Wlvf);
         assert!(c.admin_token.is_none());
     }
