@@ -1,1 +1,172 @@
-//! Black-box tests live in `tests/tests/`.
+//! Black-box tests live in `tests/tests/`. This library is their harness: a real `superinfer`
+//! server on `127.0.0.1:0` in a temporary data directory, real HTTP clients, and helpers for
+//! the admin API and server-sent events.
+
+use reqwest::{Client, Response, StatusCode};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use superinfer_gateway::server::RunningServer;
+use superinfer_gateway::{ServeConfig, Settings};
+use tempfile::TempDir;
+
+/// The admin token test servers use.
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// A running server and what a test needs to talk to it.
+pub struct TestServer {
+    pub server: RunningServer,
+    pub base: String,
+    /// The default tenant's key.
+    pub key: String,
+    pub client: Client,
+    pub dir: TempDir,
+}
+
+/// How to start a test server.
+#[derive(Clone, Debug)]
+pub struct TestOptions {
+    /// Simulated profile: `zero` (steps cost nothing) or a built-in one (paced); `None`: the
+    /// embedded tiny model on the CPU runner.
+    pub sim_profile: Option<String>,
+    pub max_queue: Option<usize>,
+    pub metrics_listen: bool,
+}
+
+impl Default for TestOptions {
+    fn default() -> Self {
+        TestOptions {
+            sim_profile: Some("zero".into()),
+            max_queue: None,
+            metrics_listen: false,
+        }
+    }
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        TestServer::start_with(TestOptions::default()).await
+    }
+
+    pub async fn start_with(opts: TestOptions) -> TestServer {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let settings = Settings {
+            listen: Some("127.0.0.1:0".parse().expect("a valid address")),
+            metrics_listen: opts
+                .metrics_listen
+                .then(|| "127.0.0.1:0".parse().expect("a valid address")),
+            data_dir: Some(dir.path().to_path_buf()),
+            admin_token: Some(ADMIN_TOKEN.into()),
+            sim_profile: opts.sim_profile,
+            max_queue: opts.max_queue,
+            drain_timeout_s: Some(5.0),
+            ..Settings::default()
+        };
+        let cfg = ServeConfig::resolve(settings).expect("valid test settings");
+        let server = superinfer_gateway::start(cfg)
+            .await
+            .expect("the server starts");
+        let key = server
+            .default_api_key
+            .clone()
+            .expect("a new data directory creates the default tenant");
+        TestServer {
+            base: format!("http://{}", server.addr),
+            server,
+            key,
+            client: Client::new(),
+            dir,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The served model's id.
+    pub fn model(&self) -> String {
+        self.server.state.model.id.clone()
+    }
+
+    /// POSTs `body` to `path` with `key`.
+    pub async fn post(&self, path: &str, key: &str, body: &Value) -> Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(key)
+            .json(body)
+            .send()
+            .await
+            .expect("the server answers")
+    }
+
+    pub async fn get(&self, path: &str, key: &str) -> Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .expect("the server answers")
+    }
+
+    /// An admin call; returns the status and the JSON body.
+    pub async fn admin(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a valid method");
+        let mut req = self
+            .client
+            .request(method, self.url(&format!("/admin/v1/tenants{path}")))
+            .bearer_auth(ADMIN_TOKEN);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("the server answers");
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Creates a tenant with the given fields; returns (id, key).
+    pub async fn create_tenant(&self, fields: Value) -> (u64, String) {
+        let (status, body) = self.admin("POST", "", Some(fields)).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        (
+            body["tenant"]["id"].as_u64().expect("an id"),
+            body["api_key"].as_str().expect("a key").to_string(),
+        )
+    }
+
+    /// A non-streamed completion; returns the status and the body.
+    pub async fn complete(&self, key: &str, max_tokens: u32) -> (StatusCode, Value) {
+        let body = json!({"model": self.model(), "prompt": "Say hello", "max_tokens": max_tokens});
+        let resp = self.post("/v1/completions", key, &body).await;
+        let status = resp.status();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn shutdown(self) {
+        self.server.shutdown().await.expect("a clean shutdown");
+    }
+}
+
+/// The `data:` payloads of a server-sent-event body, `[DONE]` included.
+pub fn sse_events(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Asserts that `v` is OpenAI's error shape and returns its message.
+pub fn error_message(v: &Value) -> String {
+    let e = &v["error"];
+    assert!(e["message"].is_string(), "not an OpenAI error: {v}");
+    assert!(e["type"].is_string(), "not an OpenAI error: {v}");
+    assert!(e.get("param").is_some() && e.get("code").is_some(), "{v}");
+    e["message"].as_str().unwrap_or_default().to_string()
+}
