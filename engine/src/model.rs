@@ -8,6 +8,7 @@
 //! - [`tiny`]: the embedded random-weight default model (its text is meaningless).
 
 pub mod config;
+mod cpu_attention;
 pub mod kv_arena;
 pub mod llama;
 pub mod tiny;

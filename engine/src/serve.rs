@@ -102,6 +102,20 @@ impl Default for EngineOptions {
     }
 }
 
+/// Fixes the number of CPU threads candle uses (`RAYON_NUM_THREADS`; `None`: the available
+/// parallelism) unless the environment already sets it. Without it candle asks the OS for the
+/// number of physical cores (reading `/proc/cpuinfo`) on every parallel operation, which
+/// costs more than a small model's decode step (measured: 2.5 ms → 0.4 ms per tiny-model
+/// decode step). Call it at the start of `main`, before any other thread exists: it changes
+/// the process environment.
+pub fn pin_cpu_threads(threads: Option<usize>) {
+    if std::env::var_os("RAYON_NUM_THREADS").is_some() {
+        return;
+    }
+    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    std::env::set_var("RAYON_NUM_THREADS", n.max(1).to_string());
+}
+
 /// Builds a CPU engine for the model in `model_dir` with the policy of `opts`, and the
 /// model's [`TextCodec`] (tokenizer, chat template, EOS ids). Hand the engine to
 /// [`crate::spawn`] to serve it.

@@ -10,6 +10,7 @@
 //! sample, from their last token.
 
 use super::config::ModelConfig;
+use super::cpu_attention::{self, DecodeSeq, Heads};
 use super::kv_arena::{candle_err, KvArena};
 use super::weights::Weights;
 use crate::error::EngineError;
@@ -53,6 +54,8 @@ pub struct PagedLlama {
     lm_head: Linear,
     cos: Tensor,
     sin: Tensor,
+    /// Decode through the device-generic path even on the CPU (tests of that path).
+    generic_decode: bool,
 }
 
 type R<T> = Result<T, EngineError>;
@@ -118,7 +121,14 @@ impl PagedLlama {
             lm_head,
             cos,
             sin,
+            generic_decode: false,
         })
+    }
+
+    /// Decode attention through the device-generic candle path (the one the CUDA device
+    /// uses) even on the CPU, where reading the arena in place is the default.
+    pub fn set_generic_decode(&mut self, on: bool) {
+        self.generic_decode = on;
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -268,8 +278,72 @@ impl PagedLlama {
         run().map_err(ce("prefill attention"))
     }
 
+    /// On the CPU in f32: every decode token reads its context in place from the arena
+    /// ([`cpu_attention`]); `None` elsewhere.
+    fn decode_attention_in_place(
+        &self,
+        q: &Tensor,
+        l: usize,
+        plan: &StepPlan,
+        kv: &KvArena,
+    ) -> R<Option<Tensor>> {
+        let f32s = kv.dtype() == DType::F32 && q.dtype() == DType::F32;
+        if self.generic_decode || !self.device.is_cpu() || !f32s {
+            return Ok(None);
+        }
+        let c = &self.cfg;
+        let rows: Vec<u32> = plan
+            .decodes
+            .iter()
+            .map(|&i| plan.seqs[i].offset as u32)
+            .collect();
+        let idx = Tensor::from_slice(&rows, rows.len(), &self.device).map_err(ce("rows"))?;
+        let qd = q
+            .index_select(&idx, 0)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(ce("decode queries"))?;
+        let seqs: Vec<DecodeSeq> = plan
+            .decodes
+            .iter()
+            .map(|&i| {
+                let s = &plan.seqs[i];
+                let lo = c.sliding_window.map_or(0, |w| s.end.saturating_sub(w));
+                let rows = |which| {
+                    (lo..s.end)
+                        .map(|p| kv.row(s.blocks[p / s.block_size], l, which, p % s.block_size))
+                        .collect()
+                };
+                DecodeSeq {
+                    k_rows: rows(0),
+                    v_rows: rows(1),
+                }
+            })
+            .collect();
+        let heads = Heads {
+            num_heads: c.num_heads,
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+            scale: self.scale() as f32,
+        };
+        let out = {
+            let (storage, layout) = kv.rows().storage_and_layout();
+            let candle_core::Storage::Cpu(cpu) = &*storage else {
+                return Ok(None);
+            };
+            let all = cpu.as_slice::<f32>().map_err(ce("kv arena"))?;
+            cpu_attention::decode(&qd, &seqs, &all[layout.start_offset()..], heads)
+        };
+        Tensor::from_vec(out, (rows.len(), c.q_width()), &self.device)
+            .map(Some)
+            .map_err(ce("decode attention"))
+    }
+
     /// Every decode token at once, contexts padded to the longest (padding masked out).
     fn decode_attention(&self, q: &Tensor, l: usize, plan: &StepPlan, kv: &KvArena) -> R<Tensor> {
+        if let Some(out) = self.decode_attention_in_place(q, l, plan, kv)? {
+            return Ok(out);
+        }
         let c = &self.cfg;
         let (d, kvh, g) = (c.head_dim, c.num_kv_heads, c.num_heads / c.num_kv_heads);
         let b = plan.decodes.len();

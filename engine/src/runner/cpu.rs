@@ -112,6 +112,10 @@ impl CpuRunner {
         &self.model
     }
 
+    pub fn model_mut(&mut self) -> &mut PagedLlama {
+        &mut self.model
+    }
+
     /// Runs `batch` and returns the logits of its sampling entries `(n, vocab)` without
     /// sampling (for tests and tools).
     pub fn logits(&mut self, batch: &StepBatch<'_>) -> Result<Tensor, EngineError> {

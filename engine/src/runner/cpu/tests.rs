@@ -177,7 +177,17 @@ fn chunked_prefill_and_decode_match_the_reference() {
 
 #[test]
 fn mixed_prefill_and_decode_batches_match_the_reference() {
+    mixed_batch(false);
+}
+
+#[test]
+fn mixed_batches_match_the_reference_through_the_generic_decode_path() {
+    mixed_batch(true);
+}
+
+fn mixed_batch(generic_decode: bool) {
     let mut f = fixture(200);
+    f.runner.model_mut().set_generic_decode(generic_decode);
     let sp = SamplingParams::default();
     let a = tokens(40, f.vocab, 1);
     let b = tokens(70, f.vocab, 2);
