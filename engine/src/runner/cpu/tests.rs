@@ -342,3 +342,69 @@ fn qwen2_with_qkv_bias_matches_the_reference() {
     let d = max_diff(&got, &want);
     assert!(d <= TOL, "decode: max |diff| {d}");
 }
+
+/// Logits of one 20-token prompt from the model in `dir`.
+fn logits_of(dir: &std::path::Path) -> Vec<f32> {
+    let mut r = CpuRunner::load(dir, &CpuRunnerConfig::default()).unwrap();
+    let seq = tokens(20, r.model().config().vocab_size as u32, 21);
+    let blocks = table(0, 2);
+    let sp = SamplingParams::default();
+    let e = entry(1, &seq, (0, 20), &blocks, &sp);
+    row(&r.logits(&StepBatch { entries: vec![e] }).unwrap(), 0)
+}
+
+#[test]
+fn sharded_and_half_precision_weights_load() {
+    use std::collections::HashMap;
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), 4).unwrap();
+    let want = logits_of(dir.path());
+    let single = dir.path().join("model.safetensors");
+    let all = candle_core::safetensors::load(&single, &Device::Cpu).unwrap();
+    // Two shards and an index, as transformers writes them.
+    let (mut a, mut b) = (HashMap::new(), HashMap::new());
+    let mut map = serde_json::Map::new();
+    for (name, t) in &all {
+        let (part, file) = if name.contains("layers.0.") || name.contains("embed") {
+            (&mut a, "model-00001-of-00002.safetensors")
+        } else {
+            (&mut b, "model-00002-of-00002.safetensors")
+        };
+        part.insert(name.clone(), t.clone());
+        map.insert(name.clone(), serde_json::json!(file));
+    }
+    std::fs::remove_file(&single).unwrap();
+    candle_core::safetensors::save(&a, dir.path().join("model-00001-of-00002.safetensors"))
+        .unwrap();
+    candle_core::safetensors::save(&b, dir.path().join("model-00002-of-00002.safetensors"))
+        .unwrap();
+    let index = serde_json::json!({"metadata": {}, "weight_map": map});
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
+    assert_eq!(logits_of(dir.path()), want, "sharded = single file");
+    // bf16 and f16 files, computed in f32: close to the f32 model (rounding of the weights).
+    for dtype in [DType::BF16, DType::F16] {
+        let half: HashMap<String, Tensor> = all
+            .iter()
+            .map(|(n, t)| (n.clone(), t.to_dtype(dtype).unwrap()))
+            .collect();
+        let d2 = tempfile::tempdir().unwrap();
+        for f in ["config.json", "tokenizer.json", "generation_config.json"] {
+            std::fs::copy(dir.path().join(f), d2.path().join(f)).unwrap();
+        }
+        candle_core::safetensors::save(&half, d2.path().join("model.safetensors")).unwrap();
+        let got = logits_of(d2.path());
+        let d = max_diff(&got, &want);
+        assert!(d > 0.0 && d < 0.25, "{dtype:?}: max |diff| {d}");
+    }
+    // A shard named by the index but missing is named in the error.
+    std::fs::remove_file(dir.path().join("model-00002-of-00002.safetensors")).unwrap();
+    let e = CpuRunner::load(dir.path(), &CpuRunnerConfig::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
+}
