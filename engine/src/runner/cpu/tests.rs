@@ -408,3 +408,50 @@ fn sharded_and_half_precision_weights_load() {
         .to_string();
     assert!(e.contains("model-00002-of-00002.safetensors"), "{e}");
 }
+
+#[test]
+fn mistral_sliding_window_is_the_same_in_every_path() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), 6).unwrap();
+    let cfg_path = dir.path().join("config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["architectures"] = serde_json::json!(["MistralForCausalLM"]);
+    cfg["sliding_window"] = serde_json::json!(12);
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let load = || CpuRunner::load(dir.path(), &CpuRunnerConfig::default()).unwrap();
+    let mut r = load();
+    assert_eq!(r.model().config().sliding_window, Some(12));
+    let vocab = r.model().config().vocab_size as u32;
+    let seq = tokens(41, vocab, 13);
+    let blocks = table(0, 3);
+    let sp = SamplingParams::default();
+    let run = |r: &mut CpuRunner, spans: &[(usize, usize)]| {
+        let mut last = Vec::new();
+        for &span in spans {
+            let e = entry(1, &seq[..span.1], span, &blocks, &sp);
+            last = row(&r.logits(&StepBatch { entries: vec![e] }).unwrap(), 0);
+        }
+        last
+    };
+    // Whole prefill, chunked prefill, and decode (in place and generic) of the last token.
+    let whole = run(&mut r, &[(0, 41)]);
+    let chunked = run(&mut r, &[(0, 7), (7, 30), (30, 41)]);
+    let decoded = run(&mut r, &[(0, 40), (40, 41)]);
+    r.model_mut().set_generic_decode(true);
+    let generic = run(&mut r, &[(0, 40), (40, 41)]);
+    for (name, got) in [
+        ("chunked", chunked),
+        ("decode", decoded),
+        ("generic", generic),
+    ] {
+        let d = max_diff(&got, &whole);
+        assert!(d <= 1e-5, "{name}: max |diff| {d}");
+    }
+    // The window matters: without it the last token's logits differ.
+    let mut cfg2 = cfg.clone();
+    cfg2["sliding_window"] = serde_json::Value::Null;
+    std::fs::write(&cfg_path, cfg2.to_string()).unwrap();
+    let full = run(&mut load(), &[(0, 41)]);
+    assert!(max_diff(&full, &whole) > 1e-3);
+}
