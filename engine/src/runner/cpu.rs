@@ -25,8 +25,8 @@ pub struct CpuRunnerConfig {
     pub block_size: u32,
     /// Blocks in the HBM-tier arena (the engine's `hbm_blocks`).
     pub hbm_blocks: u32,
-    /// Compute and KV dtype; `None`: f32 on the CPU, the weights' dtype elsewhere would be the
-    /// usual choice (bf16/f16 weights are converted on load).
+    /// Compute and KV dtype; `None`: f32 (the fast and exact choice on the CPU). Weights in
+    /// another dtype are converted on load.
     pub dtype: Option<DType>,
     pub device: Device,
     /// Seed of the generator for requests without a seed; `None`: from the OS.
