@@ -1,11 +1,13 @@
 //! The `superinfer-loadgen` command line.
 //!
-//! `sim` sweeps policies × offered loads against the simulated engine and writes a report.
+//! `sim` sweeps policies × offered loads against the simulated engine and writes a report;
+//! `http` sends the same workloads to an OpenAI-compatible server and writes the same report.
 //! Bad input (an unknown policy, a bad `--rps` list, a missing or invalid tenants file) exits
 //! with status 2 before anything runs; a failure while running exits with status 1.
 
 use crate::error::Error;
 use crate::report::{ReportConfig, ReportMeta, ReportWriter, RunInput, RunSummary, Summary};
+use crate::target::http::{HttpTarget, HttpTargetConfig};
 use crate::target::sim::{SimTarget, SimTargetConfig};
 use crate::target::Target;
 use crate::workload::{self, load_tenants, ArrivalSpec, LengthSpec, RequestSpec, TenantSpec};
@@ -32,6 +34,58 @@ pub struct Cli {
 pub enum Command {
     /// Sweep policies × offered loads against the simulated engine and write a report.
     Sim(SimArgs),
+    /// Send the workload at each offered load to an OpenAI-compatible server and write a
+    /// report (times measured on the client).
+    Http(HttpArgs),
+}
+
+/// Flags of `superinfer-loadgen http`.
+#[derive(Args, Clone, Debug)]
+pub struct HttpArgs {
+    /// Base URL of the server, e.g. http://127.0.0.1:8000.
+    #[arg(long)]
+    pub target: String,
+    /// TOML file of [[tenant]] tables; each tenant's `api_key` or `api_key_env` is its key.
+    #[arg(long)]
+    pub tenants: Option<PathBuf>,
+    /// Key for tenants without one (and for the single default tenant).
+    #[arg(long, env = "SUPERINFER_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Model to request; default: the first of GET /v1/models.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Lengths of the single default tenant (ignored with --tenants).
+    #[arg(long, default_value = "sharegpt")]
+    pub dataset: LengthSpec,
+    /// Comma-separated offered loads in requests/s (see `sim --help`).
+    #[arg(long, value_delimiter = ',', value_parser = parse_rps)]
+    pub rps: Vec<f64>,
+    /// Arrivals are generated for this many seconds.
+    #[arg(long, default_value_t = 60.0, value_parser = parse_positive)]
+    pub duration: f64,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Output directory (created if needed).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The policy the server runs: only the report's label (the server decides).
+    #[arg(long, default_value = "wlvf")]
+    pub policy: PolicyKind,
+    /// TTFT SLO of the single default tenant, seconds (ignored with --tenants).
+    #[arg(long, default_value_t = 5.0, value_parser = parse_positive)]
+    pub ttft_slo_s: f64,
+    /// TBT SLO of the single default tenant, seconds (ignored with --tenants).
+    #[arg(long, default_value_t = 0.1, value_parser = parse_positive)]
+    pub tbt_slo_s: f64,
+    /// After the last arrival, wait at most this long for answers.
+    #[arg(long, default_value_t = 60.0, value_parser = parse_non_negative)]
+    pub drain_s: f64,
+    /// Bootstrap resamples for the attainment confidence intervals.
+    #[arg(long, default_value_t = 1000)]
+    pub bootstrap_resamples: usize,
+    /// Do not draw a progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
 }
 
 /// Flags of `superinfer-loadgen sim`.
@@ -183,8 +237,56 @@ pub struct Sweep {
     pub duration_s: f64,
 }
 
+/// The flags that define a sweep's workload, shared by `sim` and `http`.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkloadFlags<'a> {
+    pub policies: &'a [PolicyKind],
+    pub rps: &'a [f64],
+    pub duration: f64,
+    pub seed: u64,
+    pub tenants: Option<&'a Path>,
+    pub dataset: &'a LengthSpec,
+    pub ttft_slo_s: f64,
+    pub tbt_slo_s: f64,
+}
+
+impl<'a> From<&'a SimArgs> for WorkloadFlags<'a> {
+    fn from(a: &'a SimArgs) -> Self {
+        WorkloadFlags {
+            policies: &a.policies,
+            rps: &a.rps,
+            duration: a.duration,
+            seed: a.seed,
+            tenants: a.tenants.as_deref(),
+            dataset: &a.dataset,
+            ttft_slo_s: a.ttft_slo_s,
+            tbt_slo_s: a.tbt_slo_s,
+        }
+    }
+}
+
+impl<'a> From<&'a HttpArgs> for WorkloadFlags<'a> {
+    fn from(a: &'a HttpArgs) -> Self {
+        WorkloadFlags {
+            policies: std::slice::from_ref(&a.policy),
+            rps: &a.rps,
+            duration: a.duration,
+            seed: a.seed,
+            tenants: a.tenants.as_deref(),
+            dataset: &a.dataset,
+            ttft_slo_s: a.ttft_slo_s,
+            tbt_slo_s: a.tbt_slo_s,
+        }
+    }
+}
+
 /// Checks the flags, reads the tenants file and generates every load's requests.
 pub fn prepare(args: &SimArgs) -> Result<Sweep, Error> {
+    prepare_workload(args.into())
+}
+
+/// [`prepare`] for any command's workload flags.
+pub fn prepare_workload(args: WorkloadFlags<'_>) -> Result<Sweep, Error> {
     if let Some(p) = first_duplicate(args.policies.iter()) {
         return Err(usage(format!("--policies lists '{p}' twice")));
     }
@@ -194,7 +296,7 @@ pub fn prepare(args: &SimArgs) -> Result<Sweep, Error> {
     if let Some(r) = first_duplicate(args.rps.iter().map(|r| r.to_bits())) {
         return Err(usage(format!("--rps lists {} twice", f64::from_bits(r))));
     }
-    let base = match &args.tenants {
+    let base = match args.tenants {
         Some(path) => load_tenants(path)?,
         None => {
             if args.rps.is_empty() {
@@ -217,7 +319,7 @@ pub fn prepare(args: &SimArgs) -> Result<Sweep, Error> {
     let targets = if args.rps.is_empty() {
         vec![base_rps]
     } else {
-        args.rps.clone()
+        args.rps.to_vec()
     };
     let loads = targets
         .into_iter()
@@ -239,7 +341,7 @@ pub fn prepare(args: &SimArgs) -> Result<Sweep, Error> {
         })
         .collect::<Result<Vec<_>, Error>>()?;
     Ok(Sweep {
-        policies: args.policies.clone(),
+        policies: args.policies.to_vec(),
         loads,
         duration_s: args.duration,
     })
@@ -380,37 +482,118 @@ pub fn run<I: IntoIterator<Item = OsString>>(argv: I) -> ExitCode {
             return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
         }
     };
-    let Command::Sim(args) = cli.command;
-    let sweep = match prepare(&args) {
+    let command = argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ");
+    match cli.command {
+        Command::Sim(args) => run_sim(&args, command),
+        Command::Http(args) => run_http(&args, command),
+    }
+}
+
+fn run_sim(args: &SimArgs, command: String) -> ExitCode {
+    let sweep = match prepare(args) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
-    let command = argv
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join(" ");
     let progress = !args.no_progress && std::io::stderr().is_terminal();
     let cfg = ReportConfig {
         bootstrap_resamples: args.bootstrap_resamples,
         ..ReportConfig::default()
     };
-    let result = make_sim_target(&args).and_then(|mut target| {
+    let result = make_sim_target(args).and_then(|mut target| {
         execute(
             &sweep,
             target.as_mut(),
             &args.out,
-            &meta(&args, command),
+            &meta(args, command),
             cfg,
             progress,
         )
     });
+    finish(result.map(|_| ()), &args.out)
+}
+
+fn run_http(args: &HttpArgs, command: String) -> ExitCode {
+    let sweep = match prepare_workload(args.into()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let target = HttpTarget::new(HttpTargetConfig {
+        base_url: args.target.clone(),
+        model: args.model.clone(),
+        default_api_key: args.api_key.clone(),
+        drain_s: args.drain_s,
+    });
+    let mut target = match target {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let progress = !args.no_progress && std::io::stderr().is_terminal();
+    let cfg = ReportConfig {
+        bootstrap_resamples: args.bootstrap_resamples,
+        ..ReportConfig::default()
+    };
+    let meta = http_meta(args, command);
+    let result = execute(&sweep, &mut target, &args.out, &meta, cfg, progress);
+    for (kind, n) in &target.last_failures {
+        eprintln!("last run: {n} requests failed: {kind}");
+    }
+    finish(result.map(|_| ()), &args.out)
+}
+
+fn http_meta(args: &HttpArgs, command: String) -> ReportMeta {
+    let workload = match &args.tenants {
+        Some(p) => format!("tenants from {}", p.display()),
+        None => format!(
+            "one tenant, Poisson arrivals, dataset {}, TTFT SLO {} s, TBT SLO {} s",
+            args.dataset.kind(),
+            args.ttft_slo_s,
+            args.tbt_slo_s
+        ),
+    };
+    ReportMeta {
+        command,
+        context: vec![
+            (
+                "target".into(),
+                format!(
+                    "HTTP server at {} (times measured by the client)",
+                    args.target
+                ),
+            ),
+            ("workload".into(), workload),
+            (
+                "duration".into(),
+                format!(
+                    "{} s of arrivals, then at most {} s of drain",
+                    args.duration, args.drain_s
+                ),
+            ),
+            ("seed".into(), args.seed.to_string()),
+            (
+                "policy".into(),
+                format!("{} (the server's; a label here)", args.policy),
+            ),
+        ],
+    }
+}
+
+fn finish(result: anyhow::Result<()>, out: &Path) -> ExitCode {
     match result {
-        Ok(_) => {
-            println!("wrote {}", args.out.display());
+        Ok(()) => {
+            println!("wrote {}", out.display());
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -2,7 +2,9 @@
 //! was given, in any order, with times on the run's clock (0 = start of the run).
 //!
 //! - [`sim`]: the in-process engine on a virtual clock with a simulated GPU.
+//! - [`http`]: any OpenAI-compatible server, measured from the client.
 
+pub mod http;
 pub mod sim;
 
 use crate::record::RequestRecord;

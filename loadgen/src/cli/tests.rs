@@ -8,6 +8,7 @@ fn parse(extra: &[&str]) -> Result<SimArgs, clap::Error> {
         .copied();
     Cli::try_parse_from(argv).map(|c| match c.command {
         Command::Sim(a) => a,
+        Command::Http(_) => unreachable!("the argv says sim"),
     })
 }
 
