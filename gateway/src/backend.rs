@@ -31,7 +31,8 @@ pub const ZERO_PROFILE: &str = "zero";
 /// The id `GET /v1/models` shows for the embedded model.
 pub const TINY_MODEL_ID: &str = "superinfer-tiny";
 /// Seed of the embedded model's random weights: every installation serves the same model.
-const TINY_SEED: u64 = 0;
+/// Seed of the embedded tiny model's weights (`superinfer model tiny` uses it too).
+pub const TINY_MODEL_SEED: u64 = 0;
 
 /// Where the model comes from.
 #[derive(Clone, Debug, PartialEq)]
@@ -90,9 +91,10 @@ pub fn start(source: &ModelSource, opts: &EngineOptions) -> anyhow::Result<Backe
             if !dir.join("config.json").exists() {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("cannot create {}", dir.display()))?;
-                superinfer_engine::model::tiny::write_tiny_model(dir, TINY_SEED).with_context(
-                    || format!("writing the embedded model into {}", dir.display()),
-                )?;
+                superinfer_engine::model::tiny::write_tiny_model(dir, TINY_MODEL_SEED)
+                    .with_context(|| {
+                        format!("writing the embedded model into {}", dir.display())
+                    })?;
                 tracing::info!(dir = %dir.display(), "wrote the embedded tiny model");
             }
             start_cpu(dir, TINY_MODEL_ID.into(), opts)

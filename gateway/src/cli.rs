@@ -1,7 +1,8 @@
-//! The `superinfer` command line: `serve` (the server) and `tenants …` (the tenant store,
-//! offline, while the server is stopped). Bad flags exit with status 2; a failure while
+//! The `superinfer` command line: `serve` (the server), `tenants …` (the tenant store,
+//! offline, while the server is stopped) and `model tiny` (write the embedded model). Bad flags exit with status 2; a failure while
 //! running exits with status 1.
 
+mod model;
 mod tenants;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +31,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Manage tenants in the data directory while the server is stopped.
     Tenants(tenants::TenantsArgs),
+    /// Write models: `superinfer model tiny --out DIR` writes the embedded tiny model.
+    Model(model::ModelArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -58,6 +61,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(argv: I) -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Tenants(args) => tenants::run(args),
+        Command::Model(args) => model::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
