@@ -20,13 +20,19 @@ struct Server {
 
 impl Server {
     /// Starts `superinfer serve` on a free port and waits until it listens.
-    #[allow(clippy::zombie_processes)] // `Drop for Server` kills and waits for the child.
     fn start(data_dir: &Path, profile: &str) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_superinfer"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--sim-profile", profile])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_superinfer"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--sim-profile", profile])
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--admin-token", ADMIN, "--drain-timeout-s", "20"])
+            .args(["--admin-token", ADMIN, "--drain-timeout-s", "20"]);
+        Server::spawn(cmd)
+    }
+
+    /// Spawns a prepared `superinfer serve` command and waits until it listens.
+    #[allow(clippy::zombie_processes)] // `Drop for Server` kills and waits for the child.
+    fn spawn(mut cmd: Command) -> Server {
+        let mut child = cmd
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -237,4 +243,38 @@ fn bad_flags_exit_2_and_a_locked_data_dir_is_explained() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is the server running"), "{err}");
     drop(s);
+}
+
+#[test]
+fn flags_override_the_environment_which_overrides_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file_dir, env_dir, flag_dir) = (
+        dir.path().join("file"),
+        dir.path().join("env"),
+        dir.path().join("flag"),
+    );
+    let config = dir.path().join("superinfer.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\nsim_profile = \"zero\"\ndata_dir = {:?}\n",
+            file_dir.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let run = |flag: Option<&Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_superinfer"));
+        cmd.arg("serve").arg("--config").arg(&config);
+        cmd.env("SUPERINFER_DATA_DIR", &env_dir);
+        if let Some(f) = flag {
+            cmd.arg("--data-dir").arg(f);
+        }
+        let s = Server::spawn(cmd);
+        s.sigterm();
+        assert!(s.wait().success());
+    };
+    run(None);
+    assert!(env_dir.join("tenants").exists() && !file_dir.exists());
+    run(Some(&flag_dir));
+    assert!(flag_dir.join("tenants").exists() && !file_dir.exists());
 }

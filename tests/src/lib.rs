@@ -29,6 +29,8 @@ pub struct TestOptions {
     /// embedded tiny model on the CPU runner.
     pub sim_profile: Option<String>,
     pub max_queue: Option<usize>,
+    pub hbm_blocks: Option<u32>,
+    pub dram_blocks: Option<u32>,
     pub metrics_listen: bool,
 }
 
@@ -37,6 +39,8 @@ impl Default for TestOptions {
         TestOptions {
             sim_profile: Some("zero".into()),
             max_queue: None,
+            hbm_blocks: None,
+            dram_blocks: None,
             metrics_listen: false,
         }
     }
@@ -58,6 +62,8 @@ impl TestServer {
             admin_token: Some(ADMIN_TOKEN.into()),
             sim_profile: opts.sim_profile,
             max_queue: opts.max_queue,
+            hbm_blocks: opts.hbm_blocks,
+            dram_blocks: opts.dram_blocks,
             drain_timeout_s: Some(5.0),
             ..Settings::default()
         };

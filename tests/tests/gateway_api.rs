@@ -198,6 +198,26 @@ async fn over_quota_is_429_with_retry_after_and_other_tenants_are_unaffected() {
     // The default tenant has its own bucket.
     assert_eq!(s.complete(&s.key, 1).await.0, StatusCode::OK);
 
+    // Tokens per minute: 12 tokens (4 prompt + 8 output) against 10 per minute puts the
+    // tenant 2 tokens in debt, repaid in 12 s.
+    let (_, thrifty) = s
+        .create_tenant(json!({"name": "thrifty", "quotas": {"tokens_per_min": 10}}))
+        .await;
+    let body = json!({"prompt": "a b c d", "max_tokens": 8, "ignore_eos": true});
+    assert_eq!(
+        s.post("/v1/completions", &thrifty, &body).await.status(),
+        StatusCode::OK
+    );
+    let resp = s.post("/v1/completions", &thrifty, &body).await;
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((10..=13).contains(&retry), "{retry}");
+    assert!(error_message(&resp.json().await.unwrap()).contains("10 tokens/min"));
+
     // Concurrency: one slot, held by a slow stream.
     let (_, one) = s
         .create_tenant(json!({"name": "one", "quotas": {"max_concurrent": 1}}))
@@ -374,8 +394,9 @@ async fn bad_inputs_get_the_right_4xx_and_the_server_keeps_serving() {
         ),
     ];
     for (path, body, want, needle) in cases {
-        let resp = s
-            .client
+        // A fresh client each time: the server closes a connection whose body it refused
+        // unread (413), and a pooled client could reuse it.
+        let resp = reqwest::Client::new()
             .post(s.url(path))
             .bearer_auth(&s.key)
             .header("content-type", "application/json")
@@ -495,5 +516,65 @@ async fn models_health_and_metrics() {
     ] {
         assert!(text.contains(needle), "missing {needle} in\n{text}");
     }
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_engine_queue_is_503_with_retry_after() {
+    // 8 HBM blocks (128 tokens) and no DRAM tier: a 90-token prompt takes 6 blocks, so a
+    // second one waits, and with --max-queue 1 the one after that is refused.
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: Some("h200-llama-3-8b".into()),
+        max_queue: Some(1),
+        hbm_blocks: Some(8),
+        dram_blocks: Some(0),
+        ..TestOptions::default()
+    })
+    .await;
+    let engine = s.server.state.engine.clone();
+    let long =
+        json!({"prompt": "w ".repeat(90), "max_tokens": 30, "ignore_eos": true, "stream": true});
+    let running = s.post("/v1/completions", &s.key, &long).await;
+    assert_eq!(running.status(), StatusCode::OK);
+    // Not streamed: its response (and so its place in the queue) lasts until it is served.
+    let mut queued = long.clone();
+    queued["stream"] = json!(false);
+    let waiting = tokio::spawn({
+        let (client, url, key) = (s.client.clone(), s.url("/v1/completions"), s.key.clone());
+        async move {
+            client
+                .post(url)
+                .bearer_auth(key)
+                .json(&queued)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    });
+    let start = Instant::now();
+    while engine.stats().waiting < 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?} {:?}",
+            engine.stats(),
+            waiting.is_finished()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let resp = s
+        .post(
+            "/v1/completions",
+            &s.key,
+            &json!({"prompt": "hi", "max_tokens": 1}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "overloaded");
+    assert!(error_message(&v).contains("queue is full"));
+    drop(running);
+    assert_eq!(waiting.await.unwrap(), StatusCode::OK);
     s.shutdown().await;
 }
