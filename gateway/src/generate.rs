@@ -24,6 +24,14 @@ pub enum Piece {
     Done(Outcome),
 }
 
+/// One token's log-probability with its most likely alternatives, as text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub top: Vec<(String, f32)>,
+}
+
 /// How a request ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
@@ -48,6 +56,8 @@ pub struct Generation {
     tokens: u32,
     pending_done: Option<Outcome>,
     finished: bool,
+    /// Log-probabilities of tokens not yet reported (when the request asked for them).
+    logprobs: Vec<TokenLogprob>,
     _slot: InFlight,
 }
 
@@ -74,6 +84,7 @@ impl Generation {
             tokens: 0,
             pending_done: None,
             finished: false,
+            logprobs: Vec::new(),
             _slot: slot,
         }
     }
@@ -87,8 +98,18 @@ impl Generation {
             let stream = self.stream.as_mut()?;
             let event = stream.next().await;
             match event {
-                Some(StreamEvent::Token { token, .. }) => {
+                Some(StreamEvent::Token {
+                    token, logprobs, ..
+                }) => {
                     self.on_token();
+                    if let Some(lp) = logprobs {
+                        let d = &self.decoder;
+                        self.logprobs.push(TokenLogprob {
+                            token: d.token_text(token),
+                            logprob: lp.logprob,
+                            top: lp.top.iter().map(|&(t, p)| (d.token_text(t), p)).collect(),
+                        });
+                    }
                     let piece = self.decoder.push(token);
                     let (emit, stopped) = self.stop.push(&piece);
                     if stopped {
@@ -130,6 +151,12 @@ impl Generation {
                 }
             }
         }
+    }
+
+    /// Log-probabilities of the tokens since the last call (empty unless requested). Call
+    /// after each [`Piece::Text`]: its tokens' entries are here.
+    pub fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
+        std::mem::take(&mut self.logprobs)
     }
 
     /// Tokens generated so far.

@@ -83,7 +83,12 @@ async fn generate(
         prompt_tokens,
         slot,
     );
-    let meta = ResponseMeta::new(endpoint, &state.model.id, valid.include_usage);
+    let meta = ResponseMeta::new(
+        endpoint,
+        &state.model.id,
+        valid.include_usage,
+        valid.logprobs.is_some(),
+    );
     if valid.stream {
         Ok(sse::respond(gen, meta))
     } else {
@@ -102,7 +107,9 @@ fn body_error(e: &BytesRejection, limit: usize) -> GatewayError {
 /// A non-streamed answer: the whole text in one JSON body.
 async fn collect(mut gen: Generation, meta: ResponseMeta) -> Result<Response> {
     let mut text = String::new();
+    let mut logprobs = Vec::new();
     while let Some(piece) = gen.next().await {
+        logprobs.extend(gen.take_logprobs());
         match piece {
             Piece::Text(t) => text.push_str(&t),
             Piece::Done(o) => {
@@ -110,7 +117,7 @@ async fn collect(mut gen: Generation, meta: ResponseMeta) -> Result<Response> {
                     return Err(engine_failure(err, o.completion_tokens));
                 }
                 let usage = Usage::new(o.prompt_tokens, o.completion_tokens);
-                return Ok(meta.full_body(&text, o.finish_reason, usage));
+                return Ok(meta.full_body(&text, o.finish_reason, usage, &logprobs));
             }
         }
     }

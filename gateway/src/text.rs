@@ -135,6 +135,14 @@ impl Decoder {
         }
     }
 
+    /// The text of one token alone (for log-probability reports).
+    pub fn token_text(&self, token: u32) -> String {
+        match &*self.text.inner {
+            Backend::Words => WORDS[token as usize % WORDS.len()].to_string(),
+            Backend::Model(c) => c.decode(&[token]),
+        }
+    }
+
     /// Whatever is still held back at the end of the answer.
     pub fn finish(&mut self) -> String {
         self.model.as_mut().map(|d| d.finish()).unwrap_or_default()

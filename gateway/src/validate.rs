@@ -37,7 +37,12 @@ pub struct ValidRequest {
     pub ignore_eos: bool,
     pub stream: bool,
     pub include_usage: bool,
+    /// Report each token's log-probability and this many alternatives.
+    pub logprobs: Option<u32>,
 }
+
+/// At most this many alternatives per token (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
 
 /// `max_tokens` of a completion that leaves it out (OpenAI's default).
 pub const DEFAULT_COMPLETION_TOKENS: u32 = 16;
@@ -95,7 +100,9 @@ pub fn validate(
         }
     }
     unsupported(&body, endpoint)?;
-    let sampling = sampling(&body)?;
+    let logprobs = logprobs(&body, endpoint)?;
+    let mut sampling = sampling(&body)?;
+    sampling.logprobs = logprobs;
     let stop = stop_strings(body.stop)?;
     let prompt = match endpoint {
         Endpoint::Completions => prompt_tokens(body.prompt, text)?,
@@ -173,7 +180,48 @@ pub fn validate(
         ignore_eos: body.ignore_eos.unwrap_or(false),
         stream,
         include_usage,
+        logprobs,
     })
+}
+
+/// Completions: `logprobs` is the number of alternatives (0..=20). Chat: `logprobs: true`
+/// with `top_logprobs` alternatives (0..=20).
+fn logprobs(body: &Body, endpoint: Endpoint) -> Result<Option<u32>> {
+    use serde_json::Value;
+    let top = |field: &str, n: Option<u64>| match n {
+        Some(n) if n <= u64::from(MAX_TOP_LOGPROBS) => Ok(n as u32),
+        _ => Err(GatewayError::invalid(
+            field,
+            format!("`{field}` must be a whole number from 0 to {MAX_TOP_LOGPROBS}"),
+        )),
+    };
+    match endpoint {
+        Endpoint::Completions => match &body.logprobs {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(None),
+            Some(Value::Number(n)) => top("logprobs", n.as_u64()).map(Some),
+            Some(_) => top("logprobs", None).map(Some),
+        },
+        Endpoint::Chat => {
+            let on = match &body.logprobs {
+                None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+                Some(Value::Bool(true)) => true,
+                Some(_) => {
+                    return Err(GatewayError::invalid(
+                        "logprobs",
+                        "`logprobs` is true or false in chat completions",
+                    ))
+                }
+            };
+            match (on, body.top_logprobs) {
+                (false, Some(_)) => Err(GatewayError::invalid(
+                    "top_logprobs",
+                    "`top_logprobs` needs \"logprobs\": true",
+                )),
+                (false, None) => Ok(None),
+                (true, n) => top("top_logprobs", Some(u64::from(n.unwrap_or(0)))).map(Some),
+            }
+        }
+    }
 }
 
 fn prompt_field(endpoint: Endpoint) -> &'static str {
@@ -220,14 +268,6 @@ fn unsupported(body: &Body, endpoint: Endpoint) -> Result<()> {
     }
     if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return refuse("suffix", "`suffix` is not supported");
-    }
-    let logprobs = match &body.logprobs {
-        None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(false)) => false,
-        Some(serde_json::Value::Number(n)) => n.as_u64() != Some(0),
-        Some(_) => true,
-    };
-    if logprobs {
-        return refuse("logprobs", "`logprobs` is not supported; leave it out");
     }
     if body.tools.as_ref().is_some_and(|t| !t.is_empty()) {
         return refuse("tools", "tool calling is not supported; leave `tools` out");

@@ -37,8 +37,10 @@ pub struct Body {
     pub best_of: Option<u32>,
     pub echo: Option<bool>,
     pub suffix: Option<String>,
-    /// Completions: a number of top log-probabilities; chat: a bool. Unsupported either way.
+    /// Completions: the number of alternatives per token; chat: a bool.
     pub logprobs: Option<serde_json::Value>,
+    /// Chat: alternatives per token with `logprobs: true`.
+    pub top_logprobs: Option<u32>,
     pub tools: Option<Vec<serde_json::Value>>,
     pub user: Option<String>,
     /// Ignored (DESIGN.md: a client cannot raise its own priority).

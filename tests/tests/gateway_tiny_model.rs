@@ -70,3 +70,73 @@ async fn the_embedded_model_serves_chat_and_completions() {
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_probabilities_come_back_per_token() {
+    let s = tiny().await;
+    let body =
+        json!({"prompt": "And God said", "max_tokens": 5, "ignore_eos": true, "logprobs": 2});
+    let v: Value = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let lp = &v["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 5, "{v}");
+    assert_eq!(lp["text_offset"][0], 0);
+    for (p, top) in lp["token_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(lp["top_logprobs"].as_array().unwrap())
+    {
+        assert!(p.as_f64().unwrap() <= 0.0, "{v}");
+        assert_eq!(
+            top.as_object().unwrap().len().min(2),
+            top.as_object().unwrap().len()
+        );
+    }
+    let joined: String = lp["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(joined, v["choices"][0]["text"].as_str().unwrap());
+
+    let body = json!({
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "ignore_eos": true,
+        "stream": true, "logprobs": true, "top_logprobs": 1,
+    });
+    let text = s
+        .post("/v1/chat/completions", &s.key, &body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let tokens: usize = sse_events(&text)
+        .iter()
+        .filter(|e| e.as_str() != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|c| {
+            c["choices"][0]["logprobs"]["content"]
+                .as_array()
+                .map(Vec::len)
+        })
+        .sum();
+    assert_eq!(tokens, 4, "{text}");
+    // Without the flag: `logprobs` is null.
+    let v: Value = s
+        .post(
+            "/v1/completions",
+            &s.key,
+            &json!({"prompt": "x", "max_tokens": 1}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(v["choices"][0]["logprobs"].is_null(), "{v}");
+    s.shutdown().await;
+}

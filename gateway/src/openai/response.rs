@@ -4,8 +4,11 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
+use serde_json::{json, Value};
+use std::cell::Cell;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::generate::TokenLogprob;
 use crate::validate::Endpoint;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -33,6 +36,10 @@ pub struct ResponseMeta {
     pub created: u64,
     pub model: String,
     pub include_usage: bool,
+    /// The request asked for log-probabilities.
+    pub logprobs: bool,
+    /// Characters of completion text reported so far (`text_offset` of completions).
+    offset: Cell<usize>,
 }
 
 #[derive(Serialize)]
@@ -49,7 +56,7 @@ struct Full<'a, C> {
 struct TextChoice<'a> {
     index: u32,
     text: &'a str,
-    logprobs: Option<()>,
+    logprobs: Option<Value>,
     finish_reason: Option<&'a str>,
 }
 
@@ -57,7 +64,7 @@ struct TextChoice<'a> {
 struct ChatChoice<'a> {
     index: u32,
     message: ChatMessageOut<'a>,
-    logprobs: Option<()>,
+    logprobs: Option<Value>,
     finish_reason: &'a str,
 }
 
@@ -82,7 +89,7 @@ struct Chunk<'a, C> {
 struct DeltaChoice<'a> {
     index: u32,
     delta: Delta<'a>,
-    logprobs: Option<()>,
+    logprobs: Option<Value>,
     finish_reason: Option<&'a str>,
 }
 
@@ -98,13 +105,19 @@ struct Delta<'a> {
 /// the usage-only chunk.
 pub enum ChunkKind<'a> {
     Open,
-    Text(&'a str),
+    /// Text and the log-probabilities of its tokens (empty unless requested).
+    Text(&'a str, &'a [TokenLogprob]),
     Finish(&'a str),
     Usage(Usage),
 }
 
 impl ResponseMeta {
-    pub fn new(endpoint: Endpoint, model: &str, include_usage: bool) -> ResponseMeta {
+    pub fn new(
+        endpoint: Endpoint,
+        model: &str,
+        include_usage: bool,
+        logprobs: bool,
+    ) -> ResponseMeta {
         let prefix = match endpoint {
             Endpoint::Completions => "cmpl",
             Endpoint::Chat => "chatcmpl",
@@ -117,11 +130,53 @@ impl ResponseMeta {
                 .map_or(0, |d| d.as_secs()),
             model: model.to_string(),
             include_usage,
+            logprobs,
+            offset: Cell::new(0),
         }
     }
 
-    /// The non-streamed body.
-    pub fn full_body(&self, text: &str, finish_reason: &str, usage: Usage) -> Response {
+    /// The `logprobs` value of a choice: `null` unless requested.
+    fn logprobs_value(&self, entries: &[TokenLogprob]) -> Option<Value> {
+        if !self.logprobs {
+            return None;
+        }
+        Some(match self.endpoint {
+            Endpoint::Completions => {
+                let mut offsets = Vec::with_capacity(entries.len());
+                for e in entries {
+                    offsets.push(self.offset.get());
+                    self.offset.set(self.offset.get() + e.token.chars().count());
+                }
+                json!({
+                    "tokens": entries.iter().map(|e| &e.token).collect::<Vec<_>>(),
+                    "token_logprobs": entries.iter().map(|e| e.logprob).collect::<Vec<_>>(),
+                    "top_logprobs": entries.iter().map(|e| {
+                        e.top.iter().map(|(t, p)| (t.clone(), json!(p))).collect::<serde_json::Map<_, _>>()
+                    }).collect::<Vec<_>>(),
+                    "text_offset": offsets,
+                })
+            }
+            Endpoint::Chat => {
+                let item =
+                    |t: &str, p: f32| json!({"token": t, "logprob": p, "bytes": t.as_bytes()});
+                json!({"content": entries.iter().map(|e| {
+                    let mut v = item(&e.token, e.logprob);
+                    v["top_logprobs"] = e.top.iter().map(|(t, p)| item(t, *p)).collect();
+                    v
+                }).collect::<Vec<_>>()})
+            }
+        })
+    }
+
+    /// The non-streamed body; `logprobs` holds every token's entry when requested.
+    pub fn full_body(
+        &self,
+        text: &str,
+        finish_reason: &str,
+        usage: Usage,
+        logprobs: &[TokenLogprob],
+    ) -> Response {
+        let logprobs = self.logprobs_value(logprobs);
         let bytes = match self.endpoint {
             Endpoint::Completions => serde_json::to_vec(&Full {
                 id: &self.id,
@@ -131,7 +186,7 @@ impl ResponseMeta {
                 choices: [TextChoice {
                     index: 0,
                     text,
-                    logprobs: None,
+                    logprobs,
                     finish_reason: Some(finish_reason),
                 }],
                 usage,
@@ -147,7 +202,7 @@ impl ResponseMeta {
                         role: "assistant",
                         content: text,
                     },
-                    logprobs: None,
+                    logprobs,
                     finish_reason,
                 }],
                 usage,
@@ -167,8 +222,10 @@ impl ResponseMeta {
             Endpoint::Completions => {
                 let (choices, usage) = match kind {
                     ChunkKind::Open => (vec![], None),
-                    ChunkKind::Text(t) => (vec![text_choice(t, None)], None),
-                    ChunkKind::Finish(r) => (vec![text_choice("", Some(r))], None),
+                    ChunkKind::Text(t, lp) => {
+                        (vec![text_choice(t, self.logprobs_value(lp), None)], None)
+                    }
+                    ChunkKind::Finish(r) => (vec![text_choice("", None, Some(r))], None),
                     ChunkKind::Usage(u) => (vec![], Some(u)),
                 };
                 serde_json::to_vec(&self.wrap("text_completion", choices, usage))
@@ -185,16 +242,15 @@ impl ResponseMeta {
                         )],
                         None,
                     ),
-                    ChunkKind::Text(t) => (
-                        vec![delta(
-                            Delta {
-                                role: None,
-                                content: Some(t),
-                            },
-                            None,
-                        )],
-                        None,
-                    ),
+                    ChunkKind::Text(t, lp) => {
+                        let content = Delta {
+                            role: None,
+                            content: Some(t),
+                        };
+                        let mut d = delta(content, None);
+                        d.logprobs = self.logprobs_value(lp);
+                        (vec![d], None)
+                    }
                     ChunkKind::Finish(r) => (vec![delta(Delta::default(), Some(r))], None),
                     ChunkKind::Usage(u) => (vec![], Some(u)),
                 };
@@ -221,11 +277,15 @@ impl ResponseMeta {
     }
 }
 
-fn text_choice<'a>(text: &'a str, finish_reason: Option<&'a str>) -> TextChoice<'a> {
+fn text_choice<'a>(
+    text: &'a str,
+    logprobs: Option<Value>,
+    finish_reason: Option<&'a str>,
+) -> TextChoice<'a> {
     TextChoice {
         index: 0,
         text,
-        logprobs: None,
+        logprobs,
         finish_reason,
     }
 }

@@ -35,7 +35,8 @@ pub fn respond(gen: Generation, meta: ResponseMeta) -> Response {
             }
             State::Running(mut gen) => match gen.next().await {
                 Some(Piece::Text(t)) => {
-                    let b = meta.chunk(ChunkKind::Text(&t));
+                    let lp = gen.take_logprobs();
+                    let b = meta.chunk(ChunkKind::Text(&t, &lp));
                     Some((Ok(b), (State::Running(gen), meta)))
                 }
                 Some(Piece::Done(o)) => {

@@ -153,7 +153,7 @@ fn unsupported_features_are_refused_by_name() {
     for (field, body) in [
         ("n", r#"{"prompt":"a","n":2}"#),
         ("echo", r#"{"prompt":"a","echo":true}"#),
-        ("logprobs", r#"{"prompt":"a","logprobs":3}"#),
+        ("logprobs", r#"{"prompt":"a","logprobs":21}"#),
         ("stop", r#"{"prompt":"a","stop":["1","2","3","4","5"]}"#),
         (
             "stream_options",
@@ -166,4 +166,27 @@ fn unsupported_features_are_refused_by_name() {
             "{body}"
         );
     }
+}
+
+#[test]
+fn logprobs_are_counts_for_completions_and_flags_for_chat() {
+    let v = check(Endpoint::Completions, r#"{"prompt":"a","logprobs":3}"#).unwrap();
+    assert_eq!((v.logprobs, v.sampling.logprobs), (Some(3), Some(3)));
+    let v = check(Endpoint::Completions, r#"{"prompt":"a","logprobs":null}"#).unwrap();
+    assert_eq!(v.logprobs, None);
+    let chat = |extra: &str| {
+        check(
+            Endpoint::Chat,
+            &format!(r#"{{"messages":[{{"role":"user","content":"x"}}]{extra}}}"#),
+        )
+    };
+    assert_eq!(
+        chat(r#","logprobs":true,"top_logprobs":2"#)
+            .unwrap()
+            .logprobs,
+        Some(2)
+    );
+    assert_eq!(chat(r#","logprobs":true"#).unwrap().logprobs, Some(0));
+    assert_eq!(param_of(chat(r#","top_logprobs":2"#)), "top_logprobs");
+    assert_eq!(param_of(chat(r#","logprobs":3"#)), "logprobs");
 }
