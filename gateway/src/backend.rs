@@ -30,8 +30,8 @@ pub const ZERO_PROFILE: &str = "zero";
 
 /// The id `GET /v1/models` shows for the embedded model.
 pub const TINY_MODEL_ID: &str = "superinfer-tiny";
-/// Seed of the embedded model's random weights: every installation serves the same model.
-/// Seed of the embedded tiny model's weights (`superinfer model tiny` uses it too).
+/// Seed of the embedded tiny model's weights: every installation serves the same model
+/// (`superinfer model tiny` uses it too).
 pub const TINY_MODEL_SEED: u64 = 0;
 
 /// Where the model comes from.
@@ -89,17 +89,33 @@ pub fn start(source: &ModelSource, opts: &EngineOptions) -> anyhow::Result<Backe
         ModelSource::Dir(dir) => start_cpu(dir, model_id(dir), opts),
         ModelSource::Tiny(dir) => {
             if !dir.join("config.json").exists() {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("cannot create {}", dir.display()))?;
-                superinfer_engine::model::tiny::write_tiny_model(dir, TINY_MODEL_SEED)
-                    .with_context(|| {
-                        format!("writing the embedded model into {}", dir.display())
-                    })?;
-                tracing::info!(dir = %dir.display(), "wrote the embedded tiny model");
+                write_tiny(dir)?;
             }
             start_cpu(dir, TINY_MODEL_ID.into(), opts)
         }
     }
+}
+
+/// Writes the embedded model into a sibling folder and renames it into place, so a crash
+/// while writing never leaves a half-written model that a later start would try to load.
+fn write_tiny(dir: &Path) -> anyhow::Result<()> {
+    let partial = dir.with_extension("partial");
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial)
+            .with_context(|| format!("cannot remove {}", partial.display()))?;
+    }
+    std::fs::create_dir_all(&partial)
+        .with_context(|| format!("cannot create {}", partial.display()))?;
+    superinfer_engine::model::tiny::write_tiny_model(&partial, TINY_MODEL_SEED)
+        .with_context(|| format!("writing the embedded model into {}", partial.display()))?;
+    if dir.exists() {
+        // No config.json: an incomplete copy from an older layout.
+        std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
+    }
+    std::fs::rename(&partial, dir)
+        .with_context(|| format!("cannot move the model into {}", dir.display()))?;
+    tracing::info!(dir = %dir.display(), "wrote the embedded tiny model");
+    Ok(())
 }
 
 /// A model directory's id: its folder name.
