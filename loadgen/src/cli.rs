@@ -7,7 +7,6 @@
 
 use crate::error::Error;
 use crate::report::{ReportConfig, ReportMeta, ReportWriter, RunInput, RunSummary, Summary};
-use crate::target::http::{HttpTarget, HttpTargetConfig};
 use crate::target::sim::{SimTarget, SimTargetConfig};
 use crate::target::Target;
 use crate::workload::{self, load_tenants, ArrivalSpec, LengthSpec, RequestSpec, TenantSpec};
@@ -18,6 +17,11 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use superinfer_policies::{PolicyKind, VltConfig, WlvfConfig};
+
+mod http;
+
+use http::run_http;
+pub use http::HttpArgs;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -37,55 +41,6 @@ pub enum Command {
     /// Send the workload at each offered load to an OpenAI-compatible server and write a
     /// report (times measured on the client).
     Http(HttpArgs),
-}
-
-/// Flags of `superinfer-loadgen http`.
-#[derive(Args, Clone, Debug)]
-pub struct HttpArgs {
-    /// Base URL of the server, e.g. http://127.0.0.1:8000.
-    #[arg(long)]
-    pub target: String,
-    /// TOML file of [[tenant]] tables; each tenant's `api_key` or `api_key_env` is its key.
-    #[arg(long)]
-    pub tenants: Option<PathBuf>,
-    /// Key for tenants without one (and for the single default tenant).
-    #[arg(long, env = "SUPERINFER_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
-    /// Model to request; default: the first of GET /v1/models.
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Lengths of the single default tenant (ignored with --tenants).
-    #[arg(long, default_value = "sharegpt")]
-    pub dataset: LengthSpec,
-    /// Comma-separated offered loads in requests/s (see `sim --help`).
-    #[arg(long, value_delimiter = ',', value_parser = parse_rps)]
-    pub rps: Vec<f64>,
-    /// Arrivals are generated for this many seconds.
-    #[arg(long, default_value_t = 60.0, value_parser = parse_positive)]
-    pub duration: f64,
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
-    /// Output directory (created if needed).
-    #[arg(long)]
-    pub out: PathBuf,
-    /// The policy the server runs: only the report's label (the server decides).
-    #[arg(long, default_value = "wlvf")]
-    pub policy: PolicyKind,
-    /// TTFT SLO of the single default tenant, seconds (ignored with --tenants).
-    #[arg(long, default_value_t = 5.0, value_parser = parse_positive)]
-    pub ttft_slo_s: f64,
-    /// TBT SLO of the single default tenant, seconds (ignored with --tenants).
-    #[arg(long, default_value_t = 0.1, value_parser = parse_positive)]
-    pub tbt_slo_s: f64,
-    /// After the last arrival, wait at most this long for answers.
-    #[arg(long, default_value_t = 60.0, value_parser = parse_non_negative)]
-    pub drain_s: f64,
-    /// Bootstrap resamples for the attainment confidence intervals.
-    #[arg(long, default_value_t = 1000)]
-    pub bootstrap_resamples: usize,
-    /// Do not draw a progress bar.
-    #[arg(long)]
-    pub no_progress: bool,
 }
 
 /// Flags of `superinfer-loadgen sim`.
@@ -164,7 +119,7 @@ pub struct SimArgs {
     pub no_progress: bool,
 }
 
-fn parse_positive(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_positive(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         Ok(v) => Err(format!("must be positive and finite, got {v}")),
@@ -172,7 +127,7 @@ fn parse_positive(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_non_negative(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_non_negative(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         Ok(v) => Err(format!("must be >= 0 and finite, got {v}")),
@@ -187,7 +142,7 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_rps(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_rps(s: &str) -> Result<f64, String> {
     parse_positive(s)
         .map_err(|e| format!("offered load {e} (use a comma-separated list like 5,10,15)"))
 }
@@ -254,21 +209,6 @@ impl<'a> From<&'a SimArgs> for WorkloadFlags<'a> {
     fn from(a: &'a SimArgs) -> Self {
         WorkloadFlags {
             policies: &a.policies,
-            rps: &a.rps,
-            duration: a.duration,
-            seed: a.seed,
-            tenants: a.tenants.as_deref(),
-            dataset: &a.dataset,
-            ttft_slo_s: a.ttft_slo_s,
-            tbt_slo_s: a.tbt_slo_s,
-        }
-    }
-}
-
-impl<'a> From<&'a HttpArgs> for WorkloadFlags<'a> {
-    fn from(a: &'a HttpArgs) -> Self {
-        WorkloadFlags {
-            policies: std::slice::from_ref(&a.policy),
             rps: &a.rps,
             duration: a.duration,
             seed: a.seed,
@@ -519,78 +459,7 @@ fn run_sim(args: &SimArgs, command: String) -> ExitCode {
     finish(result.map(|_| ()), &args.out)
 }
 
-fn run_http(args: &HttpArgs, command: String) -> ExitCode {
-    let sweep = match prepare_workload(args.into()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let target = HttpTarget::new(HttpTargetConfig {
-        base_url: args.target.clone(),
-        model: args.model.clone(),
-        default_api_key: args.api_key.clone(),
-        drain_s: args.drain_s,
-    });
-    let mut target = match target {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return ExitCode::from(2);
-        }
-    };
-    let progress = !args.no_progress && std::io::stderr().is_terminal();
-    let cfg = ReportConfig {
-        bootstrap_resamples: args.bootstrap_resamples,
-        ..ReportConfig::default()
-    };
-    let meta = http_meta(args, command);
-    let result = execute(&sweep, &mut target, &args.out, &meta, cfg, progress);
-    for (kind, n) in &target.last_failures {
-        eprintln!("last run: {n} requests failed: {kind}");
-    }
-    finish(result.map(|_| ()), &args.out)
-}
-
-fn http_meta(args: &HttpArgs, command: String) -> ReportMeta {
-    let workload = match &args.tenants {
-        Some(p) => format!("tenants from {}", p.display()),
-        None => format!(
-            "one tenant, Poisson arrivals, dataset {}, TTFT SLO {} s, TBT SLO {} s",
-            args.dataset.kind(),
-            args.ttft_slo_s,
-            args.tbt_slo_s
-        ),
-    };
-    ReportMeta {
-        command,
-        context: vec![
-            (
-                "target".into(),
-                format!(
-                    "HTTP server at {} (times measured by the client)",
-                    args.target
-                ),
-            ),
-            ("workload".into(), workload),
-            (
-                "duration".into(),
-                format!(
-                    "{} s of arrivals, then at most {} s of drain",
-                    args.duration, args.drain_s
-                ),
-            ),
-            ("seed".into(), args.seed.to_string()),
-            (
-                "policy".into(),
-                format!("{} (the server's; a label here)", args.policy),
-            ),
-        ],
-    }
-}
-
-fn finish(result: anyhow::Result<()>, out: &Path) -> ExitCode {
+pub(crate) fn finish(result: anyhow::Result<()>, out: &Path) -> ExitCode {
     match result {
         Ok(()) => {
             println!("wrote {}", out.display());
