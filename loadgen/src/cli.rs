@@ -422,11 +422,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(argv: I) -> ExitCode {
             return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
         }
     };
-    let command = argv
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let command = command_line(&argv);
     match cli.command {
         Command::Sim(args) => run_sim(&args, command),
         Command::Http(args) => run_http(&args, command),
@@ -457,6 +453,22 @@ fn run_sim(args: &SimArgs, command: String) -> ExitCode {
         )
     });
     finish(result.map(|_| ()), &args.out)
+}
+
+/// The command line as the report shows it, with secrets (the value of `--api-key`) redacted.
+pub fn command_line(argv: &[OsString]) -> String {
+    let mut out: Vec<String> = Vec::with_capacity(argv.len());
+    for a in argv {
+        let a = a.to_string_lossy();
+        if out.last().is_some_and(|prev| prev == "--api-key") {
+            out.push("<redacted>".into());
+        } else if a.starts_with("--api-key=") {
+            out.push("--api-key=<redacted>".into());
+        } else {
+            out.push(a.into_owned());
+        }
+    }
+    out.join(" ")
 }
 
 pub(crate) fn finish(result: anyhow::Result<()>, out: &Path) -> ExitCode {

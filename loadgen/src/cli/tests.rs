@@ -298,3 +298,28 @@ fn a_target_that_loses_requests_fails_the_sweep() {
     .unwrap_err();
     assert!(e.to_string().contains("records for"), "{e}");
 }
+
+#[test]
+fn api_keys_never_reach_the_report() {
+    let argv: Vec<OsString> = [
+        "superinfer-loadgen",
+        "http",
+        "--api-key",
+        "sk-si-secret",
+        "--api-key=sk-si-other",
+        "--out",
+        "x",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    let line = command_line(&argv);
+    assert!(
+        !line.contains("secret") && !line.contains("other"),
+        "{line}"
+    );
+    assert!(
+        line.contains("--api-key <redacted>") && line.contains("--out x"),
+        "{line}"
+    );
+}
