@@ -114,14 +114,21 @@ impl Wlvf {
         self.iterations.iter().copied().fold(0.0, f64::max)
     }
 
-    fn key(&self, r: &ReqView, now: f64, tier_of_tenant: &BTreeMap<TenantId, i32>) -> Key {
+    /// `lead`: how long before the wait cap a request is promoted (two recent iterations).
+    fn key(
+        &self,
+        r: &ReqView,
+        now: f64,
+        lead: f64,
+        tier_of_tenant: &BTreeMap<TenantId, i32>,
+    ) -> Key {
         let vlt = self.cfg.vlt.vlt(r, now);
         if r.phase != Phase::Running {
             if let Some(cap) = self.cfg.max_wait_s {
                 // Promoted two (long) iterations early: one for the restore copy, one for the
                 // step that produces its next token, so that the token lands by the cap.
                 let waited = now - r.since();
-                if waited + 2.0 * self.longest_iteration() >= cap {
+                if waited + lead >= cap {
                     return Key::new(TIER_OVERDUE, waited);
                 }
             }
@@ -155,7 +162,11 @@ impl Policy for Wlvf {
                 (id, if fair { TIER_FAIR } else { TIER_AHEAD })
             })
             .collect();
-        let keys: Vec<Key> = view.iter().map(|r| self.key(r, now, &tiers)).collect();
+        let lead = 2.0 * self.longest_iteration();
+        let keys: Vec<Key> = view
+            .iter()
+            .map(|r| self.key(r, now, lead, &tiers))
+            .collect();
         let rules = Rules {
             max_consecutive_rotations: self.cfg.max_consecutive_rotations,
             ..crate::lvf::Lvf::RULES
