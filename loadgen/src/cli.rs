@@ -429,6 +429,20 @@ pub fn run<I: IntoIterator<Item = OsString>>(argv: I) -> ExitCode {
     }
 }
 
+/// Whether to draw a progress bar (asked for, and stderr is a terminal) and the statistics
+/// settings, as both subcommands read them from their flags.
+pub(crate) fn report_settings(
+    no_progress: bool,
+    bootstrap_resamples: usize,
+) -> (bool, ReportConfig) {
+    let progress = !no_progress && std::io::stderr().is_terminal();
+    let cfg = ReportConfig {
+        bootstrap_resamples,
+        ..ReportConfig::default()
+    };
+    (progress, cfg)
+}
+
 fn run_sim(args: &SimArgs, command: String) -> ExitCode {
     let sweep = match prepare(args) {
         Ok(s) => s,
@@ -437,11 +451,7 @@ fn run_sim(args: &SimArgs, command: String) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let progress = !args.no_progress && std::io::stderr().is_terminal();
-    let cfg = ReportConfig {
-        bootstrap_resamples: args.bootstrap_resamples,
-        ..ReportConfig::default()
-    };
+    let (progress, cfg) = report_settings(args.no_progress, args.bootstrap_resamples);
     let result = make_sim_target(args).and_then(|mut target| {
         execute(
             &sweep,

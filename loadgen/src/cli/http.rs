@@ -2,13 +2,13 @@
 //! ([`crate::target::http`]).
 
 use super::{
-    execute, finish, parse_non_negative, parse_positive, parse_rps, prepare_workload, WorkloadFlags,
+    execute, finish, parse_non_negative, parse_positive, parse_rps, prepare_workload,
+    report_settings, WorkloadFlags,
 };
-use crate::report::{ReportConfig, ReportMeta};
+use crate::report::ReportMeta;
 use crate::target::http::{HttpTarget, HttpTargetConfig};
 use crate::workload::LengthSpec;
 use clap::Args;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use superinfer_policies::PolicyKind;
@@ -98,11 +98,7 @@ pub(super) fn run_http(args: &HttpArgs, command: String) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let progress = !args.no_progress && std::io::stderr().is_terminal();
-    let cfg = ReportConfig {
-        bootstrap_resamples: args.bootstrap_resamples,
-        ..ReportConfig::default()
-    };
+    let (progress, cfg) = report_settings(args.no_progress, args.bootstrap_resamples);
     let meta = http_meta(args, command);
     let result = execute(&sweep, &mut target, &args.out, &meta, cfg, progress);
     for (kind, n) in &target.last_failures {
