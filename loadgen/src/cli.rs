@@ -2,8 +2,9 @@
 //!
 //! `sim` sweeps policies × offered loads against the simulated engine and writes a report;
 //! `http` sends the same workloads to an OpenAI-compatible server and writes the same report.
-//! Bad input (an unknown policy, a bad `--rps` list, a missing or invalid tenants file) exits
-//! with status 2 before anything runs; a failure while running exits with status 1.
+//! Bad input (an unknown policy, a bad `--rps` list, a missing or invalid tenants file, an
+//! unknown profile or KV tiers that do not fit) exits with status 2 before anything runs; a
+//! failure while running exits with status 1.
 
 use crate::error::Error;
 use crate::report::{ReportConfig, ReportMeta, ReportWriter, RunInput, RunSummary, Summary};
@@ -98,15 +99,29 @@ pub struct SimArgs {
     /// Weighted LVF: fairness band in tokens per unit of normalized weight.
     #[arg(long, default_value_t = WlvfConfig::default().fairness_quantum_tokens, value_parser = parse_positive)]
     pub fairness_quantum: f64,
-    /// Host DRAM tier size, GiB.
+    /// Host DRAM tier size in GiB (2^30 bytes).
     #[arg(long, default_value_t = 400.0, value_parser = parse_non_negative)]
     pub dram_gib: f64,
-    /// Share of HBM the engine may use, in (0, 1].
+    /// Host DRAM tier size in GB (10^9 bytes), instead of --dram-gib (alias --dram-kv-gb,
+    /// as `superinfer serve` spells it).
+    #[arg(long, visible_alias = "dram-kv-gb", value_parser = parse_non_negative, conflicts_with = "dram_gib")]
+    pub dram_gb: Option<f64>,
+    /// Share of HBM the engine may use (weights + KV + activation reserve), in (0, 1].
     #[arg(long, default_value_t = 0.9, value_parser = parse_fraction)]
     pub gpu_memory_utilization: f64,
-    /// Token budget per iteration (decode tokens plus prefill chunks).
+    /// HBM KV tier size in GB (10^9 bytes), instead of what HBM × --gpu-memory-utilization
+    /// leaves after the weights and the activation reserve. Must hold one KV block and fit in
+    /// HBM next to the weights.
+    #[arg(long, value_parser = parse_positive, conflicts_with = "gpu_memory_utilization")]
+    pub hbm_kv_gb: Option<f64>,
+    /// Token budget per iteration (decode tokens plus prefill chunks); `superinfer serve`
+    /// uses 2048.
     #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_batched_tokens: u32,
+    /// At most this many requests resident in HBM (running or restoring) at once;
+    /// `superinfer serve` uses 256.
+    #[arg(long, default_value_t = SimTargetConfig::default().max_num_seqs, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_num_seqs: u32,
     /// After the last arrival, keep serving at most this long; requests not served by then
     /// count as misses.
     #[arg(long, default_value_t = SimTargetConfig::default().drain_s, value_parser = parse_non_negative)]
@@ -161,18 +176,25 @@ pub fn wlvf_config(args: &SimArgs) -> WlvfConfig {
     }
 }
 
-/// The simulated engine configured from the flags.
-pub fn make_sim_target(args: &SimArgs) -> anyhow::Result<Box<dyn Target>> {
-    let cfg = SimTargetConfig {
+/// The simulated node's settings from the flags.
+pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
+    SimTargetConfig {
         profile: args.profile.clone(),
         b_xfer: args.b_xfer,
         dram_gib: args.dram_gib,
+        dram_gb: args.dram_gb,
         gpu_memory_utilization: args.gpu_memory_utilization,
+        hbm_kv_gb: args.hbm_kv_gb,
         max_batched_tokens: args.max_batched_tokens,
+        max_num_seqs: args.max_num_seqs,
         policy: wlvf_config(args),
         drain_s: args.drain_s,
-    };
-    Ok(Box::new(SimTarget::new(cfg)?))
+    }
+}
+
+/// The simulated engine configured from the flags.
+pub fn make_sim_target(args: &SimArgs) -> anyhow::Result<Box<dyn Target>> {
+    Ok(Box::new(SimTarget::new(sim_target_config(args))?))
 }
 
 /// One offered load: the tenants at that load and the requests they send.
@@ -373,7 +395,7 @@ fn one_line(r: &RunSummary) -> String {
     )
 }
 
-fn meta(args: &SimArgs, command: String) -> ReportMeta {
+fn meta(args: &SimArgs, target: &SimTarget, command: String) -> ReportMeta {
     let workload = match &args.tenants {
         Some(p) => format!("tenants from {}", p.display()),
         None => format!(
@@ -383,6 +405,7 @@ fn meta(args: &SimArgs, command: String) -> ReportMeta {
             args.tbt_slo_s
         ),
     };
+    let e = target.engine_config();
     let b_xfer = args
         .b_xfer
         .map_or("profile default".to_string(), |b| b.to_string());
@@ -403,8 +426,38 @@ fn meta(args: &SimArgs, command: String) -> ReportMeta {
             ),
             ("seed".into(), args.seed.to_string()),
             ("B_xfer".into(), b_xfer),
+            ("KV tiers".into(), kv_tiers(args, target)),
+            (
+                "batching".into(),
+                format!(
+                    "max batched tokens {}, max num seqs {}, block size {}",
+                    e.max_batched_tokens, e.max_num_seqs, e.block_size
+                ),
+            ),
         ],
     }
+}
+
+/// The tier sizes in blocks and bytes, and where each came from.
+fn kv_tiers(args: &SimArgs, target: &SimTarget) -> String {
+    let e = target.engine_config();
+    let gb = |blocks: u32| f64::from(blocks) * target.block_bytes() as f64 / 1e9;
+    let hbm_from = match args.hbm_kv_gb {
+        Some(x) => format!("--hbm-kv-gb {x}"),
+        None => format!("--gpu-memory-utilization {}", args.gpu_memory_utilization),
+    };
+    let dram_from = match args.dram_gb {
+        Some(x) => format!("--dram-gb {x}"),
+        None => format!("--dram-gib {}", args.dram_gib),
+    };
+    format!(
+        "HBM {} blocks = {:.3} GB ({hbm_from}), DRAM {} blocks = {:.3} GB ({dram_from}), {} bytes per block",
+        e.hbm_blocks,
+        gb(e.hbm_blocks),
+        e.dram_blocks,
+        gb(e.dram_blocks),
+        target.block_bytes()
+    )
 }
 
 /// Entry point of the binary.
@@ -451,17 +504,17 @@ fn run_sim(args: &SimArgs, command: String) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // An unknown profile or KV tiers that do not fit are bad input too.
+    let mut target = match SimTarget::new(sim_target_config(args)) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     let (progress, cfg) = report_settings(args.no_progress, args.bootstrap_resamples);
-    let result = make_sim_target(args).and_then(|mut target| {
-        execute(
-            &sweep,
-            target.as_mut(),
-            &args.out,
-            &meta(args, command),
-            cfg,
-            progress,
-        )
-    });
+    let meta = meta(args, &target, command);
+    let result = execute(&sweep, &mut target, &args.out, &meta, cfg, progress);
     finish(result.map(|_| ()), &args.out)
 }
 

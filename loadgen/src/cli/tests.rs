@@ -103,13 +103,27 @@ fn policy_knobs_reach_the_config() {
 
 #[test]
 fn bad_flags_are_rejected_with_a_clear_message_and_status_2() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 14] = [
         (&["--policies", "fcfs,lifo"], "unknown policy 'lifo'"),
         (&["--rps", "5,x,15"], "'x' is not a number"),
         (&["--rps", "5,0"], "must be positive"),
         (&["--rps", "5,,10"], "is not a number"),
         (&["--gpu-memory-utilization", "1.5"], "(0, 1]"),
         (&["--dataset", "alpaca"], "unknown dataset 'alpaca'"),
+        (&["--hbm-kv-gb", "0"], "must be positive"),
+        (&["--hbm-kv-gb=-4"], "must be positive"),
+        (&["--hbm-kv-gb", "4GB"], "'4GB' is not a number"),
+        (&["--hbm-kv-gb", "inf"], "must be positive and finite"),
+        (
+            &["--hbm-kv-gb", "4", "--gpu-memory-utilization", "0.5"],
+            "cannot be used with",
+        ),
+        (
+            &["--dram-gb", "32", "--dram-gib", "32"],
+            "cannot be used with",
+        ),
+        (&["--max-num-seqs", "0"], "--max-num-seqs"),
+        (&["--max-batched-tokens", "0"], "--max-batched-tokens"),
     ];
     for (flags, want) in cases {
         let e = parse(flags).unwrap_err();
@@ -118,6 +132,81 @@ fn bad_flags_are_rejected_with_a_clear_message_and_status_2() {
         let mut argv = vec!["--out", "/tmp/unused"];
         argv.extend_from_slice(flags);
         assert_eq!(code(&argv), ExitCode::from(2), "{flags:?}");
+    }
+}
+
+#[test]
+fn the_gpu_experiment_flags_reach_the_engine() {
+    let a = parse(&[
+        "--rps",
+        "1",
+        "--profile",
+        "h200-llama-3-8b",
+        "--hbm-kv-gb",
+        "4",
+        "--dram-gb",
+        "32",
+        "--max-batched-tokens",
+        "2048",
+        "--max-num-seqs",
+        "256",
+    ])
+    .unwrap();
+    assert_eq!((a.hbm_kv_gb, a.dram_gb), (Some(4.0), Some(32.0)));
+    let t = SimTarget::new(sim_target_config(&a)).unwrap();
+    let e = t.engine_config();
+    assert_eq!(
+        (
+            e.hbm_blocks,
+            e.dram_blocks,
+            e.max_batched_tokens,
+            e.max_num_seqs
+        ),
+        (1907, 15_258, 2048, 256),
+        "4e9 and 32e9 bytes of 2 MiB blocks"
+    );
+    let m = meta(&a, &t, String::new());
+    let tiers = &m.context.iter().find(|(k, _)| k == "KV tiers").unwrap().1;
+    assert!(
+        tiers.contains("HBM 1907 blocks = 3.999 GB (--hbm-kv-gb 4)"),
+        "{tiers}"
+    );
+    let b = parse(&["--rps", "1", "--dram-kv-gb", "48"]).unwrap();
+    assert_eq!(b.dram_gb, Some(48.0), "the server's spelling");
+    // Without the new flags nothing changes: the twin's defaults.
+    let d = parse(&["--rps", "1"]).unwrap();
+    assert_eq!((d.hbm_kv_gb, d.dram_gb, d.dram_gib), (None, None, 400.0));
+    assert_eq!((d.max_batched_tokens, d.max_num_seqs), (16384, 1024));
+}
+
+#[test]
+fn kv_tiers_that_do_not_fit_exit_2_before_any_run() {
+    for (gb, want) in [("500", "does not fit"), ("0.001", "holds no KV block")] {
+        let a = parse(&[
+            "--rps",
+            "1",
+            "--profile",
+            "h200-llama-3-8b",
+            "--hbm-kv-gb",
+            gb,
+        ])
+        .unwrap();
+        let e = format!("{:#}", SimTarget::new(sim_target_config(&a)).unwrap_err());
+        assert!(e.contains(want) && e.contains("--hbm-kv-gb"), "{gb}: {e}");
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let argv = [
+            "--out",
+            out.to_str().unwrap(),
+            "--rps",
+            "1",
+            "--profile",
+            "h200-llama-3-8b",
+            "--hbm-kv-gb",
+            gb,
+        ];
+        assert_eq!(code(&argv), ExitCode::from(2), "{gb}");
+        assert!(!out.exists(), "nothing ran");
     }
 }
 

@@ -7,11 +7,21 @@ use crate::record::RequestRecord;
 use crate::workload::{RequestSpec, TenantSpec};
 use anyhow::Context;
 use std::collections::HashMap;
-use superinfer_engine::clock::Clock;
+use superinfer_engine::clock::{Clock, VirtualClock};
 use superinfer_engine::profile::Profile;
-use superinfer_engine::sim::{sim_engine, SimEngine, SimSettings};
-use superinfer_engine::{EngineEvent, EngineRequest, SamplingParams};
+use superinfer_engine::runner::sim::SimRunner;
+use superinfer_engine::sim::{SimEngine, SimSettings};
+use superinfer_engine::transfer::sim::SimTransfer;
+use superinfer_engine::{Engine, EngineConfig, EngineEvent, EngineRequest, SamplingParams};
 use superinfer_policies::{PolicyKind, RequestId, Slo, TenantId, WlvfConfig};
+
+/// Tokens per KV block, as in the paper and `superinfer serve`.
+pub const BLOCK_SIZE: u32 = 16;
+
+/// Bytes in a GB, the unit of [`SimTargetConfig::hbm_kv_gb`] and [`SimTargetConfig::dram_gb`].
+const GB: f64 = 1e9;
+/// Bytes in a GiB, the unit of [`SimTargetConfig::dram_gib`].
+const GIB: f64 = (1u64 << 30) as f64;
 
 /// How the simulated node is built for every run.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,9 +30,18 @@ pub struct SimTargetConfig {
     pub profile: String,
     /// Rotation budget in blocks per iteration; `None`: the paper's 2400.
     pub b_xfer: Option<u32>,
+    /// DRAM tier size in GiB (2^30 bytes); ignored when `dram_gb` is set.
     pub dram_gib: f64,
+    /// DRAM tier size in GB (10^9 bytes); overrides `dram_gib`.
+    pub dram_gb: Option<f64>,
+    /// Share of HBM for weights + KV + activation reserve; ignored when `hbm_kv_gb` is set.
     pub gpu_memory_utilization: f64,
+    /// HBM KV tier size in GB (10^9 bytes); overrides the size that follows from the HBM
+    /// size, the weights and `gpu_memory_utilization`.
+    pub hbm_kv_gb: Option<f64>,
     pub max_batched_tokens: u32,
+    /// At most this many requests resident (running or restoring) at once.
+    pub max_num_seqs: u32,
     /// VLT knobs and weighted-LVF caps (used by the policies that have them).
     pub policy: WlvfConfig,
     /// After the last arrival, keep serving for at most this long; requests not served by
@@ -36,8 +55,11 @@ impl Default for SimTargetConfig {
             profile: "gh200-qwen2.5-32b".into(),
             b_xfer: None,
             dram_gib: 400.0,
+            dram_gb: None,
             gpu_memory_utilization: 0.9,
+            hbm_kv_gb: None,
             max_batched_tokens: 16384,
+            max_num_seqs: EngineConfig::default().max_num_seqs,
             policy: WlvfConfig::default(),
             drain_s: 60.0,
         }
@@ -48,34 +70,115 @@ impl Default for SimTargetConfig {
 #[derive(Clone, Debug)]
 pub struct SimTarget {
     cfg: SimTargetConfig,
-    settings: SimSettings,
+    profile: Profile,
+    engine: EngineConfig,
 }
 
 impl SimTarget {
     /// Checks the profile and sizes now, so a bad flag fails before any run.
     pub fn new(cfg: SimTargetConfig) -> anyhow::Result<SimTarget> {
-        let settings = SimSettings {
-            profile: cfg.profile.clone(),
-            gpu_memory_utilization: cfg.gpu_memory_utilization,
-            dram_gib: cfg.dram_gib,
-            b_xfer: cfg.b_xfer.unwrap_or(SimSettings::default().b_xfer),
-            max_batched_tokens: cfg.max_batched_tokens,
-            block_size: 16,
-        };
         let profile = Profile::builtin(&cfg.profile)?;
-        profile
-            .kv_blocks(
-                settings.block_size,
-                settings.gpu_memory_utilization,
-                settings.dram_gib,
-            )
+        let (hbm_blocks, dram_blocks) = kv_blocks(&profile, &cfg)
             .with_context(|| format!("sizing the KV tiers of {}", cfg.profile))?;
-        Ok(SimTarget { cfg, settings })
+        if cfg.max_batched_tokens == 0 || cfg.max_num_seqs == 0 {
+            anyhow::bail!(
+                "max_batched_tokens ({}) and max_num_seqs ({}) must be positive",
+                cfg.max_batched_tokens,
+                cfg.max_num_seqs
+            );
+        }
+        let engine = EngineConfig {
+            block_size: BLOCK_SIZE,
+            max_batched_tokens: cfg.max_batched_tokens,
+            max_num_seqs: cfg.max_num_seqs,
+            b_xfer: cfg.b_xfer.unwrap_or(SimSettings::default().b_xfer),
+            hbm_blocks,
+            dram_blocks,
+            ..EngineConfig::default()
+        };
+        Ok(SimTarget {
+            cfg,
+            profile,
+            engine,
+        })
     }
 
     pub fn config(&self) -> &SimTargetConfig {
         &self.cfg
     }
+
+    /// The engine settings every run uses (tier sizes in blocks, budgets).
+    pub fn engine_config(&self) -> &EngineConfig {
+        &self.engine
+    }
+
+    /// Bytes of one KV block of the profile's model.
+    pub fn block_bytes(&self) -> u64 {
+        self.profile.model.geometry(BLOCK_SIZE).block_bytes()
+    }
+
+    fn build(&self, policy: PolicyKind) -> anyhow::Result<SimEngine> {
+        let transfer = SimTransfer::new(&self.profile.hw, self.block_bytes());
+        let runner = SimRunner::new(self.profile.clone(), BLOCK_SIZE);
+        Ok(Engine::new(
+            self.engine.clone(),
+            policy.build(&self.cfg.policy),
+            runner,
+            transfer,
+            VirtualClock::new(),
+        )?)
+    }
+}
+
+/// The HBM and DRAM tier sizes in blocks. The HBM tier is `hbm_kv_gb` when set (it must hold a
+/// block, and fit in HBM next to the weights and the activation reserve), otherwise what
+/// vLLM's rule leaves: HBM × `gpu_memory_utilization` − weights − activation reserve. The
+/// DRAM tier is `dram_gb` GB when set, otherwise `dram_gib` GiB.
+pub fn kv_blocks(profile: &Profile, cfg: &SimTargetConfig) -> anyhow::Result<(u32, u32)> {
+    let block = profile.model.geometry(BLOCK_SIZE).block_bytes() as f64;
+    let blocks = |bytes: f64| (bytes / block).floor().min(f64::from(u32::MAX)) as u32;
+    let hbm = match cfg.hbm_kv_gb {
+        None => {
+            profile
+                .kv_blocks(BLOCK_SIZE, cfg.gpu_memory_utilization, cfg.dram_gib)?
+                .0
+        }
+        Some(gb) => {
+            if !(gb.is_finite() && gb > 0.0) {
+                anyhow::bail!(
+                    "the HBM KV tier (--hbm-kv-gb) must be positive and finite, got {gb}"
+                );
+            }
+            let weights = profile.model.weight_bytes() / GB;
+            let reserve = profile.hw.activation_reserve_gb;
+            if gb + weights + reserve > profile.hw.hbm_gb {
+                anyhow::bail!(
+                    "an HBM KV tier of {gb} GB (--hbm-kv-gb) does not fit: with {weights:.2} GB \
+                     of weights and {reserve} GB of activation reserve it exceeds the {} GB of \
+                     HBM (at most {:.2} GB of KV)",
+                    profile.hw.hbm_gb,
+                    profile.hw.hbm_gb - weights - reserve
+                );
+            }
+            let n = blocks(gb * GB);
+            if n == 0 {
+                anyhow::bail!(
+                    "an HBM KV tier of {gb} GB (--hbm-kv-gb) holds no KV block: one block \
+                     ({BLOCK_SIZE} tokens) of this model is {:.3} GB",
+                    block / GB
+                );
+            }
+            n
+        }
+    };
+    let dram = match cfg.dram_gb {
+        Some(gb) if !(gb.is_finite() && gb >= 0.0) => {
+            anyhow::bail!("the DRAM tier (--dram-gb) must be >= 0 and finite, got {gb}")
+        }
+        Some(gb) => blocks(gb * GB),
+        None => blocks(cfg.dram_gib.max(0.0) * GIB),
+    };
+    Ok((hbm, dram))
 }
 
 fn engine_request(spec: &RequestSpec, tenant: &TenantSpec) -> EngineRequest {
@@ -152,7 +255,7 @@ impl Target for SimTarget {
         requests: &[RequestSpec],
         duration_s: f64,
     ) -> anyhow::Result<Vec<RequestRecord>> {
-        let mut engine = sim_engine(&self.settings, policy.build(&self.cfg.policy))?;
+        let mut engine = self.build(policy)?;
         let mut rec = Recorder::new(requests);
         let end = duration_s + self.cfg.drain_s.max(0.0);
         let mut next = 0;
@@ -232,6 +335,112 @@ mod tests {
         let a = target.run(PolicyKind::Wlvf, &tenants, &reqs, 10.0).unwrap();
         let b = target.run(PolicyKind::Wlvf, &tenants, &reqs, 10.0).unwrap();
         assert_eq!(a, b);
+    }
+
+    fn h200_8b(hbm_kv_gb: Option<f64>) -> SimTargetConfig {
+        SimTargetConfig {
+            profile: "h200-llama-3-8b".into(),
+            hbm_kv_gb,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn hbm_kv_gb_sizes_the_hbm_tier_in_decimal_gb() {
+        // Llama-3-8B: 32 layers × K,V × 16 tokens × 8 heads × 128 × 2 bytes = 2 MiB per block.
+        let t = SimTarget::new(h200_8b(Some(4.0))).unwrap();
+        assert_eq!(t.block_bytes(), 2 << 20);
+        let e = t.engine_config();
+        assert_eq!(e.hbm_blocks, 1907, "floor(4e9 / 2^21)");
+        assert_eq!(e.dram_blocks, 400 * 512, "400 GiB of 2 MiB blocks");
+        let auto = SimTarget::new(h200_8b(None)).unwrap();
+        // 143 GB × 0.9 − 16.06 GB − 4 GB = 108.64 GB.
+        assert_eq!(auto.engine_config().hbm_blocks, 51_803);
+        // The override ignores the utilization.
+        let cfg = SimTargetConfig {
+            gpu_memory_utilization: 0.1,
+            ..h200_8b(Some(8.0))
+        };
+        assert_eq!(
+            SimTarget::new(cfg).unwrap().engine_config().hbm_blocks,
+            3814
+        );
+    }
+
+    #[test]
+    fn dram_gb_overrides_dram_gib() {
+        let cfg = SimTargetConfig {
+            dram_gb: Some(32.0),
+            ..h200_8b(Some(4.0))
+        };
+        assert_eq!(
+            SimTarget::new(cfg).unwrap().engine_config().dram_blocks,
+            15_258,
+            "floor(32e9 / 2^21)"
+        );
+        let cfg = SimTargetConfig {
+            dram_gib: 32.0,
+            ..h200_8b(Some(4.0))
+        };
+        assert_eq!(
+            SimTarget::new(cfg).unwrap().engine_config().dram_blocks,
+            16_384
+        );
+    }
+
+    #[test]
+    fn bad_hbm_kv_sizes_are_clear_errors() {
+        let cases: [(f64, &str); 5] = [
+            (0.001, "holds no KV block"),
+            (200.0, "does not fit"),
+            (0.0, "must be positive"),
+            (-4.0, "must be positive"),
+            (f64::NAN, "must be positive"),
+        ];
+        for (gb, want) in cases {
+            let e = format!("{:#}", SimTarget::new(h200_8b(Some(gb))).unwrap_err());
+            assert!(e.contains(want) && e.contains("--hbm-kv-gb"), "{gb}: {e}");
+        }
+        // The largest tier that fits: 143 − 16.06 − 4 GB.
+        assert!(SimTarget::new(h200_8b(Some(122.9))).is_ok());
+        let cfg = SimTargetConfig {
+            dram_gb: Some(-1.0),
+            ..h200_8b(Some(4.0))
+        };
+        let e = format!("{:#}", SimTarget::new(cfg).unwrap_err());
+        assert!(e.contains("--dram-gb"), "{e}");
+    }
+
+    /// Most distinct requests that got a token in the same step (same engine time).
+    fn most_in_one_step(recs: &[RequestRecord]) -> usize {
+        let mut per_t: HashMap<u64, usize> = HashMap::new();
+        for r in recs {
+            for t in &r.token_times_s {
+                *per_t.entry(t.to_bits()).or_default() += 1;
+            }
+        }
+        per_t.into_values().max().unwrap_or(0)
+    }
+
+    #[test]
+    fn max_num_seqs_bounds_the_batch() {
+        let tenants = vec![tenant(40.0)];
+        let reqs = crate::workload::generate(&tenants, 10.0, 5).unwrap();
+        let run = |max_num_seqs| {
+            let cfg = SimTargetConfig {
+                max_num_seqs,
+                ..h200_8b(Some(4.0))
+            };
+            let mut target = SimTarget::new(cfg).unwrap();
+            target.run(PolicyKind::Fcfs, &tenants, &reqs, 10.0).unwrap()
+        };
+        assert_eq!(most_in_one_step(&run(3)), 3);
+        assert!(most_in_one_step(&run(256)) > 3);
+        let cfg = SimTargetConfig {
+            max_num_seqs: 0,
+            ..h200_8b(None)
+        };
+        assert!(SimTarget::new(cfg).is_err());
     }
 
     #[test]
