@@ -118,7 +118,7 @@ pub fn plan_greedy(view: &[ReqView], cap: Capacity, keys: &[Key], rules: Rules) 
         prefill: Prefill::new(&cap),
     };
     let mut plan = Plan::default();
-    let mut victims = Victims::new(view, keys, rules);
+    let mut victims = Victims::new(view, keys, rules, cap.b_xfer);
     if budget.hbm < 0 {
         let need = -budget.hbm;
         let freed = victims.free(view, need, None, &mut budget, &mut plan, true);
@@ -230,10 +230,13 @@ struct Victims {
     ordinary: usize,
     next: usize,
     recompute: bool,
+    /// The per-iteration copy budget: a victim holding more blocks could never be restored
+    /// (a restore copies all its blocks in one iteration), so it is never rotated out.
+    b_xfer: u32,
 }
 
 impl Victims {
-    fn new(view: &[ReqView], keys: &[Key], rules: Rules) -> Victims {
+    fn new(view: &[ReqView], keys: &[Key], rules: Rules, b_xfer: u32) -> Victims {
         let protected = |r: &ReqView| {
             r.prefilling
                 || r.just_started
@@ -260,6 +263,7 @@ impl Victims {
             ordinary,
             next: 0,
             recompute: rules.recompute_victims,
+            b_xfer,
         }
     }
 
@@ -293,10 +297,15 @@ impl Victims {
             }
             next += 1;
             let v = &view[i];
-            let rotate = !self.recompute && v.unsynced <= d2h && v.unsynced <= dram;
+            let restorable = v.held_hbm <= self.b_xfer;
+            let rotate = !self.recompute && restorable && v.unsynced <= d2h && v.unsynced <= dram;
             if rotate {
                 d2h -= v.unsynced;
                 dram -= v.unsynced;
+            } else if !must && !restorable && !self.recompute {
+                // Rotated out it would never come back (its restore exceeds B_xfer): only a
+                // shortage takes it, by recompute.
+                continue;
             } else if !(must || self.recompute || v.unsynced > dram) {
                 // Out of copy budget this iteration: it keeps running.
                 continue;

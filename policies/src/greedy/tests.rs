@@ -35,7 +35,7 @@ fn a_request_in_prefill_is_a_victim_of_last_resort_in_a_shortage() {
             ..running(2, 0.0, 20.0, 10)
         },
     ];
-    let plan = Lvf::default().plan(100.0, &view, cap(1, 0));
+    let plan = Lvf::default().plan(100.0, &view, cap(1, 100));
     assert_eq!(ids(&plan.rotate_out), [2]);
     let view = vec![ReqView {
         prefilling: true,
@@ -43,8 +43,34 @@ fn a_request_in_prefill_is_a_victim_of_last_resort_in_a_shortage() {
         held_hbm: 9,
         ..running(1, 0.0, 10.0, 10)
     }];
-    let plan = Lvf::default().plan(100.0, &view, cap(0, 0));
+    let plan = Lvf::default().plan(100.0, &view, cap(0, 100));
     assert_eq!(ids(&plan.rotate_out), [1]);
+}
+
+#[test]
+fn a_victim_too_large_to_restore_within_the_budget_is_never_rotated_out() {
+    // Request 1 holds 30 blocks, more than the 20-block budget a restore must fit in: rotated
+    // out, it could never come back. To admit request 3 only request 2 may rotate; in a
+    // shortage request 1 is recomputed instead.
+    let view = vec![
+        ReqView {
+            unsynced: 0,
+            ..running(1, 0.0, 10.0, 30)
+        },
+        running(2, 0.0, 20.0, 10),
+        waiting(3, 0.0, 10),
+    ];
+    let plan = Lvf::default().plan(100.0, &view, cap(0, 20));
+    assert_eq!(ids(&plan.rotate_out), [2]);
+    assert!(plan.recompute.is_empty());
+    // A shortage (it needs one more block, nothing free): recomputed, not rotated.
+    let view = vec![ReqView {
+        held_hbm: 30,
+        ..running(1, 0.0, 10.0, 31)
+    }];
+    let plan = Lvf::default().plan(100.0, &view, cap(0, 20));
+    assert!(plan.rotate_out.is_empty());
+    assert_eq!(ids(&plan.recompute), [1]);
 }
 
 #[test]
@@ -109,6 +135,6 @@ fn a_shortage_frees_no_more_than_it_needs() {
         running(2, 0.0, 20.0, 10),
         running(3, 0.0, 30.0, 10),
     ];
-    let plan = Lvf::default().plan(100.0, &view, cap(0, 0));
+    let plan = Lvf::default().plan(100.0, &view, cap(0, 100));
     assert_eq!(ids(&plan.rotate_out), [1]);
 }
