@@ -5,10 +5,14 @@
 //! - [`weights`]: finding and loading (sharded) safetensors in f32/f16/bf16.
 //! - [`kv_arena`]: a KV tier as one tensor in block-first layout ([`KvArena`]).
 //! - [`llama`]: the transformer and its paged forward ([`PagedLlama`]).
-//! - [`tiny`]: the embedded random-weight default model (its text is meaningless).
+//! - [`tiny`]: the embedded random-weight default model (its text is meaningless), and the
+//!   real-size random shapes (`random:llama-3-8b`, ...).
+//! - `gpu_llama` (feature `cuda`): the same model on a CUDA GPU with our kernels.
 
 pub mod config;
 mod cpu_attention;
+#[cfg(feature = "cuda")]
+pub mod gpu_llama;
 pub mod kv_arena;
 pub mod llama;
 pub mod tiny;

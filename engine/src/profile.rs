@@ -22,6 +22,14 @@ pub struct HardwareProfile {
     pub per_copy_latency_s: f64,
     pub step_overhead_s: f64,
     pub activation_reserve_gb: f64,
+    /// Fraction of the effective HBM bandwidth that decode attention reaches when it reads the
+    /// KV cache (the runner's attention kernel, not the hardware); 1.0 when absent.
+    #[serde(default = "one")]
+    pub kv_read_efficiency: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// A transformer's shape.
@@ -129,6 +137,7 @@ impl Profile {
             ("hbm_bw_efficiency", h.hbm_bw_efficiency),
             ("matmul_tflops", h.matmul_tflops),
             ("prefill_efficiency", h.prefill_efficiency),
+            ("kv_read_efficiency", h.kv_read_efficiency),
             ("h2d_gbps", h.h2d_gbps),
             ("d2h_gbps", h.d2h_gbps),
             ("duplex_each_gbps", h.duplex_each_gbps),

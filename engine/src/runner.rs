@@ -4,6 +4,8 @@
 //! Backends: [`sim`] (a cost model from a hardware+model profile), `cpu` (candle) and `cuda`.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod sim;
 
 use crate::error::EngineError;

@@ -16,6 +16,9 @@
 //! # }
 //! ```
 
+#[cfg(feature = "cuda")]
+pub mod gpu;
+
 use crate::clock::RealClock;
 use crate::engine::{Engine, EngineConfig};
 use crate::error::EngineError;
@@ -102,6 +105,30 @@ impl Default for EngineOptions {
     }
 }
 
+impl EngineOptions {
+    /// The engine's configuration for tiers of `hbm_blocks` and `dram_blocks`.
+    pub(crate) fn engine_config(&self, hbm_blocks: u32, dram_blocks: u32) -> EngineConfig {
+        EngineConfig {
+            block_size: self.block_size,
+            max_batched_tokens: self.max_batched_tokens,
+            max_num_seqs: self.max_num_seqs,
+            b_xfer: self.b_xfer,
+            hbm_blocks,
+            dram_blocks,
+            max_queue: self.max_queue,
+            ..EngineConfig::default()
+        }
+    }
+}
+
+/// End-of-sequence ids of the tokenizer's files and of the model's config, sorted, once each.
+pub(crate) fn merged_eos(codec: &[u32], model: &[u32]) -> Vec<u32> {
+    let mut eos = [codec, model].concat();
+    eos.sort_unstable();
+    eos.dedup();
+    eos
+}
+
 /// Fixes the number of CPU threads candle uses (`RAYON_NUM_THREADS`; `None`: the available
 /// parallelism) unless the environment already sets it. Without it candle asks the OS for the
 /// number of physical cores (reading `/proc/cpuinfo`) on every parallel operation, which
@@ -161,22 +188,9 @@ pub fn cpu_engine_with_policy(
             seed: opts.seed,
         },
     )?;
-    let mut eos = codec.eos_token_ids().to_vec();
-    eos.extend_from_slice(runner.eos_token_ids());
-    eos.sort_unstable();
-    eos.dedup();
-    runner.set_eos_token_ids(&eos);
+    runner.set_eos_token_ids(&merged_eos(codec.eos_token_ids(), runner.eos_token_ids()));
     let transfer = HostTransfer::new(runner.arena().clone(), dram_blocks)?;
-    let engine_cfg = EngineConfig {
-        block_size: opts.block_size,
-        max_batched_tokens: opts.max_batched_tokens,
-        max_num_seqs: opts.max_num_seqs,
-        b_xfer: opts.b_xfer,
-        hbm_blocks,
-        dram_blocks,
-        max_queue: opts.max_queue,
-        ..EngineConfig::default()
-    };
+    let engine_cfg = opts.engine_config(hbm_blocks, dram_blocks);
     let engine = Engine::new(engine_cfg, policy, runner, transfer, RealClock::new())?;
     Ok((engine, codec))
 }

@@ -43,6 +43,44 @@ pub enum ModelSource {
     Dir(PathBuf),
     /// The simulated runner at a built-in profile, or `zero`.
     Sim(String),
+    /// A model on a CUDA GPU: a directory or `random:NAME` (needs a build with `cuda`).
+    Gpu { model: String, gpu: GpuSettings },
+}
+
+/// GPU tier sizes from the command line (see `superinfer_engine::serve::gpu::GpuOptions`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuSettings {
+    pub gpu_memory_utilization: f64,
+    pub hbm_kv_gb: Option<f64>,
+    pub dram_kv_gb: f64,
+}
+
+impl GpuSettings {
+    /// Fills defaults and refuses values that cannot work.
+    pub fn resolve(
+        utilization: Option<f64>,
+        hbm_kv_gb: Option<f64>,
+        dram_kv_gb: Option<f64>,
+    ) -> anyhow::Result<GpuSettings> {
+        let u = utilization.unwrap_or(0.9);
+        if !(u > 0.0 && u <= 1.0) {
+            anyhow::bail!("gpu_memory_utilization must be in (0, 1], got {u}");
+        }
+        if let Some(h) = hbm_kv_gb {
+            if !(h.is_finite() && h > 0.0) {
+                anyhow::bail!("hbm_kv_gb must be a number of GB above 0, got {h}");
+            }
+        }
+        let d = dram_kv_gb.unwrap_or(32.0);
+        if !(d.is_finite() && d >= 0.0) {
+            anyhow::bail!("dram_kv_gb must be a number of GB >= 0, got {d}");
+        }
+        Ok(GpuSettings {
+            gpu_memory_utilization: u,
+            hbm_kv_gb,
+            dram_kv_gb: d,
+        })
+    }
 }
 
 /// Engine knobs from the command line; `None` keeps the engine's or profile's default.
@@ -86,6 +124,7 @@ const BLOCK_SIZE: u32 = 16;
 pub fn start(source: &ModelSource, opts: &EngineOptions) -> anyhow::Result<Backend> {
     match source {
         ModelSource::Sim(profile) => start_sim(profile, opts),
+        ModelSource::Gpu { model, gpu } => start_gpu(model, gpu, opts),
         ModelSource::Dir(dir) => start_cpu(dir, model_id(dir), opts),
         ModelSource::Tiny(dir) => {
             if !dir.join("config.json").exists() {
@@ -128,10 +167,10 @@ fn model_id(dir: &Path) -> String {
         .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
 }
 
-fn start_cpu(dir: &Path, id: String, opts: &EngineOptions) -> anyhow::Result<Backend> {
-    use superinfer_engine::serve;
-    let defaults = serve::EngineOptions::default();
-    let cpu = serve::EngineOptions {
+/// The engine's options for a model runner (CPU or GPU) from the command line's.
+fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptions {
+    let defaults = superinfer_engine::serve::EngineOptions::default();
+    superinfer_engine::serve::EngineOptions {
         hbm_blocks: opts.hbm_blocks,
         dram_blocks: opts.dram_blocks,
         policy: opts.policy,
@@ -139,9 +178,15 @@ fn start_cpu(dir: &Path, id: String, opts: &EngineOptions) -> anyhow::Result<Bac
         max_batched_tokens: opts
             .max_batched_tokens
             .unwrap_or(defaults.max_batched_tokens),
+        // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         ..defaults
-    };
+    }
+}
+
+fn start_cpu(dir: &Path, id: String, opts: &EngineOptions) -> anyhow::Result<Backend> {
+    use superinfer_engine::serve;
+    let cpu = engine_options(opts);
     let (engine, codec) = serve::cpu_engine(dir, &cpu)
         .with_context(|| format!("loading the model in {}", dir.display()))?;
     let config = superinfer_engine::model::ModelConfig::from_model_dir(dir)?;
@@ -166,6 +211,63 @@ fn start_cpu(dir: &Path, id: String, opts: &EngineOptions) -> anyhow::Result<Bac
     })
 }
 
+#[cfg(not(feature = "cuda"))]
+fn start_gpu(_model: &str, _gpu: &GpuSettings, _opts: &EngineOptions) -> anyhow::Result<Backend> {
+    anyhow::bail!(
+        "this superinfer was built without CUDA; build it with \
+         `cargo build --release -p superinfer-gateway --features cuda`"
+    )
+}
+
+#[cfg(feature = "cuda")]
+fn start_gpu(model: &str, gpu: &GpuSettings, opts: &EngineOptions) -> anyhow::Result<Backend> {
+    use superinfer_engine::serve::gpu::{gpu_engine, GpuModel, GpuOptions};
+    use superinfer_engine::serve::{self, ModelDtype};
+    let eo = serve::EngineOptions {
+        dtype: ModelDtype::Bf16,
+        ..engine_options(opts)
+    };
+    let go = GpuOptions {
+        gpu_memory_utilization: gpu.gpu_memory_utilization,
+        hbm_kv_gb: gpu.hbm_kv_gb,
+        dram_kv_gb: gpu.dram_kv_gb,
+        ..GpuOptions::default()
+    };
+    let source = GpuModel::parse(model);
+    let policy = opts.policy.build(&WlvfConfig::default());
+    let (engine, codec, config) = gpu_engine(&source, &eo, &go, policy)
+        .with_context(|| format!("loading {model} on the GPU"))?;
+    let kv_tokens = engine
+        .config()
+        .hbm_blocks
+        .saturating_mul(engine.config().block_size);
+    tracing::info!(
+        model,
+        hbm_blocks = engine.config().hbm_blocks,
+        dram_blocks = engine.config().dram_blocks,
+        "model on the GPU"
+    );
+    let handle_cfg = HandleConfig {
+        inbox_capacity: opts.max_queue.max(1),
+        ..HandleConfig::default()
+    };
+    let (handle, thread) = spawn(engine, handle_cfg)?;
+    let context = u32::try_from(config.max_position_embeddings).unwrap_or(u32::MAX);
+    let id = match &source {
+        GpuModel::Random(_) => model.to_owned(),
+        GpuModel::Dir(dir) => model_id(dir),
+    };
+    Ok(Backend {
+        handle,
+        thread,
+        text: codec.map_or_else(Text::words, Text::model),
+        model: ModelInfo {
+            id,
+            max_model_len: opts.max_model_len.min(kv_tokens).min(context),
+        },
+    })
+}
+
 /// A profile whose steps and copies take no modelled time.
 pub fn zero_profile() -> anyhow::Result<Profile> {
     let base = Profile::builtin(DEFAULT_SIM_PROFILE)?;
@@ -182,6 +284,7 @@ pub fn zero_profile() -> anyhow::Result<Profile> {
             duplex_each_gbps: fast,
             per_copy_latency_s: 0.0,
             step_overhead_s: 0.0,
+            kv_read_efficiency: 1.0,
             ..base.hw
         },
         model: base.model,

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use superinfer_policies::PolicyKind;
 
-use crate::backend::{EngineOptions, ModelSource};
+use crate::backend::{EngineOptions, GpuSettings, ModelSource};
 
 /// Every `serve` setting; each is optional so the sources can be layered.
 #[derive(Args, Clone, Debug, Default, Deserialize, PartialEq)]
@@ -34,7 +34,12 @@ pub struct Settings {
     #[arg(long, env = "SUPERINFER_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
     /// A Hugging Face model directory to serve.
-    #[arg(long, env = "SUPERINFER_MODEL_DIR", conflicts_with = "sim_profile")]
+    #[arg(
+        long,
+        visible_alias = "model",
+        env = "SUPERINFER_MODEL_DIR",
+        conflicts_with = "sim_profile"
+    )]
     pub model_dir: Option<PathBuf>,
     /// Serve the simulated engine at this hardware + model profile (e.g. h200-llama-3-8b), or
     /// `zero` for steps that cost nothing [default: the embedded tiny model on the CPU].
@@ -67,6 +72,29 @@ pub struct Settings {
     /// On SIGTERM, let in-flight requests finish for at most this many seconds [default: 30].
     #[arg(long, env = "SUPERINFER_DRAIN_TIMEOUT_S")]
     pub drain_timeout_s: Option<f64>,
+    /// Where the model runs: `cpu` (the default) or `cuda` (a build with `--features cuda`).
+    /// On `cuda`, `--model` also takes `random:NAME` (`llama-3-8b`, `qwen2.5-7b`,
+    /// `qwen2.5-32b`): random weights at real size, built in GPU memory.
+    #[arg(long, env = "SUPERINFER_DEVICE")]
+    pub device: Option<ComputeDevice>,
+    /// CUDA: fraction of GPU memory for weights + KV + activations [default: 0.9].
+    #[arg(long, env = "SUPERINFER_GPU_MEMORY_UTILIZATION")]
+    pub gpu_memory_utilization: Option<f64>,
+    /// CUDA: HBM KV tier in GB, instead of what the utilization leaves.
+    #[arg(long, env = "SUPERINFER_HBM_KV_GB")]
+    pub hbm_kv_gb: Option<f64>,
+    /// CUDA: DRAM KV tier (pinned host memory) in GB [default: 32].
+    #[arg(long, env = "SUPERINFER_DRAM_KV_GB")]
+    pub dram_kv_gb: Option<f64>,
+}
+
+/// Where the model runs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeDevice {
+    #[default]
+    Cpu,
+    Cuda,
 }
 
 impl Settings {
@@ -88,6 +116,10 @@ impl Settings {
             max_model_len: self.max_model_len.or(lower.max_model_len),
             max_body_bytes: self.max_body_bytes.or(lower.max_body_bytes),
             drain_timeout_s: self.drain_timeout_s.or(lower.drain_timeout_s),
+            device: self.device.or(lower.device),
+            gpu_memory_utilization: self.gpu_memory_utilization.or(lower.gpu_memory_utilization),
+            hbm_kv_gb: self.hbm_kv_gb.or(lower.hbm_kv_gb),
+            dram_kv_gb: self.dram_kv_gb.or(lower.dram_kv_gb),
         }
     }
 
@@ -119,12 +151,38 @@ impl ServeConfig {
         let data_dir = s
             .data_dir
             .unwrap_or_else(|| PathBuf::from("superinfer-data"));
-        let model = match (s.model_dir, s.sim_profile) {
-            (Some(_), Some(_)) => bail!("set either model_dir or sim_profile, not both"),
-            (Some(dir), None) => ModelSource::Dir(dir),
-            (None, Some(p)) => ModelSource::Sim(p),
-            (None, None) => ModelSource::Tiny(data_dir.join("model")),
+        let device = s.device.unwrap_or_default();
+        let model = match (s.model_dir, s.sim_profile, device) {
+            (Some(_), Some(_), _) => bail!("set either model_dir or sim_profile, not both"),
+            (_, Some(_), ComputeDevice::Cuda) => {
+                bail!("sim_profile runs the simulated engine; it takes no device")
+            }
+            (Some(m), None, ComputeDevice::Cuda) => ModelSource::Gpu {
+                model: m.to_string_lossy().into_owned(),
+                gpu: GpuSettings::resolve(s.gpu_memory_utilization, s.hbm_kv_gb, s.dram_kv_gb)?,
+            },
+            (None, None, ComputeDevice::Cuda) => {
+                bail!("device cuda needs a model: a directory or random:NAME (--model)")
+            }
+            (Some(dir), None, ComputeDevice::Cpu) => {
+                if dir.to_string_lossy().starts_with("random:") {
+                    bail!("random:NAME models are built on the GPU; add --device cuda");
+                }
+                ModelSource::Dir(dir)
+            }
+            (None, Some(p), ComputeDevice::Cpu) => ModelSource::Sim(p),
+            (None, None, ComputeDevice::Cpu) => ModelSource::Tiny(data_dir.join("model")),
         };
+        let gpu_only = [
+            ("gpu_memory_utilization", s.gpu_memory_utilization.is_some()),
+            ("hbm_kv_gb", s.hbm_kv_gb.is_some()),
+            ("dram_kv_gb", s.dram_kv_gb.is_some()),
+        ];
+        if device == ComputeDevice::Cpu {
+            if let Some((name, _)) = gpu_only.iter().find(|(_, set)| *set) {
+                bail!("{name} sizes the GPU's tiers; it needs device cuda");
+            }
+        }
         let drain = s.drain_timeout_s.unwrap_or(30.0);
         if !(drain.is_finite() && drain >= 0.0) {
             bail!("drain_timeout_s must be a number of seconds >= 0, got {drain}");

@@ -7,6 +7,7 @@ mod device;
 mod duplex;
 mod kernels;
 mod memory;
+mod model;
 pub mod nvrtc;
 mod source;
 
@@ -16,6 +17,7 @@ pub use device::Gpu;
 pub use duplex::{DuplexConfig, DuplexEngine};
 pub use kernels::{Blocks, Kernels};
 pub use memory::{Arena, DeviceArena, PinnedArena};
+pub use model::{GpuSample, ModelKernels, StepMeta, GEMV_MAX_ROWS};
 
 use crate::error::Error;
 use cudarc::driver::DriverError;

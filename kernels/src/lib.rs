@@ -19,6 +19,7 @@
 //! It does not decide what to copy (the engine's KV pool does) nor run models.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod attention_plan;
 pub mod compile_cache;
 pub mod error;
 pub mod inflight;

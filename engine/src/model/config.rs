@@ -53,10 +53,12 @@ struct RawConfig {
     vocab_size: usize,
     #[serde(default = "default_eps")]
     rms_norm_eps: f64,
-    #[serde(default = "default_theta")]
-    rope_theta: f64,
+    rope_theta: Option<f64>,
     #[serde(default)]
     rope_scaling: Value,
+    /// transformers >= 5 writes `rope_theta` and the scaling here instead.
+    #[serde(default)]
+    rope_parameters: Value,
     #[serde(default = "default_max_pos")]
     max_position_embeddings: usize,
     #[serde(default)]
@@ -166,8 +168,19 @@ impl ModelConfig {
             head_dim,
             vocab_size: positive(raw.vocab_size, "vocab_size")?,
             rms_norm_eps: raw.rms_norm_eps,
-            rope_theta: raw.rope_theta,
-            rope_scaling: rope_scaling(&raw.rope_scaling, path)?,
+            rope_theta: raw
+                .rope_theta
+                .or_else(|| {
+                    raw.rope_parameters
+                        .get("rope_theta")
+                        .and_then(Value::as_f64)
+                })
+                .unwrap_or_else(default_theta),
+            rope_scaling: if raw.rope_scaling.is_null() {
+                rope_scaling(&raw.rope_parameters, "rope_parameters", path)?
+            } else {
+                rope_scaling(&raw.rope_scaling, "rope_scaling", path)?
+            },
             max_position_embeddings: positive(
                 raw.max_position_embeddings,
                 "max_position_embeddings",
@@ -225,7 +238,11 @@ impl ModelConfig {
     }
 }
 
-fn rope_scaling(v: &Value, path: &Path) -> Result<Option<Llama3RopeConfig>, EngineError> {
+fn rope_scaling(
+    v: &Value,
+    field: &str,
+    path: &Path,
+) -> Result<Option<Llama3RopeConfig>, EngineError> {
     if v.is_null() {
         return Ok(None);
     }
@@ -237,11 +254,13 @@ fn rope_scaling(v: &Value, path: &Path) -> Result<Option<Llama3RopeConfig>, Engi
     match kind {
         "llama3" => serde_json::from_value(v.clone())
             .map(Some)
-            .map_err(|e| err(path, format!("field rope_scaling: {e}"))),
+            .map_err(|e| err(path, format!("field {field}: {e}"))),
+        // transformers >= 5 writes `rope_parameters` for every model, with the type "default".
+        "default" | "" if field == "rope_parameters" => Ok(None),
         "default" => Ok(None),
         other => Err(err(
             path,
-            format!("field rope_scaling: rope type {other:?} is not supported (only llama3)"),
+            format!("field {field}: rope type {other:?} is not supported (only llama3)"),
         )),
     }
 }
@@ -297,6 +316,27 @@ mod tests {
             (scaled[7] - base[7] / 8.0).abs() < 1e-9,
             "low frequencies are divided"
         );
+    }
+
+    #[test]
+    fn transformers_5_rope_parameters_are_read() {
+        let m = parse(
+            r#""architectures": ["LlamaForCausalLM"],
+               "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}"#,
+        )
+        .unwrap();
+        assert_eq!(m.rope_theta, 500_000.0);
+        assert!(m.rope_scaling.is_none());
+        let l = parse(
+            r#""architectures": ["LlamaForCausalLM"],
+               "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0,
+                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                 "original_max_position_embeddings": 8192}"#,
+        )
+        .unwrap();
+        assert!(l.rope_scaling.is_some());
+        let plain = parse(r#""architectures": ["LlamaForCausalLM"]"#).unwrap();
+        assert_eq!(plain.rope_theta, 10_000.0);
     }
 
     #[test]

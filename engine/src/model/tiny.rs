@@ -89,6 +89,85 @@ impl RandomLlama {
         tie_word_embeddings: false,
     };
 
+    /// Llama-3-8B's shape (32 layers, hidden 4096, 32 heads over 8 KV heads, MLP 14336,
+    /// vocabulary 128256): for `random:llama-3-8b`.
+    pub const LLAMA_3_8B: RandomLlama = RandomLlama {
+        architecture: "LlamaForCausalLM",
+        hidden_size: 4096,
+        intermediate_size: 14336,
+        num_layers: 32,
+        num_heads: 32,
+        num_kv_heads: 8,
+        max_position_embeddings: 8192,
+        rope_theta: 500_000.0,
+        tie_word_embeddings: false,
+    };
+
+    /// Qwen2.5-7B's shape (28 layers, hidden 3584, 28 heads over 4 KV heads, MLP 18944, q/k/v
+    /// biases, vocabulary 152064).
+    pub const QWEN2_5_7B: RandomLlama = RandomLlama {
+        architecture: "Qwen2ForCausalLM",
+        hidden_size: 3584,
+        intermediate_size: 18944,
+        num_layers: 28,
+        num_heads: 28,
+        num_kv_heads: 4,
+        max_position_embeddings: 32768,
+        rope_theta: 1_000_000.0,
+        tie_word_embeddings: false,
+    };
+
+    /// Qwen2.5-32B's shape (64 layers, hidden 5120, 40 heads over 8 KV heads, MLP 27648).
+    pub const QWEN2_5_32B: RandomLlama = RandomLlama {
+        architecture: "Qwen2ForCausalLM",
+        hidden_size: 5120,
+        intermediate_size: 27648,
+        num_layers: 64,
+        num_heads: 40,
+        num_kv_heads: 8,
+        max_position_embeddings: 32768,
+        rope_theta: 1_000_000.0,
+        tie_word_embeddings: false,
+    };
+
+    /// The built-in real-size shapes `random:NAME` accepts, with their vocabulary sizes.
+    pub const NAMED: [(&'static str, RandomLlama, usize); 4] = [
+        ("llama-3-8b", RandomLlama::LLAMA_3_8B, 128_256),
+        ("qwen2.5-7b", RandomLlama::QWEN2_5_7B, 152_064),
+        ("qwen2.5-32b", RandomLlama::QWEN2_5_32B, 152_064),
+        ("tiny", RandomLlama::TINY, TOKENIZER_VOCAB),
+    ];
+
+    /// The shape and vocabulary of `random:NAME`; the error lists the names.
+    pub fn named(name: &str) -> Result<(RandomLlama, usize), EngineError> {
+        RandomLlama::NAMED
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|(_, spec, vocab)| (*spec, *vocab))
+            .ok_or_else(|| {
+                let names: Vec<&str> = RandomLlama::NAMED.iter().map(|(n, _, _)| *n).collect();
+                EngineError::Config(format!(
+                    "unknown random model {name:?}; built in: {}",
+                    names.join(", ")
+                ))
+            })
+    }
+
+    /// The model's `config.json` as [`ModelConfig`](crate::model::ModelConfig).
+    pub fn model_config(&self, vocab: usize) -> Result<crate::model::ModelConfig, EngineError> {
+        let text = self.config_json(vocab).to_string();
+        crate::model::ModelConfig::from_json(&text, Path::new("<built-in random model>"))
+    }
+
+    /// Every tensor's name, shape, and the centre and half-width of its uniform values (the
+    /// same distribution [`write_random_llama`] writes), for building weights in place.
+    pub fn uniform_tensors(&self, vocab: usize) -> Vec<(String, Vec<usize>, f32, f32)> {
+        self.tensors(vocab)
+            .into_iter()
+            .map(|t| (t.name, t.shape, t.mean, t.std * 3f32.sqrt()))
+            .collect()
+    }
+
     fn qwen2(&self) -> bool {
         self.architecture == "Qwen2ForCausalLM"
     }

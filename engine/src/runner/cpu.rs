@@ -119,36 +119,50 @@ impl CpuRunner {
     /// Runs `batch` and returns the logits of its sampling entries `(n, vocab)` without
     /// sampling (for tests and tools).
     pub fn logits(&mut self, batch: &StepBatch<'_>) -> Result<Tensor, EngineError> {
-        let tables: Vec<Vec<u32>> = batch
-            .entries
-            .iter()
-            .map(|e| {
-                e.blocks
-                    .iter()
-                    .map(|b| b.hbm.map(|h| h.0))
-                    .collect::<Option<Vec<u32>>>()
-                    .ok_or_else(|| {
-                        EngineError::Runner(format!(
-                            "request {:?}: a block of its table is not in HBM",
-                            e.id
-                        ))
-                    })
-            })
-            .collect::<Result<_, _>>()?;
-        let chunks: Vec<SeqChunk<'_>> = batch
-            .entries
-            .iter()
-            .zip(&tables)
-            .map(|(e, t)| SeqChunk {
-                tokens: e.tokens,
-                pos: e.pos as usize,
-                end: e.end as usize,
-                blocks: t,
-                sample: e.sample,
-            })
-            .collect();
-        self.model.forward(&chunks, &self.arena)
+        let tables = hbm_tables(batch)?;
+        self.model.forward(&seq_chunks(batch, &tables), &self.arena)
     }
+}
+
+/// The model's view of `batch`: each entry's chunk over its HBM block table (`tables`, from
+/// [`hbm_tables`]).
+pub(crate) fn seq_chunks<'a>(
+    batch: &'a StepBatch<'_>,
+    tables: &'a [Vec<u32>],
+) -> Vec<SeqChunk<'a>> {
+    batch
+        .entries
+        .iter()
+        .zip(tables)
+        .map(|(e, t)| SeqChunk {
+            tokens: e.tokens,
+            pos: e.pos as usize,
+            end: e.end as usize,
+            blocks: t,
+            sample: e.sample,
+        })
+        .collect()
+}
+
+/// Every entry's block table as HBM block ids; an error names a request with a block that is
+/// not in HBM.
+pub(crate) fn hbm_tables(batch: &StepBatch<'_>) -> Result<Vec<Vec<u32>>, EngineError> {
+    batch
+        .entries
+        .iter()
+        .map(|e| {
+            e.blocks
+                .iter()
+                .map(|b| b.hbm.map(|h| h.0))
+                .collect::<Option<Vec<u32>>>()
+                .ok_or_else(|| {
+                    EngineError::Runner(format!(
+                        "request {:?}: a block of its table is not in HBM",
+                        e.id
+                    ))
+                })
+        })
+        .collect()
 }
 
 impl ModelRunner for CpuRunner {

@@ -1,7 +1,7 @@
 //! The simulated runner: no model, only the time a step would take on a profile's hardware.
-//! Prefill is compute-bound (matmul rate × efficiency); decode is memory-bound (weights + KV
-//! bytes read at HBM bandwidth × efficiency); every step pays a fixed overhead. Sampled
-//! tokens are a constant, so lengths come from `max_tokens` (`ignore_eos`), as in the paper.
+//! Prefill is compute-bound (matmul rate × efficiency); decode is memory-bound (weights read
+//! at HBM bandwidth × efficiency, KV bytes at that × the attention kernel's efficiency); every
+//! step pays a fixed overhead. Sampled tokens are a constant, so lengths come from `max_tokens` (`ignore_eos`), as in the paper.
 
 use super::{ModelRunner, StepBatch, StepOutput};
 use crate::error::EngineError;
@@ -46,8 +46,9 @@ impl SimRunner {
         }
         let flops = 2.0 * m.params * tokens + attn_flops;
         let compute = flops / (hw.matmul_tflops * 1e12 * hw.prefill_efficiency);
-        let bytes = m.weight_bytes() + kv_tokens * self.geometry.bytes_per_token() as f64;
-        let memory = bytes / (hw.hbm_bw_gbps * 1e9 * hw.hbm_bw_efficiency);
+        let bandwidth = hw.hbm_bw_gbps * 1e9 * hw.hbm_bw_efficiency;
+        let kv_bytes = kv_tokens * self.geometry.bytes_per_token() as f64;
+        let memory = m.weight_bytes() / bandwidth + kv_bytes / (bandwidth * hw.kv_read_efficiency);
         hw.step_overhead_s + compute.max(memory)
     }
 }

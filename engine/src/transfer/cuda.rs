@@ -16,7 +16,7 @@
 #[cfg(test)]
 mod tests;
 
-use superinfer_kernels::cuda::{CopyMode, DuplexConfig, DuplexEngine, Gpu};
+use superinfer_kernels::cuda::{CopyMode, DeviceArena, DuplexConfig, DuplexEngine, Gpu};
 use superinfer_kernels::BlockCopy;
 
 use super::{CopyBatch, Ticket, Transfer};
@@ -41,18 +41,32 @@ impl CudaTransfer {
     /// Allocates both tiers on `gpu` (which shares the model runner's context and compute
     /// stream) and creates the two copy streams.
     pub fn new(gpu: &Gpu, cfg: CudaTransferConfig) -> Result<Self, superinfer_kernels::Error> {
-        let engine = DuplexEngine::new(
-            gpu,
-            DuplexConfig {
-                block_bytes: cfg.geometry.block_bytes(),
-                hbm_blocks: cfg.hbm_blocks,
-                dram_blocks: cfg.dram_blocks,
-                pinned_chunk_bytes: cfg.pinned_chunk_bytes,
-                mode: CopyMode::Batched,
-                merge: true,
-            },
-        )?;
+        let engine = DuplexEngine::new(gpu, Self::duplex_config(&cfg))?;
         Ok(Self { engine })
+    }
+
+    /// As [`CudaTransfer::new`] over an existing HBM tier: the model runner's KV arena (a
+    /// contiguous candle tensor of at least `hbm_blocks` blocks), so the runner and the copy
+    /// engine share one HBM tier.
+    pub fn with_arena(
+        gpu: &Gpu,
+        cfg: CudaTransferConfig,
+        arena: &candle_core::Tensor,
+    ) -> Result<Self, superinfer_kernels::Error> {
+        let hbm = DeviceArena::from_tensor(gpu, arena)?;
+        let engine = DuplexEngine::with_hbm(gpu, Self::duplex_config(&cfg), hbm)?;
+        Ok(Self { engine })
+    }
+
+    fn duplex_config(cfg: &CudaTransferConfig) -> DuplexConfig {
+        DuplexConfig {
+            block_bytes: cfg.geometry.block_bytes(),
+            hbm_blocks: cfg.hbm_blocks,
+            dram_blocks: cfg.dram_blocks,
+            pinned_chunk_bytes: cfg.pinned_chunk_bytes,
+            mode: CopyMode::Batched,
+            merge: true,
+        }
     }
 
     /// The copy engine, for the model runner (HBM arena addresses) and diagnostics.

@@ -60,10 +60,27 @@ pub struct DuplexEngine {
 impl DuplexEngine {
     /// Allocates both tiers and the two copy streams on `gpu`.
     pub fn new(gpu: &Gpu, cfg: DuplexConfig) -> Result<Self> {
-        if cfg.block_bytes == 0 || cfg.hbm_blocks == 0 || cfg.dram_blocks == 0 {
+        if cfg.block_bytes == 0 || cfg.hbm_blocks == 0 {
             return Err(Error::Invalid(format!("duplex engine of {cfg:?}")));
         }
         let hbm = DeviceArena::new(gpu, cfg.block_bytes * u64::from(cfg.hbm_blocks))?;
+        Self::with_hbm(gpu, cfg, hbm)
+    }
+
+    /// As [`DuplexEngine::new`] over an existing HBM tier (the model's KV arena, see
+    /// [`DeviceArena::from_tensor`]) of at least `hbm_blocks` blocks.
+    pub fn with_hbm(gpu: &Gpu, cfg: DuplexConfig, hbm: DeviceArena) -> Result<Self> {
+        if cfg.block_bytes == 0 || cfg.hbm_blocks == 0 || cfg.dram_blocks == 0 {
+            return Err(Error::Invalid(format!("duplex engine of {cfg:?}")));
+        }
+        if hbm.len() < cfg.block_bytes * u64::from(cfg.hbm_blocks) {
+            return Err(Error::Invalid(format!(
+                "an HBM arena of {} bytes cannot hold {} blocks of {} bytes",
+                hbm.len(),
+                cfg.hbm_blocks,
+                cfg.block_bytes
+            )));
+        }
         let dram = PinnedArena::new(
             gpu,
             cfg.block_bytes * u64::from(cfg.dram_blocks),

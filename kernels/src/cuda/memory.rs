@@ -39,11 +39,14 @@ fn out_of_range(what: &str, offset: u64, bytes: u64, len: u64) -> Error {
     ))
 }
 
-/// Device memory for the HBM tier: one allocation.
+/// Device memory for the HBM tier: one allocation, its own or a candle tensor's.
 pub struct DeviceArena {
     ctx: Arc<CudaContext>,
     ptr: sys::CUdeviceptr,
     bytes: u64,
+    /// Set when the memory is a candle tensor's (the model's KV arena): kept alive here, freed
+    /// by candle, never by this arena.
+    tensor: Option<candle_core::Tensor>,
 }
 
 impl DeviceArena {
@@ -59,6 +62,41 @@ impl DeviceArena {
             ctx: gpu.context().clone(),
             ptr,
             bytes,
+            tensor: None,
+        })
+    }
+
+    /// The memory of a contiguous candle tensor on `gpu` (the model runner's KV arena), so
+    /// the copy engine and the model share one HBM tier.
+    pub fn from_tensor(gpu: &Gpu, tensor: &candle_core::Tensor) -> Result<Self> {
+        use super::cudarc::driver::DevicePtr;
+        use candle_core::cuda_backend::CudaStorageSlice as S;
+        let bytes = (tensor.elem_count() * tensor.dtype().size_in_bytes()) as u64;
+        let ptr = {
+            let (storage, layout) = tensor.storage_and_layout();
+            let candle_core::Storage::Cuda(cs) = &*storage else {
+                return Err(Error::Invalid(
+                    "the KV arena tensor is not on the GPU".into(),
+                ));
+            };
+            if !layout.is_contiguous() || layout.start_offset() != 0 || bytes == 0 {
+                return Err(Error::Invalid(
+                    "the KV arena tensor must be whole and contiguous".into(),
+                ));
+            }
+            let stream = gpu.compute_stream();
+            match &cs.slice {
+                S::BF16(s) => s.device_ptr(stream).0,
+                S::F16(s) => s.device_ptr(stream).0,
+                S::F32(s) => s.device_ptr(stream).0,
+                _ => return Err(Error::Invalid(format!("KV arena of {:?}", tensor.dtype()))),
+            }
+        };
+        Ok(Self {
+            ctx: gpu.context().clone(),
+            ptr,
+            bytes,
+            tensor: Some(tensor.clone()),
         })
     }
 }
@@ -86,6 +124,9 @@ impl Arena for DeviceArena {
 
 impl Drop for DeviceArena {
     fn drop(&mut self) {
+        if self.tensor.is_some() {
+            return;
+        }
         self.ctx.record_err(self.ctx.bind_to_thread());
         // SAFETY: `ptr` came from cuMemAlloc in this context and is freed only here. Users
         // of the arena wait for their copies before dropping it (the duplex engine does).

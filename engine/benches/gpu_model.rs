@@ -1,0 +1,355 @@
+//! Step and kernel benchmarks of the GPU model path (feature `cuda`; needs a CUDA GPU):
+//! a random-weight model at real size (default `llama-3-8b`, bf16) built in GPU memory.
+//!
+//! - decode steps at batch 1, 8, 32, 64 (each sequence with `--context` tokens of KV), against
+//!   the memory roofline (weights + KV bytes read once at `--hbm-tbs` TB/s);
+//! - a 2,048-token prefill (one sequence) against `--gemm-tflops` (the measured bf16 GEMM
+//!   rate: 786 TFLOP/s on the H200);
+//! - the attention kernels alone: decode at batch 64 (GB/s of KV read) and a 2,048-token
+//!   causal prefill (TFLOP/s).
+//!
+//! Every figure is the median of `--iters` runs after warm-up, each ended by a device
+//! synchronize (a step ends when its sampled ids reach the host).
+//!
+//! ```text
+//! cargo bench -p superinfer-engine --features cuda --bench gpu_model -- \
+//!     [--model llama-3-8b] [--context 512] [--iters 20]
+//! ```
+
+use candle_core::{DType, Device, Tensor};
+use std::time::Instant;
+use superinfer_engine::kv::{BlockState, HbmBlock, LogicalBlock};
+use superinfer_engine::model::gpu_llama::GpuLlama;
+use superinfer_engine::model::tiny::RandomLlama;
+use superinfer_engine::runner::gpu::GpuRunner;
+use superinfer_engine::runner::{BatchEntry, ModelRunner, StepBatch};
+use superinfer_engine::SamplingParams;
+use superinfer_kernels::attention_plan::{AttentionPlan, AttentionShape, SeqSpan};
+use superinfer_policies::RequestId;
+
+struct Args {
+    model: String,
+    context: usize,
+    iters: usize,
+    hbm_tbs: f64,
+    gemm_tflops: f64,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        model: "llama-3-8b".into(),
+        context: 512,
+        iters: 20,
+        hbm_tbs: 4.11,
+        gemm_tflops: 786.0,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let v = argv.get(i + 1).cloned().unwrap_or_default();
+        match argv[i].as_str() {
+            "--model" => a.model = v,
+            "--context" => a.context = v.parse().expect("--context N"),
+            "--iters" => a.iters = v.parse().expect("--iters N"),
+            "--hbm-tbs" => a.hbm_tbs = v.parse().expect("--hbm-tbs X"),
+            "--gemm-tflops" => a.gemm_tflops = v.parse().expect("--gemm-tflops X"),
+            // cargo bench passes --bench; nothing else is expected.
+            "--bench" => {
+                i += 1;
+                continue;
+            }
+            other => panic!("unknown argument {other}"),
+        }
+        i += 2;
+    }
+    a
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Median seconds of `f` over `iters` runs after 3 warm-ups.
+fn time(iters: usize, dev: &Device, mut f: impl FnMut()) -> f64 {
+    for _ in 0..3 {
+        f();
+    }
+    dev.synchronize().unwrap();
+    let mut t = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let s = Instant::now();
+        f();
+        dev.synchronize().unwrap();
+        t.push(s.elapsed().as_secs_f64());
+    }
+    median(t)
+}
+
+struct Seq {
+    tokens: Vec<u32>,
+    blocks: Vec<LogicalBlock>,
+}
+
+fn seqs(n: usize, len: usize, first_block: u32) -> Vec<Seq> {
+    let per = len.div_ceil(16) as u32;
+    (0..n as u32)
+        .map(|i| Seq {
+            tokens: (0..len as u32).map(|t| (t * 31 + i) % 30_000 + 5).collect(),
+            blocks: (0..per)
+                .map(|k| LogicalBlock {
+                    hbm: Some(HbmBlock(first_block + i * per + k)),
+                    dram: None,
+                    state: BlockState::Dirty,
+                    inflight: None,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn batch<'a>(s: &'a [Seq], pos: usize, p: &'a SamplingParams) -> StepBatch<'a> {
+    StepBatch {
+        entries: s
+            .iter()
+            .enumerate()
+            .map(|(i, q)| BatchEntry {
+                id: RequestId(i as u64),
+                tokens: &q.tokens,
+                prompt_len: q.tokens.len() as u32,
+                pos: pos as u32,
+                end: q.tokens.len() as u32,
+                blocks: &q.blocks,
+                sample: true,
+                sampling: p,
+            })
+            .collect(),
+    }
+}
+
+fn main() {
+    let a = args();
+    let dev = Device::new_cuda(0).expect("a CUDA GPU");
+    let (spec, vocab) = RandomLlama::named(&a.model).expect("model name");
+    let t0 = Instant::now();
+    let model = GpuLlama::random(&spec, vocab, DType::BF16, &dev, 0).expect("random model");
+    dev.synchronize().unwrap();
+    let weights = model.weight_bytes() as f64;
+    println!(
+        "model random:{} bf16: {:.2} GB of weights, built in GPU memory in {:.1} s",
+        a.model,
+        weights / 1e9,
+        t0.elapsed().as_secs_f64()
+    );
+    let cfg = model.config().clone();
+    let kv_per_token = (2 * cfg.num_layers * cfg.kv_width() * 2) as f64;
+    let shape = AttentionShape {
+        num_heads: cfg.num_heads as u32,
+        kv_heads: cfg.num_kv_heads as u32,
+        head_dim: cfg.head_dim as u32,
+        num_layers: cfg.num_layers as u32,
+        block_size: 16,
+        window: 0,
+    };
+    let max_batch = 64usize;
+    let ctx = a.context;
+    let blocks_needed = (max_batch * (ctx + 1).div_ceil(16)).max(2048usize.div_ceil(16) + 1);
+    let mut runner = GpuRunner::new(model, 16, blocks_needed as u32 + 8, Some(0)).unwrap();
+    let greedy = SamplingParams::default();
+
+    println!("\n## decode steps (context {ctx} tokens per sequence, greedy sampling on the GPU)");
+    println!(
+        "Host issue: the time to enqueue a step's forward pass (no wait); when it is below the"
+    );
+    println!("step time the GPU never waits for the host, so replaying CUDA graphs would not pay.");
+    println!("| batch | matmuls | ms/step | roofline ms (weights + KV at {} TB/s) | x roofline | tokens/s | host issue ms |", a.hbm_tbs);
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for (b, gemv) in [
+        (1usize, 0usize),
+        (1, 1),
+        (2, 0),
+        (2, 2),
+        (8, 0),
+        (32, 0),
+        (64, 0),
+    ] {
+        runner.model_mut().set_gemv_max_rows(gemv);
+        let how = if gemv > 0 { "GEMV kernel" } else { "cuBLAS" };
+        let s = seqs(b, ctx + 1, 0);
+        let step = batch(&s, ctx, &greedy);
+        let t = time(a.iters, &dev, || {
+            runner.step(&step).expect("decode step");
+        });
+        let roof = (weights + b as f64 * (ctx + 1) as f64 * kv_per_token) / (a.hbm_tbs * 1e12);
+        let mut issue = Vec::new();
+        for _ in 0..a.iters {
+            dev.synchronize().unwrap();
+            let s = Instant::now();
+            let logits = runner.logits(&step).expect("forward");
+            issue.push(s.elapsed().as_secs_f64());
+            drop(logits);
+        }
+        dev.synchronize().unwrap();
+        println!(
+            "| {b} | {how} | {:.2} | {:.2} | {:.2} | {:.0} | {:.2} |",
+            t * 1e3,
+            roof * 1e3,
+            t / roof,
+            b as f64 / t,
+            median(issue) * 1e3
+        );
+    }
+
+    runner
+        .model_mut()
+        .set_gemv_max_rows(superinfer_engine::model::gpu_llama::DEFAULT_GEMV_MAX_ROWS);
+
+    println!("\n## prefill (one sequence, one chunk)");
+    println!(
+        "| tokens | ms | TFLOP/s (matmuls + causal attention) | % of {} TFLOP/s |",
+        a.gemm_tflops
+    );
+    println!("| --- | --- | --- | --- |");
+    let params = (weights / 2.0) - (cfg.vocab_size * cfg.hidden_size) as f64;
+    for n in [512usize, 2048] {
+        let s = seqs(1, n, 0);
+        let step = batch(&s, 0, &greedy);
+        let t = time(a.iters, &dev, || {
+            runner.step(&step).expect("prefill step");
+        });
+        // Matmuls: 2 flops per weight per token (the lm head only for the sampled row);
+        // attention: QK^T and PV over the causal half.
+        let lm = (cfg.vocab_size * cfg.hidden_size) as f64;
+        let attn = 2.0 * 2.0 * (n * n) as f64 / 2.0
+            * (cfg.num_heads * cfg.head_dim * cfg.num_layers) as f64;
+        let flops = 2.0 * params * n as f64 + 2.0 * lm + attn;
+        println!(
+            "| {n} | {:.1} | {:.0} | {:.0}% |",
+            t * 1e3,
+            flops / t / 1e12,
+            100.0 * flops / t / 1e12 / a.gemm_tflops
+        );
+    }
+
+    println!("\n## one matmul at batch 1: GEMV kernel vs cuBLAS (candle matmul), bf16");
+    println!("| weight (n x k) | GEMV us | GEMV GB/s | cuBLAS us | cuBLAS GB/s |");
+    println!("| --- | --- | --- | --- | --- |");
+    {
+        let k = runner.model().kernels();
+        let h = cfg.hidden_size;
+        let shapes = [
+            (cfg.q_width() + 2 * cfg.kv_width(), h),
+            (h, cfg.q_width()),
+            (2 * cfg.intermediate_size, h),
+            (h, cfg.intermediate_size),
+            (cfg.vocab_size, h),
+        ];
+        for (n, kk) in shapes {
+            let w = Tensor::randn(0f32, 1.0, (n, kk), &dev)
+                .unwrap()
+                .to_dtype(DType::BF16)
+                .unwrap();
+            let x = Tensor::randn(0f32, 1.0, (1, kk), &dev)
+                .unwrap()
+                .to_dtype(DType::BF16)
+                .unwrap();
+            let bytes = (n * kk * 2) as f64;
+            let tg = time(a.iters * 5, &dev, || {
+                k.gemv(&x, &w).unwrap();
+            });
+            let wt = w.t().unwrap();
+            let tc = time(a.iters * 5, &dev, || {
+                x.matmul(&wt).unwrap();
+            });
+            println!(
+                "| {n} x {kk} | {:.1} | {:.0} | {:.1} | {:.0} |",
+                tg * 1e6,
+                bytes / tg / 1e9,
+                tc * 1e6,
+                bytes / tc / 1e9
+            );
+        }
+    }
+
+    println!("\n## attention kernels alone (one layer)");
+    let k = runner.model().kernels();
+    let arena = runner.arena().rows().clone();
+    let qw = cfg.q_width();
+    // Decode: 64 sequences of `ctx` keys.
+    let s = seqs(max_batch, ctx + 1, 0);
+    let tables: Vec<Vec<u32>> = s
+        .iter()
+        .map(|q| q.blocks.iter().map(|b| b.hbm.unwrap().0).collect())
+        .collect();
+    let spans: Vec<SeqSpan<'_>> = tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| SeqSpan {
+            q_offset: i as u32,
+            pos: ctx as u32,
+            end: ctx as u32 + 1,
+            blocks: t,
+        })
+        .collect();
+    let meta = k
+        .upload(AttentionPlan::new(&shape, &spans).unwrap(), &shape)
+        .unwrap();
+    let q = Tensor::randn(0f32, 1.0, (max_batch, qw), &dev)
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap();
+    let t = time(a.iters * 5, &dev, || {
+        k.attention(&q, &arena, &meta, &shape, 0).unwrap();
+    });
+    let bytes = max_batch as f64 * (ctx + 1) as f64 * kv_per_token / cfg.num_layers as f64;
+    println!(
+        "decode, batch {max_batch} x {} keys: {:.1} us, {:.0} GB/s of KV ({:.0}% of {} TB/s)",
+        ctx + 1,
+        t * 1e6,
+        bytes / t / 1e9,
+        100.0 * bytes / t / (a.hbm_tbs * 1e12),
+        a.hbm_tbs
+    );
+    // Decode at batch 1 (the plan splits the context over the GPU).
+    let one: Vec<SeqSpan<'_>> = spans.iter().take(1).copied().collect();
+    let meta1 = k
+        .upload(AttentionPlan::new(&shape, &one).unwrap(), &shape)
+        .unwrap();
+    let q1 = q.narrow(0, 0, 1).unwrap().contiguous().unwrap();
+    let t = time(a.iters * 5, &dev, || {
+        k.attention(&q1, &arena, &meta1, &shape, 0).unwrap();
+    });
+    println!(
+        "decode, batch 1 x {} keys: {:.1} us ({} splits of {} keys)",
+        ctx + 1,
+        t * 1e6,
+        meta1.plan.decode_splits,
+        meta1.plan.decode_part
+    );
+    // Prefill: one 2,048-token causal chunk.
+    let n = 2048usize;
+    let s = seqs(1, n, 0);
+    let table: Vec<u32> = s[0].blocks.iter().map(|b| b.hbm.unwrap().0).collect();
+    let spans = [SeqSpan {
+        q_offset: 0,
+        pos: 0,
+        end: n as u32,
+        blocks: &table,
+    }];
+    let meta = k
+        .upload(AttentionPlan::new(&shape, &spans).unwrap(), &shape)
+        .unwrap();
+    let q = Tensor::randn(0f32, 1.0, (n, qw), &dev)
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap();
+    let t = time(a.iters * 2, &dev, || {
+        k.attention(&q, &arena, &meta, &shape, 0).unwrap();
+    });
+    let flops = 2.0 * 2.0 * (n * n) as f64 / 2.0 * (cfg.num_heads * cfg.head_dim) as f64;
+    println!(
+        "prefill, {n} tokens causal: {:.1} us, {:.0} TFLOP/s",
+        t * 1e6,
+        flops / t / 1e12
+    );
+}

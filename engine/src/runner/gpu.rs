@@ -1,0 +1,207 @@
+//! The GPU model runner (feature `cuda`): [`GpuLlama`] over an HBM-tier [`KvArena`] in device
+//! memory, which the CUDA copy engine shares (see [`GpuRunner::transfer`]). Greedy and
+//! temperature sampling run on the GPU, so only token ids cross to the host; requests with
+//! top-k/top-p/min-p cuts, penalties or logprobs are sampled on the host from their own row.
+
+use super::{BatchEntry, ModelRunner, StepBatch, StepOutput};
+use crate::error::EngineError;
+use crate::kv::BlockGeometry;
+use crate::model::gpu_llama::GpuLlama;
+use crate::model::kv_arena::candle_err;
+use crate::model::KvArena;
+use crate::sampling::{sample, SamplingParams, TokenLogprobs};
+use crate::transfer::cuda::{CudaTransfer, CudaTransferConfig};
+use candle_core::{DType, Tensor};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::Instant;
+use superinfer_kernels::cuda::GpuSample;
+
+/// The CUDA [`ModelRunner`].
+pub struct GpuRunner {
+    model: GpuLlama,
+    arena: KvArena,
+    geometry: BlockGeometry,
+    eos: Vec<u32>,
+    rng: ChaCha8Rng,
+}
+
+/// Whether a request's sampling runs on the GPU (greedy or plain temperature).
+pub fn samples_on_gpu(p: &SamplingParams) -> bool {
+    p.top_k == 0
+        && p.top_p >= 1.0
+        && p.min_p <= 0.0
+        && p.repetition_penalty == 1.0
+        && p.frequency_penalty == 0.0
+        && p.presence_penalty == 0.0
+        && p.logprobs.is_none()
+}
+
+impl GpuRunner {
+    /// Allocates an HBM arena of `hbm_blocks` blocks of `block_size` tokens for `model`.
+    pub fn new(
+        model: GpuLlama,
+        block_size: u32,
+        hbm_blocks: u32,
+        seed: Option<u64>,
+    ) -> Result<GpuRunner, EngineError> {
+        let c = model.config();
+        let geometry = BlockGeometry {
+            num_layers: c.num_layers as u32,
+            block_size,
+            kv_heads: c.num_kv_heads as u32,
+            head_dim: c.head_dim as u32,
+            dtype_bytes: model.dtype().size_in_bytes() as u32,
+        };
+        let arena = KvArena::new(geometry, hbm_blocks, model.dtype(), model.device())?;
+        let mut eos = c.eos_token_ids.clone();
+        eos.sort_unstable();
+        eos.dedup();
+        let rng = match seed {
+            Some(s) => ChaCha8Rng::seed_from_u64(s),
+            None => ChaCha8Rng::from_os_rng(),
+        };
+        Ok(GpuRunner {
+            model,
+            arena,
+            geometry,
+            eos,
+            rng,
+        })
+    }
+
+    /// The CUDA copy engine over this runner's HBM arena and a pinned DRAM tier of
+    /// `dram_blocks` blocks: the two share one HBM tier, as the KV pool assumes.
+    pub fn transfer(&self, dram_blocks: u32) -> Result<CudaTransfer, EngineError> {
+        CudaTransfer::with_arena(
+            self.model.gpu(),
+            CudaTransferConfig {
+                geometry: self.geometry,
+                hbm_blocks: self.arena.num_blocks(),
+                dram_blocks,
+                pinned_chunk_bytes: 1 << 30,
+            },
+            self.arena.rows(),
+        )
+        .map_err(|e| EngineError::Runner(format!("the CUDA copy engine: {e}")))
+    }
+
+    pub fn set_eos_token_ids(&mut self, ids: &[u32]) {
+        self.eos = ids.to_vec();
+    }
+
+    pub fn arena(&self) -> &KvArena {
+        &self.arena
+    }
+
+    pub fn model(&self) -> &GpuLlama {
+        &self.model
+    }
+
+    pub fn model_mut(&mut self) -> &mut GpuLlama {
+        &mut self.model
+    }
+
+    /// The logits of `batch`'s sampling entries `(n, vocab)` in the model's dtype.
+    pub fn logits(&mut self, batch: &StepBatch<'_>) -> Result<Tensor, EngineError> {
+        let tables = super::cpu::hbm_tables(batch)?;
+        self.model
+            .forward(&super::cpu::seq_chunks(batch, &tables), &self.arena)
+    }
+
+    fn gpu_draw(&mut self, e: &BatchEntry<'_>) -> GpuSample {
+        GpuSample {
+            temperature: e.sampling.temperature,
+            seed: e.sampling.seed.unwrap_or_else(|| self.rng.next_u64()),
+            counter: e.end,
+        }
+    }
+}
+
+impl ModelRunner for GpuRunner {
+    fn geometry(&self) -> BlockGeometry {
+        self.geometry
+    }
+
+    fn eos_token_ids(&self) -> &[u32] {
+        &self.eos
+    }
+
+    fn step(&mut self, batch: &StepBatch<'_>) -> Result<StepOutput, EngineError> {
+        let start = Instant::now();
+        self.model
+            .gpu()
+            .bind()
+            .map_err(|e| EngineError::Runner(format!("binding the CUDA context: {e}")))?;
+        let logits = self.logits(batch)?;
+        let sampling: Vec<&BatchEntry<'_>> = batch.entries.iter().filter(|e| e.sample).collect();
+        let (mut gpu_rows, mut gpu_draws, mut host_rows) = (Vec::new(), Vec::new(), Vec::new());
+        for (row, e) in sampling.iter().enumerate() {
+            if samples_on_gpu(e.sampling) {
+                gpu_rows.push(row as u32);
+                gpu_draws.push(self.gpu_draw(e));
+            } else {
+                host_rows.push(row as u32);
+            }
+        }
+        let dev = self.model.device().clone();
+        let pick = |rows: &[u32]| -> Result<Tensor, EngineError> {
+            if rows.len() == sampling.len() {
+                return Ok(logits.clone());
+            }
+            let idx = Tensor::from_slice(rows, rows.len(), &dev)
+                .map_err(|e| candle_err("sample rows", e))?;
+            logits
+                .index_select(&idx, 0)
+                .map_err(|e| candle_err("sample rows", e))
+        };
+        let mut sampled = vec![None; sampling.len()];
+        let mut logprobs: Vec<Option<TokenLogprobs>> = vec![None; sampling.len()];
+        if !gpu_rows.is_empty() {
+            let ids = self
+                .model
+                .kernels()
+                .sample(&pick(&gpu_rows)?, &gpu_draws)
+                .map_err(|e| EngineError::Runner(format!("GPU sampling: {e}")))?;
+            for (r, id) in gpu_rows.iter().zip(ids) {
+                sampled[*r as usize] = Some(id);
+            }
+        }
+        if !host_rows.is_empty() {
+            let rows = pick(&host_rows)?
+                .to_dtype(DType::F32)
+                .and_then(|t| t.to_vec2::<f32>())
+                .map_err(|e| candle_err("reading logits", e))?;
+            for (r, mut row) in host_rows.iter().zip(rows) {
+                let e = sampling[*r as usize];
+                let s = sample(
+                    &mut row,
+                    e.sampling,
+                    &e.tokens[..e.end as usize],
+                    e.prompt_len as usize,
+                    &mut self.rng,
+                );
+                sampled[*r as usize] = Some(s.token);
+                logprobs[*r as usize] = s.logprobs;
+            }
+        }
+        let mut tokens = Vec::with_capacity(batch.entries.len());
+        let mut lps = Vec::with_capacity(batch.entries.len());
+        let mut next = 0;
+        for e in &batch.entries {
+            if e.sample {
+                tokens.push(sampled[next]);
+                lps.push(logprobs[next].take());
+                next += 1;
+            } else {
+                tokens.push(None);
+                lps.push(None);
+            }
+        }
+        Ok(StepOutput {
+            tokens,
+            elapsed: start.elapsed().as_secs_f64(),
+            logprobs: lps,
+        })
+    }
+}

@@ -1,0 +1,140 @@
+use super::*;
+
+fn shape() -> AttentionShape {
+    AttentionShape {
+        num_heads: 8,
+        kv_heads: 2,
+        head_dim: 64,
+        num_layers: 3,
+        block_size: 4,
+        window: 0,
+    }
+}
+
+#[test]
+fn sections_hold_positions_slots_tiles_and_tables() {
+    let a = [7u32, 2, 9];
+    let b = [5u32];
+    // A 70-token prefill chunk at positions 2..72 needs 18 blocks; use a long table.
+    let long: Vec<u32> = (100..118).collect();
+    let seqs = [
+        SeqSpan {
+            q_offset: 0,
+            pos: 10,
+            end: 11,
+            blocks: &a,
+        },
+        SeqSpan {
+            q_offset: 1,
+            pos: 0,
+            end: 3,
+            blocks: &b,
+        },
+        SeqSpan {
+            q_offset: 4,
+            pos: 2,
+            end: 72,
+            blocks: &long,
+        },
+    ];
+    let p = AttentionPlan::new(&shape(), &seqs).unwrap();
+    assert_eq!(p.tokens, 1 + 3 + 70);
+    let pos = &p.data[p.positions..p.positions + p.tokens as usize];
+    assert_eq!(&pos[..4], &[10, 0, 1, 2]);
+    assert_eq!(pos[4], 2);
+    // Position 10 of the first sequence: block a[2] = 9, offset 2; rows per block 3*2*4 = 24.
+    let slots = &p.data[p.slots..p.slots + p.tokens as usize];
+    assert_eq!(slots[0], 9 * 24 + 2);
+    assert_eq!(slots[1], 5 * 24);
+    assert_eq!(slots[4], 100 * 24 + 2);
+    // Decode: [q_row, ctx, table_start, 0]; tables: a (3 blocks), b (1), long (18).
+    assert_eq!(p.num_decodes, 1);
+    assert_eq!(&p.data[p.decode_seqs..p.decode_seqs + 4], &[0, 11, 0, 0]);
+    // Prefill sequences [q_offset, pos, end, table_start] and tiles of 64 queries.
+    assert_eq!(
+        &p.data[p.prefill_seqs..p.prefill_seqs + 8],
+        &[1, 0, 3, 3, 4, 2, 72, 4]
+    );
+    assert_eq!(p.num_tiles, 3);
+    assert_eq!(
+        &p.data[p.prefill_tiles..p.prefill_tiles + 6],
+        &[0, 0, 1, 0, 1, 64]
+    );
+    assert_eq!(&p.data[p.tables..p.tables + 4], &[7, 2, 9, 5]);
+    // One sequence of 11 keys over 2 KV heads: one split of 32 keys.
+    assert_eq!((p.decode_part, p.decode_splits), (32, 1));
+}
+
+#[test]
+fn decode_splits_follow_the_longest_context_and_the_window() {
+    let blocks: Vec<u32> = (0..300).collect();
+    let seqs = [SeqSpan {
+        q_offset: 0,
+        pos: 1000,
+        end: 1001,
+        blocks: &blocks,
+    }];
+    let p = AttentionPlan::new(&shape(), &seqs).unwrap();
+    // One sequence: small parts so 2 KV heads x splits approach the target grid.
+    assert_eq!(p.decode_part, 32);
+    assert_eq!(p.decode_splits, 1001u32.div_ceil(32));
+    let windowed = AttentionShape {
+        window: 300,
+        ..shape()
+    };
+    let p = AttentionPlan::new(&windowed, &seqs).unwrap();
+    assert_eq!(p.decode_splits, 300u32.div_ceil(p.decode_part));
+}
+
+#[test]
+fn decode_parts_cover_the_keys_and_grow_with_the_batch() {
+    for decodes in [1u32, 3, 8, 64, 256] {
+        for kv_heads in [1u32, 8] {
+            for keys in [1u32, 31, 32, 513, 4000, 32768] {
+                let (part, splits) = decode_split(decodes, kv_heads, keys);
+                assert!(part % 32 == 0 && (32..=DECODE_PART).contains(&part));
+                assert!(splits * part >= keys && (splits - 1) * part < keys.max(1));
+            }
+        }
+    }
+    // Many sequences: full parts; few: the grid is filled by splitting the context.
+    assert_eq!(decode_split(64, 8, 513), (256, 3));
+    assert_eq!(decode_split(1, 8, 513).0, 32);
+}
+
+#[test]
+fn bad_spans_and_shapes_are_refused() {
+    let b = [0u32];
+    let gap = [SeqSpan {
+        q_offset: 1,
+        pos: 0,
+        end: 1,
+        blocks: &b,
+    }];
+    assert!(AttentionPlan::new(&shape(), &gap).is_err());
+    let short = [SeqSpan {
+        q_offset: 0,
+        pos: 0,
+        end: 5,
+        blocks: &b,
+    }];
+    assert!(AttentionPlan::new(&shape(), &short).is_err());
+    let empty = [SeqSpan {
+        q_offset: 0,
+        pos: 3,
+        end: 3,
+        blocks: &b,
+    }];
+    assert!(AttentionPlan::new(&shape(), &empty).is_err());
+    let odd = AttentionShape {
+        head_dim: 80,
+        ..shape()
+    };
+    assert!(odd.validate().is_err());
+    let wide = AttentionShape {
+        num_heads: 40,
+        kv_heads: 2,
+        ..shape()
+    };
+    assert!(wide.validate().is_err());
+}

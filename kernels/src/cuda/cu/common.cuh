@@ -1,0 +1,100 @@
+// Shared by the model kernels: integer types, 16-bit float storage types and conversions
+// (no CUDA headers, so NVRTC needs no include path), block reductions, and the tensor-core
+// MMA m16n8k16 (f32 accumulate) through inline PTX.
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+struct bf16_t { u16 x; };
+struct f16_t { u16 x; };
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(bf16_t v) { return __uint_as_float(((u32)v.x) << 16); }
+__device__ __forceinline__ float to_f(f16_t v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x));
+    return f;
+}
+
+template <typename T> __device__ __forceinline__ T from_f(float f);
+template <> __device__ __forceinline__ float from_f<float>(float f) { return f; }
+template <> __device__ __forceinline__ bf16_t from_f<bf16_t>(float f) {
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return bf16_t{h};
+}
+template <> __device__ __forceinline__ f16_t from_f<f16_t>(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return f16_t{h};
+}
+
+// Two values of a 16-bit type packed in one register, the first in the low half.
+template <typename T> __device__ __forceinline__ u32 pack2(float a, float b) {
+    return (u32)from_f<T>(a).x | ((u32)from_f<T>(b).x << 16);
+}
+
+// D += A * B for one warp: A 16x16 (row-major fragments, 4 registers), B 16x8 (column-major,
+// 2 registers), D 16x8 f32 (4 registers). Fragment layouts: PTX ISA, "mma.m16n8k16".
+template <typename T> __device__ __forceinline__ void mma16816(float* d, const u32* a, const u32* b);
+template <> __device__ __forceinline__ void mma16816<bf16_t>(float* d, const u32* a, const u32* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <> __device__ __forceinline__ void mma16816<f16_t>(float* d, const u32* a, const u32* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+#define NEG_INF __int_as_float(0xff800000)
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ __forceinline__ float block_sum(float v, float* scratch32) {
+    v = warp_sum(v);
+    const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) scratch32[warp] = v;
+    __syncthreads();
+    float t = lane < nw ? scratch32[lane] : 0.0f;
+    return warp_sum(t);
+}
+
+// Loads N consecutive 16-bit values as floats (N in 1, 2, 4, 8, 16; p aligned to 2N bytes).
+template <typename T, int N> __device__ __forceinline__ void load_f(const T* p, float* f) {
+    if constexpr (N >= 8) {
+#pragma unroll
+        for (int c = 0; c < N / 8; ++c) {
+            uint4 v = ((const uint4*)p)[c];
+            const T* e = (const T*)&v;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) f[c * 8 + i] = to_f(e[i]);
+        }
+    } else if constexpr (N == 4) {
+        uint2 v = *(const uint2*)p;
+        const T* e = (const T*)&v;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f[i] = to_f(e[i]);
+    } else if constexpr (N == 2) {
+        u32 v = *(const u32*)p;
+        const T* e = (const T*)&v;
+        f[0] = to_f(e[0]);
+        f[1] = to_f(e[1]);
+    } else {
+        f[0] = to_f(p[0]);
+    }
+}

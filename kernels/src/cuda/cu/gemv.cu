@@ -1,0 +1,60 @@
+// Matrix-vector products for small batches (decode): y[m, n] = sum_k x[m, k] * w[n, k] for
+// m = M <= 8 rows, w row-major (n, k) as a Linear weight. One warp per output column n
+// (grid-stride), 16-byte loads of w (8 elements per lane), two chunks in flight per lane; the
+// rows of x come from L1/L2 (every warp reads the same x). Memory-bound on w: cuBLAS's GEMM
+// tiles leave most SMs idle at m = 1 (e.g. 32 CTAs for a 4096-wide output).
+// k must be a multiple of 8. Grid: any; block: 256 threads.
+template <typename T, int M>
+__device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w,
+                                          T* __restrict__ y, u32 n, u32 k) {
+    const u32 lane = threadIdx.x & 31;
+    const u32 warps = (gridDim.x * blockDim.x) >> 5;
+    for (u32 col = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; col < n; col += warps) {
+        const T* wr = w + (size_t)col * k;
+        float acc[M];
+#pragma unroll
+        for (int r = 0; r < M; ++r) acc[r] = 0.0f;
+        u32 c = lane * 8;
+        for (; c + 256 < k; c += 512) {
+            float w0[8], w1[8];
+            load_f<T, 8>(wr + c, w0);
+            load_f<T, 8>(wr + c + 256, w1);
+#pragma unroll
+            for (int r = 0; r < M; ++r) {
+                float x0[8], x1[8];
+                load_f<T, 8>(x + (size_t)r * k + c, x0);
+                load_f<T, 8>(x + (size_t)r * k + c + 256, x1);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc[r] += w0[e] * x0[e] + w1[e] * x1[e];
+            }
+        }
+        for (; c < k; c += 256) {
+            float w0[8];
+            load_f<T, 8>(wr + c, w0);
+#pragma unroll
+            for (int r = 0; r < M; ++r) {
+                float x0[8];
+                load_f<T, 8>(x + (size_t)r * k + c, x0);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc[r] += w0[e] * x0[e];
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+            const float v = warp_sum(acc[r]);
+            if (lane == 0) y[(size_t)r * n + col] = from_f<T>(v);
+        }
+    }
+}
+
+#define GEMV(T, NAME, M)                                                                       \
+    extern "C" __global__ void __launch_bounds__(256) gemv_##NAME##_m##M(                       \
+        const T* x, const T* w, T* y, u32 n, u32 k) {                                          \
+        gemv_impl<T, M>(x, w, y, n, k);                                                        \
+    }
+#define GEMV_ALL(T, NAME) \
+    GEMV(T, NAME, 1) GEMV(T, NAME, 2) GEMV(T, NAME, 3) GEMV(T, NAME, 4) \
+    GEMV(T, NAME, 5) GEMV(T, NAME, 6) GEMV(T, NAME, 7) GEMV(T, NAME, 8)
+
+GEMV_ALL(bf16_t, bf16)
+GEMV_ALL(f16_t, f16)

@@ -1,0 +1,521 @@
+//! The model kernels (`cu/*.cu`, CUDA C compiled at run time by NVRTC and cached) launched on
+//! candle tensors: the engine's CUDA model keeps its weights and activations as candle tensors
+//! (cuBLAS matmuls through candle) and calls these for what candle lacks: paged attention over
+//! the block-first arena (prefill on tensor cores, split-context decode), the fused
+//! bias/rotary/KV-slot write, the fused residual add + RMSNorm, SiLU·up, and sampling.
+//!
+//! Every kernel runs on the tensors' device stream (the model's compute stream). Outputs are
+//! fresh tensors; the arena and the residual stream are written in place through their device
+//! pointers, which is sound because the engine owns both and never reads them concurrently
+//! (the KV pool never hands a block with a copy in flight to a step).
+
+use std::sync::Arc;
+
+use candle_core::cuda_backend::CudaStorageSlice;
+use candle_core::{DType, Device, Storage, Tensor};
+
+use super::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use super::nvrtc::{load_module, Origin};
+use super::{driver, Gpu};
+use crate::attention_plan::{AttentionPlan, AttentionShape};
+use crate::compile_cache::CompileCache;
+use crate::error::{Error, Result};
+
+const COMMON: &str = include_str!("cu/common.cuh");
+const ATTENTION: &str = include_str!("cu/attention.cu");
+const ROPE_KV: &str = include_str!("cu/rope_kv.cu");
+const NORM_ACT: &str = include_str!("cu/norm_act.cu");
+const SAMPLE: &str = include_str!("cu/sample.cu");
+const GEMV: &str = include_str!("cu/gemv.cu");
+
+/// Most rows [`ModelKernels::gemv`] takes (its kernels are instantiated for 1 to 8).
+pub const GEMV_MAX_ROWS: usize = 8;
+
+fn candle(op: &'static str) -> impl FnOnce(candle_core::Error) -> Error {
+    move |e| Error::Cuda {
+        op,
+        detail: e.to_string(),
+    }
+}
+
+/// Name suffix of a dtype's kernel instances.
+fn suffix(dtype: DType) -> Result<&'static str> {
+    match dtype {
+        DType::BF16 => Ok("bf16"),
+        DType::F16 => Ok("f16"),
+        DType::F32 => Ok("f32"),
+        d => Err(Error::Invalid(format!("no CUDA model kernels for {d:?}"))),
+    }
+}
+
+/// The device address of a contiguous CUDA tensor's first element.
+fn ptr(t: &Tensor, stream: &Arc<CudaStream>) -> Result<u64> {
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else {
+        return Err(Error::Invalid(
+            "a model kernel got a tensor that is not on the GPU".into(),
+        ));
+    };
+    if !layout.is_contiguous() {
+        return Err(Error::Invalid(
+            "a model kernel got a non-contiguous tensor".into(),
+        ));
+    }
+    let (base, elem) = match &cs.slice {
+        CudaStorageSlice::BF16(s) => (s.device_ptr(stream).0, 2),
+        CudaStorageSlice::F16(s) => (s.device_ptr(stream).0, 2),
+        CudaStorageSlice::F32(s) => (s.device_ptr(stream).0, 4),
+        CudaStorageSlice::U32(s) => (s.device_ptr(stream).0, 4),
+        _ => {
+            return Err(Error::Invalid(format!(
+                "model kernels do not take {:?}",
+                t.dtype()
+            )))
+        }
+    };
+    Ok(base + layout.start_offset() as u64 * elem)
+}
+
+/// A step's [`AttentionPlan`] uploaded once; every layer's kernels read it.
+pub struct StepMeta {
+    pub plan: AttentionPlan,
+    /// The uploaded plan: kept alive while this step's kernels read it through `base`.
+    _data: Tensor,
+    base: u64,
+    /// Workspace of split decodes (accumulators, then max/sum pairs), when splits > 1.
+    ws: Option<(Tensor, Tensor)>,
+}
+
+impl StepMeta {
+    fn at(&self, offset: usize) -> u64 {
+        self.base + offset as u64 * 4
+    }
+}
+
+/// The compiled model kernels of one GPU.
+pub struct ModelKernels {
+    attention: Arc<super::cudarc::driver::CudaModule>,
+    rope_kv: Arc<super::cudarc::driver::CudaModule>,
+    norm_act: Arc<super::cudarc::driver::CudaModule>,
+    sample: Arc<super::cudarc::driver::CudaModule>,
+    gemv: Arc<super::cudarc::driver::CudaModule>,
+    multiprocessors: u32,
+    stream: Arc<CudaStream>,
+    device: Device,
+    /// Per module: from the cache or compiled now.
+    pub origins: Vec<(&'static str, Origin)>,
+}
+
+impl ModelKernels {
+    /// Loads (compiling on a cache miss) the kernels for `gpu`, whose candle device the model
+    /// uses.
+    pub fn load(gpu: &Gpu, cache: &CompileCache) -> Result<Self> {
+        let mut origins = Vec::new();
+        let mut module = |name: &'static str, body: &str| {
+            let source = format!("{COMMON}\n{body}");
+            let (m, o) = load_module(gpu, cache, name, &source, &["--std=c++17".to_string()])?;
+            origins.push((name, o));
+            Ok::<_, Error>(m)
+        };
+        let attention = module("superinfer_attention", ATTENTION)?;
+        let rope_kv = module("superinfer_rope_kv", ROPE_KV)?;
+        let norm_act = module("superinfer_norm_act", NORM_ACT)?;
+        let sample = module("superinfer_sample", SAMPLE)?;
+        let gemv = module("superinfer_gemv", GEMV)?;
+        Ok(Self {
+            attention,
+            rope_kv,
+            norm_act,
+            sample,
+            gemv,
+            multiprocessors: gpu.multiprocessors()?,
+            stream: gpu.compute_stream().clone(),
+            device: Device::Cuda(gpu.candle().clone()),
+            origins,
+        })
+    }
+
+    /// An output tensor that the launching kernel writes completely (no memset).
+    fn output<S: Into<candle_core::Shape>>(&self, shape: S, dtype: DType) -> Result<Tensor> {
+        // SAFETY: every caller launches, right after, a kernel on the same stream that writes
+        // every element (each documents its coverage); nothing reads the tensor before.
+        unsafe { Tensor::empty(shape, dtype, &self.device) }.map_err(candle("output tensor"))
+    }
+
+    fn func(m: &Arc<super::cudarc::driver::CudaModule>, name: &str) -> Result<CudaFunction> {
+        m.load_function(name).map_err(driver("cuModuleGetFunction"))
+    }
+
+    /// Uploads a step's plan (one host-to-device copy).
+    pub fn upload(&self, plan: AttentionPlan, shape: &AttentionShape) -> Result<StepMeta> {
+        let data = Tensor::from_slice(&plan.data, plan.data.len(), &self.device)
+            .map_err(candle("upload step plan"))?;
+        let base = ptr(&data, &self.stream)?;
+        let ws = if plan.num_decodes > 0 && plan.decode_splits > 1 {
+            let n =
+                plan.num_decodes as usize * shape.num_heads as usize * plan.decode_splits as usize;
+            let acc = Tensor::zeros(n * shape.head_dim as usize, DType::F32, &self.device)
+                .map_err(candle("decode workspace"))?;
+            let ml = Tensor::zeros(n * 2, DType::F32, &self.device)
+                .map_err(candle("decode workspace"))?;
+            Some((acc, ml))
+        } else {
+            None
+        };
+        Ok(StepMeta {
+            plan,
+            _data: data,
+            base,
+            ws,
+        })
+    }
+
+    /// Adds the QKV bias (if any), rotates Q and K, writes K and V into their arena slots for
+    /// `layer`; returns Q `(tokens, num_heads * head_dim)`. `qkv` is the fused projection
+    /// `(tokens, (num_heads + 2 kv_heads) * head_dim)`; `cos`/`sin` are f32
+    /// `(positions, head_dim / 2)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_kv(
+        &self,
+        qkv: &Tensor,
+        bias: Option<&Tensor>,
+        cos: &Tensor,
+        sin: &Tensor,
+        meta: &StepMeta,
+        arena: &Tensor,
+        shape: &AttentionShape,
+        layer: u32,
+    ) -> Result<Tensor> {
+        let s = shape;
+        let tokens = meta.plan.tokens;
+        let width = ((s.num_heads + 2 * s.kv_heads) * s.head_dim) as usize;
+        if qkv.dims() != [tokens as usize, width] || arena.dtype() != qkv.dtype() {
+            return Err(Error::Invalid(format!(
+                "rope_kv: qkv {:?} {:?}, expected ({tokens}, {width}) {:?}",
+                qkv.dims(),
+                qkv.dtype(),
+                arena.dtype()
+            )));
+        }
+        // Every (token, query head) of q is written by one CTA.
+        let q = self.output(
+            (tokens as usize, (s.num_heads * s.head_dim) as usize),
+            qkv.dtype(),
+        )?;
+        if tokens == 0 {
+            return Ok(q);
+        }
+        let f = Self::func(&self.rope_kv, &format!("rope_kv_{}", suffix(qkv.dtype())?))?;
+        let st = &self.stream;
+        let (p_qkv, p_q, p_kv) = (ptr(qkv, st)?, ptr(&q, st)?, ptr(arena, st)?);
+        let p_bias = match bias {
+            Some(b) => ptr(b, st)?,
+            None => 0u64,
+        };
+        let (p_cos, p_sin) = (ptr(cos, st)?, ptr(sin, st)?);
+        let (p_pos, p_slots) = (meta.at(meta.plan.positions), meta.at(meta.plan.slots));
+        let mut b = st.launch_builder(&f);
+        b.arg(&p_qkv)
+            .arg(&p_bias)
+            .arg(&p_q)
+            .arg(&p_kv)
+            .arg(&p_cos)
+            .arg(&p_sin)
+            .arg(&p_pos)
+            .arg(&p_slots)
+            .arg(&s.num_heads)
+            .arg(&s.kv_heads)
+            .arg(&s.head_dim)
+            .arg(&s.block_size)
+            .arg(&layer);
+        let cfg = LaunchConfig {
+            grid_dim: (tokens, s.num_heads + 2 * s.kv_heads, 1),
+            block_dim: (s.head_dim / 2, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the kernel reads qkv/bias/cos/sin/plan inside their tensors (shapes checked
+        // above; positions < the tables' rows is checked by the model) and writes q and the
+        // arena rows of this step's slots, which the engine reserved for these tokens.
+        unsafe { b.launch(cfg) }.map_err(driver("launch rope_kv"))?;
+        Ok(q)
+    }
+
+    /// Attention of every token of the step over its sequence's context at `layer`:
+    /// `(tokens, num_heads * head_dim)`.
+    pub fn attention(
+        &self,
+        q: &Tensor,
+        arena: &Tensor,
+        meta: &StepMeta,
+        shape: &AttentionShape,
+        layer: u32,
+    ) -> Result<Tensor> {
+        let s = shape;
+        let p = &meta.plan;
+        let name = suffix(q.dtype())?;
+        if name == "f32" {
+            return Err(Error::Invalid(
+                "the attention kernels run in bf16 or f16".into(),
+            ));
+        }
+        // Every token belongs to one span: a decode row (written by paged_decode, or by
+        // decode_reduce when split) or a prefill chunk (written tile by tile).
+        let out = self.output(q.dims(), q.dtype())?;
+        let st = &self.stream;
+        let (p_q, p_kv, p_out) = (ptr(q, st)?, ptr(arena, st)?, ptr(&out, st)?);
+        let scale = s.scale_log2();
+        let tables = meta.at(p.tables);
+        if p.num_tiles > 0 {
+            let f = Self::func(
+                &self.attention,
+                &format!("paged_prefill_{name}_d{}", s.head_dim),
+            )?;
+            let (tiles, seqs) = (meta.at(p.prefill_tiles), meta.at(p.prefill_seqs));
+            let mut b = st.launch_builder(&f);
+            b.arg(&p_q)
+                .arg(&p_kv)
+                .arg(&p_out)
+                .arg(&tiles)
+                .arg(&seqs)
+                .arg(&tables)
+                .arg(&s.num_heads)
+                .arg(&s.kv_heads)
+                .arg(&s.num_layers)
+                .arg(&s.block_size)
+                .arg(&layer)
+                .arg(&scale)
+                .arg(&s.window);
+            let cfg = LaunchConfig {
+                grid_dim: (p.num_tiles, s.num_heads, 1),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: tiles, sequences and tables come from one AttentionPlan (validated on
+            // the host); every key row read is in a block of the sequence's table, inside the
+            // arena (the engine's block ids); rows written are the chunk's own.
+            unsafe { b.launch(cfg) }.map_err(driver("launch paged_prefill"))?;
+        }
+        if p.num_decodes > 0 {
+            let f = Self::func(
+                &self.attention,
+                &format!("paged_decode_{name}_d{}", s.head_dim),
+            )?;
+            let seqs = meta.at(p.decode_seqs);
+            let (ws_acc, ws_ml) = match &meta.ws {
+                Some((a, m)) => (ptr(a, st)?, ptr(m, st)?),
+                None => (0u64, 0u64),
+            };
+            let mut b = st.launch_builder(&f);
+            b.arg(&p_q)
+                .arg(&p_kv)
+                .arg(&p_out)
+                .arg(&ws_acc)
+                .arg(&ws_ml)
+                .arg(&seqs)
+                .arg(&tables)
+                .arg(&s.num_heads)
+                .arg(&s.kv_heads)
+                .arg(&s.num_layers)
+                .arg(&s.block_size)
+                .arg(&layer)
+                .arg(&scale)
+                .arg(&s.window)
+                .arg(&p.decode_splits)
+                .arg(&p.decode_part);
+            let cfg = LaunchConfig {
+                grid_dim: (p.num_decodes, s.kv_heads, p.decode_splits),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: as for prefill; the workspace holds decodes × heads × splits entries.
+            unsafe { b.launch(cfg) }.map_err(driver("launch paged_decode"))?;
+            if p.decode_splits > 1 {
+                let f = Self::func(
+                    &self.attention,
+                    &format!("decode_reduce_{name}_d{}", s.head_dim),
+                )?;
+                let mut b = st.launch_builder(&f);
+                b.arg(&ws_acc)
+                    .arg(&ws_ml)
+                    .arg(&p_out)
+                    .arg(&seqs)
+                    .arg(&s.num_heads)
+                    .arg(&p.decode_splits);
+                let cfg = LaunchConfig {
+                    grid_dim: (p.num_decodes, s.num_heads, 1),
+                    block_dim: (s.head_dim, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: reads the workspace the decode kernel wrote, writes decode rows.
+                unsafe { b.launch(cfg) }.map_err(driver("launch decode_reduce"))?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// `x += y` in place (rounded to the dtype; `y` may be absent), then returns
+    /// `rmsnorm(x) * weight`. `x` must be a tensor the caller owns alone.
+    pub fn add_rmsnorm(
+        &self,
+        x: &Tensor,
+        y: Option<&Tensor>,
+        weight: &Tensor,
+        eps: f32,
+    ) -> Result<Tensor> {
+        let (tokens, hidden) = x.dims2().map_err(candle("add_rmsnorm input"))?;
+        if y.is_some_and(|y| y.dims() != x.dims()) || weight.dims() != [hidden] {
+            return Err(Error::Invalid("add_rmsnorm: shapes disagree".into()));
+        }
+        // One CTA per row writes all of it.
+        let out = self.output((tokens, hidden), x.dtype())?;
+        if tokens == 0 {
+            return Ok(out);
+        }
+        let f = Self::func(
+            &self.norm_act,
+            &format!("add_rmsnorm_{}", suffix(x.dtype())?),
+        )?;
+        let st = &self.stream;
+        let (p_x, p_w, p_out) = (ptr(x, st)?, ptr(weight, st)?, ptr(&out, st)?);
+        let p_y = match y {
+            Some(y) => ptr(y, st)?,
+            None => 0u64,
+        };
+        let h = hidden as u32;
+        let mut b = st.launch_builder(&f);
+        b.arg(&p_x)
+            .arg(&p_y)
+            .arg(&p_w)
+            .arg(&p_out)
+            .arg(&h)
+            .arg(&eps);
+        let cfg = LaunchConfig {
+            grid_dim: (tokens as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: each CTA reads and writes one row of x, y, out (shapes checked).
+        unsafe { b.launch(cfg) }.map_err(driver("launch add_rmsnorm"))?;
+        Ok(out)
+    }
+
+    /// `x @ w^T` for `x` `(m, k)` with `m <= GEMV_MAX_ROWS` and `w` `(n, k)` (a Linear weight),
+    /// `k` a multiple of 8: one warp per output column, reading `w` once at full bandwidth.
+    pub fn gemv(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        let (m, k) = x.dims2().map_err(candle("gemv input"))?;
+        let (n, kw) = w.dims2().map_err(candle("gemv weight"))?;
+        if m == 0 || m > GEMV_MAX_ROWS || k != kw || !k.is_multiple_of(8) || x.dtype() != w.dtype()
+        {
+            return Err(Error::Invalid(format!(
+                "gemv: x {:?} and w {:?} (at most {GEMV_MAX_ROWS} rows, k a multiple of 8)",
+                x.dims(),
+                w.dims()
+            )));
+        }
+        let name = suffix(x.dtype())?;
+        if name == "f32" {
+            return Err(Error::Invalid("gemv runs in bf16 or f16".into()));
+        }
+        // Each column's warp writes its m outputs.
+        let out = self.output((m, n), x.dtype())?;
+        let f = Self::func(&self.gemv, &format!("gemv_{name}_m{m}"))?;
+        let st = &self.stream;
+        let (p_x, p_w, p_y) = (ptr(x, st)?, ptr(w, st)?, ptr(&out, st)?);
+        let (n32, k32) = (n as u32, k as u32);
+        let mut b = st.launch_builder(&f);
+        b.arg(&p_x).arg(&p_w).arg(&p_y).arg(&n32).arg(&k32);
+        let blocks = (n as u32).div_ceil(8).min(self.multiprocessors * 16).max(1);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: warps read rows of w and x inside (n, k) and (m, k) and write y (m, n); all
+        // three are contiguous tensors of those shapes (checked).
+        unsafe { b.launch(cfg) }.map_err(driver("launch gemv"))?;
+        Ok(out)
+    }
+
+    /// `silu(gate) * up` over the fused projection `(tokens, 2 * inter)`.
+    pub fn silu_mul(&self, gate_up: &Tensor) -> Result<Tensor> {
+        let (tokens, two_i) = gate_up.dims2().map_err(candle("silu_mul input"))?;
+        let inter = two_i / 2;
+        // The grid-stride loop covers every element.
+        let out = self.output((tokens, inter), gate_up.dtype())?;
+        if tokens == 0 {
+            return Ok(out);
+        }
+        let f = Self::func(
+            &self.norm_act,
+            &format!("silu_mul_{}", suffix(gate_up.dtype())?),
+        )?;
+        let st = &self.stream;
+        let (p_in, p_out) = (ptr(gate_up, st)?, ptr(&out, st)?);
+        let (t, i) = (tokens as u32, inter as u32);
+        let mut b = st.launch_builder(&f);
+        b.arg(&p_in).arg(&p_out).arg(&t).arg(&i);
+        let n = (tokens * inter) as u64;
+        let cfg = LaunchConfig {
+            grid_dim: (n.div_ceil(256).min(65_535) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: grid-stride over tokens × inter elements of both tensors (shapes checked).
+        unsafe { b.launch(cfg) }.map_err(driver("launch silu_mul"))?;
+        Ok(out)
+    }
+
+    /// One token id per row of `logits` `(rows, vocab)`: greedy where the temperature is 0,
+    /// else a draw from softmax(logits / temperature) keyed by `(seed, counter)`.
+    pub fn sample(&self, logits: &Tensor, rows: &[GpuSample]) -> Result<Vec<u32>> {
+        let (n, vocab) = logits.dims2().map_err(candle("sample input"))?;
+        if n != rows.len() {
+            return Err(Error::Invalid(format!(
+                "{n} logits rows for {} samples",
+                rows.len()
+            )));
+        }
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut params = Vec::with_capacity(4 * n);
+        for r in rows {
+            params.extend_from_slice(&[
+                r.temperature.max(0.0).to_bits(),
+                r.seed as u32,
+                (r.seed >> 32) as u32,
+                r.counter,
+            ]);
+        }
+        let params = Tensor::from_slice(&params, params.len(), &self.device)
+            .map_err(candle("upload sampling params"))?;
+        let ids = Tensor::zeros(n, DType::U32, &self.device).map_err(candle("sample ids"))?;
+        let f = Self::func(
+            &self.sample,
+            &format!("sample_rows_{}", suffix(logits.dtype())?),
+        )?;
+        let st = &self.stream;
+        let (p_l, p_p, p_i) = (ptr(logits, st)?, ptr(&params, st)?, ptr(&ids, st)?);
+        let v = vocab as u32;
+        let mut b = st.launch_builder(&f);
+        b.arg(&p_l).arg(&p_p).arg(&p_i).arg(&v);
+        let cfg = LaunchConfig {
+            grid_dim: (n as u32, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: one CTA per row reads that row and its params, writes one id.
+        unsafe { b.launch(cfg) }.map_err(driver("launch sample_rows"))?;
+        ids.to_vec1::<u32>().map_err(candle("read sampled ids"))
+    }
+}
+
+/// How to draw one row on the GPU.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GpuSample {
+    /// 0: greedy.
+    pub temperature: f32,
+    pub seed: u64,
+    /// Distinguishes the draws of one request (its position).
+    pub counter: u32,
+}

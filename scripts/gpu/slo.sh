@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The SLO experiment on the GPU: `superinfer serve` (random-weight Llama-3-8B-shaped model,
+# bf16, a small HBM KV tier so memory pressure is real, a pinned DRAM tier) driven by
+# `superinfer-loadgen http` on the same machine, once per policy and offered load.
+#   here:       scripts/gpu/slo.sh build            # stages .gpu-bin/slo/ (xz-compressed)
+#   on the GPU: scripts/gpu/slo.sh run [VAR=value …] # with carry [".gpu-bin/slo"]
+# Settings (environment or VAR=value arguments), defaults in brackets:
+#   POLICIES [fcfs,lvf,wlvf]  RPS [22]  DURATION [120]  HBM_KV_GB [4]  DRAM_KV_GB [48]
+#   MAX_BATCHED_TOKENS [2048]  B_XFER [512]  TENANTS [3: weights 1,2,4, equal Poisson shares of RPS]
+#   DATASET [sharegpt]  SEED [42]  DRAIN [60]
+# Writes under $OUT: env.txt, one folder per run (the load generator's report:
+# summary.json/md, requests.jsonl) named POLICY-rpsR, each server's log, and summary.md
+# (all runs' summary tables in one file).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+stage=.gpu-bin/slo
+case "${1:-}" in
+  build)
+    set -e
+    eval "$("${CUDA_TOOLCHAIN_SH:-$root/../shared/cuda-toolchain.sh}")"
+    nice -n "${NICE:-10}" cargo build --release -p superinfer-gateway -p superinfer-loadgen \
+      --features superinfer-gateway/cuda --target-dir target-cuda -j "${JOBS:-2}"
+    mkdir -p "$stage"
+    cp target-cuda/release/superinfer target-cuda/release/superinfer-loadgen "$stage/"
+    strip "$stage/superinfer" "$stage/superinfer-loadgen"
+    (cd "$stage" && rm -f bins.tar.xz && tar cJf bins.tar.xz superinfer superinfer-loadgen \
+      && rm superinfer superinfer-loadgen)
+    ls -l "$stage" ;;
+  run)
+    shift
+    for kv in "$@"; do export "${kv?}"; done
+    POLICIES=${POLICIES:-fcfs,lvf,wlvf}; RPS=${RPS:-22}; DURATION=${DURATION:-120}
+    B_XFER=${B_XFER:-512}
+    HBM_KV_GB=${HBM_KV_GB:-4}; DRAM_KV_GB=${DRAM_KV_GB:-48}; MBT=${MAX_BATCHED_TOKENS:-2048}
+    DATASET=${DATASET:-sharegpt}; SEED=${SEED:-42}; DRAIN=${DRAIN:-60}
+    out=${OUT:-$root/out}
+    mkdir -p "$out"
+    export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export SUPERINFER_KERNEL_CACHE=${SUPERINFER_KERNEL_CACHE:-/tmp/superinfer-kernels}
+    bins=/tmp/superinfer-slo-bins
+    mkdir -p "$bins" && tar xJf "$stage/bins.tar.xz" -C "$bins" || exit 1
+    {
+      echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+      echo "commit: $(git rev-parse --short HEAD 2>/dev/null) (+ working tree)"
+      echo "settings: POLICIES=$POLICIES RPS=$RPS DURATION=$DURATION HBM_KV_GB=$HBM_KV_GB" \
+        "DRAM_KV_GB=$DRAM_KV_GB MAX_BATCHED_TOKENS=$MBT B_XFER=$B_XFER DATASET=$DATASET SEED=$SEED"
+    } | tee "$out/env.txt"
+    : > "$out/summary.md"
+    port=18000
+    for rps in ${RPS//,/ }; do
+      for policy in ${POLICIES//,/ }; do
+        run=$policy-rps$rps
+        data=/tmp/slo-data-$run
+        rm -rf "$data"
+        # Three tenants (weights 1, 2, 4) sharing the offered load equally; quotas out of the
+        # way (the experiment is about scheduling, not admission control).
+        tenants=$out/$run.tenants.toml
+        : > "$tenants"
+        for t in 1 2 4; do
+          key=$("$bins/superinfer" tenants --data-dir "$data" create "w$t" --weight "$t" \
+            --requests-per-s 100000 --burst 100000 --tokens-per-min 4000000000 \
+            --max-concurrent 100000 | sed -n 's/^api key: //p')
+          export "SLO_KEY_W$t=$key"
+          rate=$(python3 -c "print($rps / 3)")
+          printf '[[tenant]]\nname = "w%s"\nweight = %s.0\nttft_slo_s = 5.0\ntbt_slo_s = 0.1\ndataset = "%s"\narrivals = { kind = "poisson", rps = %s }\napi_key_env = "SLO_KEY_W%s"\n\n' \
+            "$t" "$t" "$DATASET" "$rate" "$t" >> "$tenants"
+        done
+        port=$((port + 1))
+        "$bins/superinfer" serve --device cuda --model random:llama-3-8b --policy "$policy" \
+          --hbm-kv-gb "$HBM_KV_GB" --dram-kv-gb "$DRAM_KV_GB" --max-batched-tokens "$MBT" \
+          --b-xfer "$B_XFER" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
+          > "$out/$run.server.log" 2>&1 &
+        server=$!
+        for _ in $(seq 1 300); do
+          grep -q "listening on" "$out/$run.server.log" && break
+          kill -0 $server 2>/dev/null || break
+          sleep 1
+        done
+        if ! grep -q "listening on" "$out/$run.server.log"; then
+          echo "server for $run did not start:"; tail -20 "$out/$run.server.log"
+          kill $server 2>/dev/null; continue
+        fi
+        echo "== $run: server up ($(grep -m1 'model on the GPU' "$out/$run.server.log" | sed 's/.*INFO //'))"
+        "$bins/superinfer-loadgen" http --target "http://127.0.0.1:$port" --tenants "$tenants" \
+          --duration "$DURATION" --seed "$SEED" --drain-s "$DRAIN" --policy "$policy" \
+          --no-progress --out "$out/$run" 2>&1 | tail -30
+        kill -TERM $server; wait $server 2>/dev/null
+        { echo "## $run"; cat "$out/$run/summary.md" 2>/dev/null; echo; } >> "$out/summary.md"
+      done
+    done
+    cat "$out/summary.md" ;;
+  *) echo "usage: $0 build|run [VAR=value ...]" >&2; exit 2 ;;
+esac
