@@ -336,3 +336,31 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn a_build_without_cuda_refuses_the_gpu_with_the_build_command() {
+        let source = ModelSource::Gpu {
+            model: "random:llama-3-8b".into(),
+            gpu: GpuSettings::resolve(None, Some(4.0), None).unwrap(),
+        };
+        let e = start(&source, &EngineOptions::default())
+            .err()
+            .expect("no CUDA in this build")
+            .to_string();
+        assert!(e.contains("--features cuda"), "{e}");
+    }
+
+    #[test]
+    fn gpu_settings_refuse_values_that_cannot_work() {
+        assert!(GpuSettings::resolve(Some(0.0), None, None).is_err());
+        assert!(GpuSettings::resolve(None, Some(-1.0), None).is_err());
+        assert!(GpuSettings::resolve(None, None, Some(f64::NAN)).is_err());
+        let ok = GpuSettings::resolve(None, None, None).unwrap();
+        assert_eq!((ok.gpu_memory_utilization, ok.dram_kv_gb), (0.9, 32.0));
+    }
+}

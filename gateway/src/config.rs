@@ -262,4 +262,47 @@ mod tests {
             .to_string()
             .contains("16"));
     }
+
+    #[test]
+    fn gpu_settings_need_device_cuda_and_sane_values() {
+        let err = |s: Settings| ServeConfig::resolve(s).unwrap_err().to_string();
+        let on_cpu = Settings {
+            hbm_kv_gb: Some(4.0),
+            ..Settings::default()
+        };
+        assert!(err(on_cpu).contains("hbm_kv_gb"));
+        let random_on_cpu = Settings {
+            model_dir: Some("random:llama-3-8b".into()),
+            ..Settings::default()
+        };
+        assert!(err(random_on_cpu).contains("--device cuda"));
+        let no_model = Settings {
+            device: Some(ComputeDevice::Cuda),
+            ..Settings::default()
+        };
+        assert!(err(no_model).contains("needs a model"));
+        let bad = Settings {
+            device: Some(ComputeDevice::Cuda),
+            model_dir: Some("random:llama-3-8b".into()),
+            gpu_memory_utilization: Some(1.5),
+            ..Settings::default()
+        };
+        assert!(err(bad).contains("gpu_memory_utilization"));
+        let file: Settings = toml::from_str(
+            "device = \"cuda\"\nmodel_dir = \"random:llama-3-8b\"\nhbm_kv_gb = 4.0\n",
+        )
+        .unwrap();
+        let c = ServeConfig::resolve(file).unwrap();
+        assert_eq!(
+            c.model,
+            ModelSource::Gpu {
+                model: "random:llama-3-8b".into(),
+                gpu: GpuSettings {
+                    gpu_memory_utilization: 0.9,
+                    hbm_kv_gb: Some(4.0),
+                    dram_kv_gb: 32.0,
+                },
+            }
+        );
+    }
 }
