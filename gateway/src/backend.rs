@@ -87,6 +87,8 @@ impl GpuSettings {
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineOptions {
     pub policy: PolicyKind,
+    /// Knobs of (weighted) LVF: VLT weights and the starvation caps.
+    pub wlvf: WlvfConfig,
     pub hbm_blocks: Option<u32>,
     pub dram_blocks: Option<u32>,
     pub b_xfer: Option<u32>,
@@ -101,6 +103,7 @@ impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             policy: PolicyKind::Wlvf,
+            wlvf: WlvfConfig::default(),
             hbm_blocks: None,
             dram_blocks: None,
             b_xfer: None,
@@ -174,6 +177,7 @@ fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptio
         hbm_blocks: opts.hbm_blocks,
         dram_blocks: opts.dram_blocks,
         policy: opts.policy,
+        wlvf: opts.wlvf,
         b_xfer: opts.b_xfer.unwrap_or(defaults.b_xfer),
         max_batched_tokens: opts
             .max_batched_tokens
@@ -234,7 +238,7 @@ fn start_gpu(model: &str, gpu: &GpuSettings, opts: &EngineOptions) -> anyhow::Re
         ..GpuOptions::default()
     };
     let source = GpuModel::parse(model);
-    let policy = opts.policy.build(&WlvfConfig::default());
+    let policy = opts.policy.build(&opts.wlvf);
     let (engine, codec, config) = gpu_engine(&source, &eo, &go, policy)
         .with_context(|| format!("loading {model} on the GPU"))?;
     let kv_tokens = engine
@@ -318,7 +322,7 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
     let block_bytes = profile.model.geometry(BLOCK_SIZE).block_bytes();
     let transfer = SimTransfer::new(&profile.hw, block_bytes);
     let runner = SimRunner::new(profile, BLOCK_SIZE);
-    let policy = opts.policy.build(&WlvfConfig::default());
+    let policy = opts.policy.build(&opts.wlvf);
     let engine = Engine::new(cfg, policy, runner, transfer, RealClock::new())?;
     let handle_cfg = HandleConfig {
         inbox_capacity: opts.max_queue.max(1),

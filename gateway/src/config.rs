@@ -12,7 +12,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use superinfer_policies::PolicyKind;
+use superinfer_policies::{PolicyKind, WlvfConfig};
 
 use crate::backend::{EngineOptions, GpuSettings, ModelSource};
 
@@ -48,6 +48,15 @@ pub struct Settings {
     /// Scheduling policy: fcfs, wf, sf, edf, lvf, wlvf [default: wlvf].
     #[arg(long, env = "SUPERINFER_POLICY")]
     pub policy: Option<PolicyKind>,
+    /// Weighted LVF starvation cap: a waiting or rotary request that has waited this many
+    /// seconds is promoted ahead of everything else [default: none].
+    #[arg(long, env = "SUPERINFER_MAX_WAIT_S")]
+    pub max_wait_s: Option<f64>,
+    /// Weighted LVF starvation cap: after this many consecutive rotations without progress a
+    /// request is no longer rotated out (1 stops thrashing: see docs/BENCHMARKS.md) [default:
+    /// none].
+    #[arg(long, env = "SUPERINFER_MAX_ROTATIONS")]
+    pub max_rotations: Option<u32>,
     /// HBM tier size in KV blocks [default: from the model and memory].
     #[arg(long, env = "SUPERINFER_HBM_BLOCKS")]
     pub hbm_blocks: Option<u32>,
@@ -108,6 +117,8 @@ impl Settings {
             model_dir: self.model_dir.or(lower.model_dir),
             sim_profile: self.sim_profile.or(lower.sim_profile),
             policy: self.policy.or(lower.policy),
+            max_wait_s: self.max_wait_s.or(lower.max_wait_s),
+            max_rotations: self.max_rotations.or(lower.max_rotations),
             hbm_blocks: self.hbm_blocks.or(lower.hbm_blocks),
             dram_blocks: self.dram_blocks.or(lower.dram_blocks),
             b_xfer: self.b_xfer.or(lower.b_xfer),
@@ -204,6 +215,16 @@ impl ServeConfig {
             model,
             engine: EngineOptions {
                 policy: s.policy.unwrap_or(d.policy),
+                wlvf: WlvfConfig {
+                    max_wait_s: match s.max_wait_s {
+                        Some(w) if !(w.is_finite() && w > 0.0) => {
+                            bail!("max_wait_s must be a number of seconds above 0, got {w}")
+                        }
+                        w => w,
+                    },
+                    max_consecutive_rotations: positive("max_rotations", s.max_rotations)?,
+                    ..WlvfConfig::default()
+                },
                 hbm_blocks: positive("hbm_blocks", s.hbm_blocks)?,
                 dram_blocks: s.dram_blocks,
                 b_xfer: s.b_xfer,
@@ -304,5 +325,29 @@ mod tests {
                 },
             }
         );
+    }
+
+    #[test]
+    fn starvation_caps_reach_the_policy_and_bad_ones_are_refused() {
+        let s = Settings {
+            max_rotations: Some(1),
+            max_wait_s: Some(10.0),
+            ..Settings::default()
+        };
+        let c = ServeConfig::resolve(s).unwrap();
+        assert_eq!(c.engine.wlvf.max_consecutive_rotations, Some(1));
+        assert_eq!(c.engine.wlvf.max_wait_s, Some(10.0));
+        for bad in [
+            Settings {
+                max_rotations: Some(0),
+                ..Settings::default()
+            },
+            Settings {
+                max_wait_s: Some(-1.0),
+                ..Settings::default()
+            },
+        ] {
+            assert!(ServeConfig::resolve(bad).is_err());
+        }
     }
 }

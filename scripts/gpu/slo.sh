@@ -7,7 +7,8 @@
 # Settings (environment or VAR=value arguments), defaults in brackets:
 #   POLICIES [fcfs,lvf,wlvf]  RPS [22]  DURATION [120]  HBM_KV_GB [4]  DRAM_KV_GB [48]
 #   MAX_BATCHED_TOKENS [2048]  B_XFER [512]  TENANTS [3: weights 1,2,4, equal Poisson shares of RPS]
-#   DATASET [sharegpt]  SEED [42]  DRAIN [60]
+#   DATASET [sharegpt]  SEED [42]  DRAIN [60]  MAX_ROTATIONS [unset: no cap; weighted LVF's
+#   cap on consecutive rotations of one request]
 # Writes under $OUT: env.txt, one folder per run (the load generator's report:
 # summary.json/md, requests.jsonl) named POLICY-rpsR, each server's log, and summary.md
 # (all runs' summary tables in one file).
@@ -32,6 +33,8 @@ case "${1:-}" in
     for kv in "$@"; do export "${kv?}"; done
     POLICIES=${POLICIES:-fcfs,lvf,wlvf}; RPS=${RPS:-22}; DURATION=${DURATION:-120}
     B_XFER=${B_XFER:-512}
+    caps=()
+    if [ -n "${MAX_ROTATIONS:-}" ]; then caps=(--max-rotations "$MAX_ROTATIONS"); fi
     HBM_KV_GB=${HBM_KV_GB:-4}; DRAM_KV_GB=${DRAM_KV_GB:-48}; MBT=${MAX_BATCHED_TOKENS:-2048}
     DATASET=${DATASET:-sharegpt}; SEED=${SEED:-42}; DRAIN=${DRAIN:-60}
     out=${OUT:-$root/out}
@@ -45,7 +48,7 @@ case "${1:-}" in
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
       echo "commit: $(git rev-parse --short HEAD 2>/dev/null) (+ working tree)"
       echo "settings: POLICIES=$POLICIES RPS=$RPS DURATION=$DURATION HBM_KV_GB=$HBM_KV_GB" \
-        "DRAM_KV_GB=$DRAM_KV_GB MAX_BATCHED_TOKENS=$MBT B_XFER=$B_XFER DATASET=$DATASET SEED=$SEED"
+        "DRAM_KV_GB=$DRAM_KV_GB MAX_BATCHED_TOKENS=$MBT B_XFER=$B_XFER MAX_ROTATIONS=${MAX_ROTATIONS:-} DATASET=$DATASET SEED=$SEED"
     } | tee "$out/env.txt"
     : > "$out/summary.md"
     port=18000
@@ -70,7 +73,7 @@ case "${1:-}" in
         port=$((port + 1))
         "$bins/superinfer" serve --device cuda --model random:llama-3-8b --policy "$policy" \
           --hbm-kv-gb "$HBM_KV_GB" --dram-kv-gb "$DRAM_KV_GB" --max-batched-tokens "$MBT" \
-          --b-xfer "$B_XFER" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
+          --b-xfer "$B_XFER" "${caps[@]}" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
           > "$out/$run.server.log" 2>&1 &
         server=$!
         for _ in $(seq 1 300); do
