@@ -294,6 +294,15 @@ fn check_plan(kind: PolicyKind, s: &Scenario, plan: &Plan) -> Result<(), TestCas
         copy_out <= u64::from(cap.free_dram),
         "copy-out {copy_out} > free DRAM"
     );
+    // Whatever is rotated out can come back: its restore fits one iteration's budget.
+    for &id in &plan.rotate_out {
+        let held = find(view, id).held_hbm;
+        prop_assert!(
+            held <= cap.b_xfer,
+            "rotated out {id:?} holding {held} blocks > b_xfer {}",
+            cap.b_xfer
+        );
+    }
 
     // HBM: what stays or becomes resident fits in what is free plus what running requests hold.
     let victims: Vec<RequestId> = plan
