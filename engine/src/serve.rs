@@ -18,6 +18,9 @@
 
 #[cfg(feature = "cuda")]
 pub mod gpu;
+mod gpu_options;
+
+pub use gpu_options::{GpuModel, GpuOptions};
 
 use crate::clock::RealClock;
 use crate::engine::{Engine, EngineConfig};
