@@ -26,6 +26,15 @@ pub struct HardwareProfile {
     /// KV cache (the runner's attention kernel, not the hardware); 1.0 when absent.
     #[serde(default = "one")]
     pub kv_read_efficiency: f64,
+    /// Whether a step's KV reads overlap its matmuls (one fused pass: time = max of compute
+    /// and memory) or follow them (separate attention kernels: the KV time adds); true when
+    /// absent.
+    #[serde(default = "yes")]
+    pub kv_overlaps_compute: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn one() -> f64 {

@@ -289,6 +289,7 @@ pub fn zero_profile() -> anyhow::Result<Profile> {
             per_copy_latency_s: 0.0,
             step_overhead_s: 0.0,
             kv_read_efficiency: 1.0,
+            kv_overlaps_compute: true,
             ..base.hw
         },
         model: base.model,

@@ -48,8 +48,13 @@ impl SimRunner {
         let compute = flops / (hw.matmul_tflops * 1e12 * hw.prefill_efficiency);
         let bandwidth = hw.hbm_bw_gbps * 1e9 * hw.hbm_bw_efficiency;
         let kv_bytes = kv_tokens * self.geometry.bytes_per_token() as f64;
-        let memory = m.weight_bytes() / bandwidth + kv_bytes / (bandwidth * hw.kv_read_efficiency);
-        hw.step_overhead_s + compute.max(memory)
+        let weights = m.weight_bytes() / bandwidth;
+        let kv = kv_bytes / (bandwidth * hw.kv_read_efficiency);
+        if hw.kv_overlaps_compute {
+            hw.step_overhead_s + compute.max(weights + kv)
+        } else {
+            hw.step_overhead_s + compute.max(weights) + kv
+        }
     }
 }
 
@@ -100,5 +105,27 @@ mod tests {
         // 2 × 8.03e9 × 2048 flops at 786 TF × 0.6 = 70 ms (+ attention).
         assert!(t2k > 0.06 && t2k < 0.1, "{t2k}");
         assert!(t4k > 1.9 * (t2k - 0.002), "{t4k}");
+    }
+
+    #[test]
+    fn kv_reads_add_to_a_compute_bound_step_unless_they_overlap() {
+        let mut overlapped = Profile::builtin("h200-llama-3-8b").unwrap();
+        overlapped.hw.kv_overlaps_compute = true;
+        let serial = runner();
+        assert!(!serial.profile.hw.kv_overlaps_compute);
+        let overlapped = SimRunner::new(overlapped, 16);
+        // A 1,988-token prefill chunk beside 60 decodes of 512-token contexts.
+        let spans = || std::iter::once((0, 1988)).chain((0..60).map(|_| (512, 513)));
+        let (a, b) = (serial.step_time(spans()), overlapped.step_time(spans()));
+        let hw = &serial.profile.hw;
+        let kv_bytes = (1988.0 + 60.0 * 513.0) * serial.geometry.bytes_per_token() as f64;
+        let kv = kv_bytes / (hw.hbm_bw_gbps * 1e9 * hw.hbm_bw_efficiency * hw.kv_read_efficiency);
+        assert!(
+            (a - b - kv).abs() < 1e-9,
+            "serial {a}, overlapped {b}, kv {kv}"
+        );
+        // Pure decode is memory-bound either way: the same time.
+        let decode = || (0..64).map(|_| (512, 513));
+        assert!((serial.step_time(decode()) - overlapped.step_time(decode())).abs() < 1e-12);
     }
 }
