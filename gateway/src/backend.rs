@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use superinfer_engine::clock::RealClock;
 use superinfer_engine::profile::{HardwareProfile, Profile};
 use superinfer_engine::runner::sim::SimRunner;
+pub use superinfer_engine::serve::GpuOptions;
 use superinfer_engine::transfer::sim::SimTransfer;
 use superinfer_engine::{spawn, Engine, EngineConfig, EngineHandle, EngineThread, HandleConfig};
 use superinfer_policies::{PolicyKind, WlvfConfig};
@@ -44,43 +45,25 @@ pub enum ModelSource {
     /// The simulated runner at a built-in profile, or `zero`.
     Sim(String),
     /// A model on a CUDA GPU: a directory or `random:NAME` (needs a build with `cuda`).
-    Gpu { model: String, gpu: GpuSettings },
+    Gpu { model: String, gpu: GpuOptions },
 }
 
-/// GPU tier sizes from the command line (see `superinfer_engine::serve::gpu::GpuOptions`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct GpuSettings {
-    pub gpu_memory_utilization: f64,
-    pub hbm_kv_gb: Option<f64>,
-    pub dram_kv_gb: f64,
-}
-
-impl GpuSettings {
-    /// Fills defaults and refuses values that cannot work.
-    pub fn resolve(
-        utilization: Option<f64>,
-        hbm_kv_gb: Option<f64>,
-        dram_kv_gb: Option<f64>,
-    ) -> anyhow::Result<GpuSettings> {
-        let u = utilization.unwrap_or(0.9);
-        if !(u > 0.0 && u <= 1.0) {
-            anyhow::bail!("gpu_memory_utilization must be in (0, 1], got {u}");
-        }
-        if let Some(h) = hbm_kv_gb {
-            if !(h.is_finite() && h > 0.0) {
-                anyhow::bail!("hbm_kv_gb must be a number of GB above 0, got {h}");
-            }
-        }
-        let d = dram_kv_gb.unwrap_or(32.0);
-        if !(d.is_finite() && d >= 0.0) {
-            anyhow::bail!("dram_kv_gb must be a number of GB >= 0, got {d}");
-        }
-        Ok(GpuSettings {
-            gpu_memory_utilization: u,
-            hbm_kv_gb,
-            dram_kv_gb: d,
-        })
-    }
+/// The GPU tiers from the command line's `gpu_memory_utilization`, `hbm_kv_gb` and
+/// `dram_kv_gb` (absent: the engine's defaults), checked by the engine's own validation.
+pub fn gpu_options(
+    utilization: Option<f64>,
+    hbm_kv_gb: Option<f64>,
+    dram_kv_gb: Option<f64>,
+) -> anyhow::Result<GpuOptions> {
+    let d = GpuOptions::default();
+    let o = GpuOptions {
+        gpu_memory_utilization: utilization.unwrap_or(d.gpu_memory_utilization),
+        hbm_kv_gb,
+        dram_kv_gb: dram_kv_gb.unwrap_or(d.dram_kv_gb),
+        ..d
+    };
+    o.validate()?;
+    Ok(o)
 }
 
 /// Engine knobs from the command line; `None` keeps the engine's or profile's default.
@@ -216,7 +199,7 @@ fn start_cpu(dir: &Path, id: String, opts: &EngineOptions) -> anyhow::Result<Bac
 }
 
 #[cfg(not(feature = "cuda"))]
-fn start_gpu(_model: &str, _gpu: &GpuSettings, _opts: &EngineOptions) -> anyhow::Result<Backend> {
+fn start_gpu(_model: &str, _gpu: &GpuOptions, _opts: &EngineOptions) -> anyhow::Result<Backend> {
     anyhow::bail!(
         "this superinfer was built without CUDA; build it with \
          `cargo build --release -p superinfer-gateway --features cuda`"
@@ -224,22 +207,16 @@ fn start_gpu(_model: &str, _gpu: &GpuSettings, _opts: &EngineOptions) -> anyhow:
 }
 
 #[cfg(feature = "cuda")]
-fn start_gpu(model: &str, gpu: &GpuSettings, opts: &EngineOptions) -> anyhow::Result<Backend> {
-    use superinfer_engine::serve::gpu::{gpu_engine, GpuModel, GpuOptions};
+fn start_gpu(model: &str, gpu: &GpuOptions, opts: &EngineOptions) -> anyhow::Result<Backend> {
+    use superinfer_engine::serve::gpu::{gpu_engine, GpuModel};
     use superinfer_engine::serve::{self, ModelDtype};
     let eo = serve::EngineOptions {
         dtype: ModelDtype::Bf16,
         ..engine_options(opts)
     };
-    let go = GpuOptions {
-        gpu_memory_utilization: gpu.gpu_memory_utilization,
-        hbm_kv_gb: gpu.hbm_kv_gb,
-        dram_kv_gb: gpu.dram_kv_gb,
-        ..GpuOptions::default()
-    };
     let source = GpuModel::parse(model);
     let policy = opts.policy.build(&opts.wlvf);
-    let (engine, codec, config) = gpu_engine(&source, &eo, &go, policy)
+    let (engine, codec, config) = gpu_engine(&source, &eo, gpu, policy)
         .with_context(|| format!("loading {model} on the GPU"))?;
     let kv_tokens = engine
         .config()
@@ -351,7 +328,7 @@ mod tests {
     fn a_build_without_cuda_refuses_the_gpu_with_the_build_command() {
         let source = ModelSource::Gpu {
             model: "random:llama-3-8b".into(),
-            gpu: GpuSettings::resolve(None, Some(4.0), None).unwrap(),
+            gpu: gpu_options(None, Some(4.0), None).unwrap(),
         };
         let e = start(&source, &EngineOptions::default())
             .err()
@@ -362,10 +339,10 @@ mod tests {
 
     #[test]
     fn gpu_settings_refuse_values_that_cannot_work() {
-        assert!(GpuSettings::resolve(Some(0.0), None, None).is_err());
-        assert!(GpuSettings::resolve(None, Some(-1.0), None).is_err());
-        assert!(GpuSettings::resolve(None, None, Some(f64::NAN)).is_err());
-        let ok = GpuSettings::resolve(None, None, None).unwrap();
+        assert!(gpu_options(Some(0.0), None, None).is_err());
+        assert!(gpu_options(None, Some(-1.0), None).is_err());
+        assert!(gpu_options(None, None, Some(f64::NAN)).is_err());
+        let ok = gpu_options(None, None, None).unwrap();
         assert_eq!((ok.gpu_memory_utilization, ok.dram_kv_gb), (0.9, 32.0));
     }
 }

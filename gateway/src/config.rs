@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use superinfer_policies::{PolicyKind, WlvfConfig};
 
-use crate::backend::{EngineOptions, GpuSettings, ModelSource};
+use crate::backend::{gpu_options, EngineOptions, ModelSource};
 
 /// Every `serve` setting; each is optional so the sources can be layered.
 #[derive(Args, Clone, Debug, Default, Deserialize, PartialEq)]
@@ -170,7 +170,7 @@ impl ServeConfig {
             }
             (Some(m), None, ComputeDevice::Cuda) => ModelSource::Gpu {
                 model: m.to_string_lossy().into_owned(),
-                gpu: GpuSettings::resolve(s.gpu_memory_utilization, s.hbm_kv_gb, s.dram_kv_gb)?,
+                gpu: gpu_options(s.gpu_memory_utilization, s.hbm_kv_gb, s.dram_kv_gb)?,
             },
             (None, None, ComputeDevice::Cuda) => {
                 bail!("device cuda needs a model: a directory or random:NAME (--model)")
@@ -318,10 +318,11 @@ mod tests {
             c.model,
             ModelSource::Gpu {
                 model: "random:llama-3-8b".into(),
-                gpu: GpuSettings {
+                gpu: crate::backend::GpuOptions {
                     gpu_memory_utilization: 0.9,
                     hbm_kv_gb: Some(4.0),
                     dram_kv_gb: 32.0,
+                    ..crate::backend::GpuOptions::default()
                 },
             }
         );
