@@ -52,7 +52,6 @@ pub fn sim_engine(
         settings.gpu_memory_utilization,
         settings.dram_gib,
     )?;
-    let block_bytes = profile.model.geometry(settings.block_size).block_bytes();
     let cfg = EngineConfig {
         block_size: settings.block_size,
         max_batched_tokens: settings.max_batched_tokens,
@@ -61,7 +60,20 @@ pub fn sim_engine(
         dram_blocks,
         ..EngineConfig::default()
     };
-    let transfer = SimTransfer::new(&profile.hw, block_bytes);
-    let runner = SimRunner::new(profile, settings.block_size);
+    sim_engine_with(profile, cfg, policy)
+}
+
+/// The twin of `profile` with an engine configuration of the caller's (tiers already sized,
+/// e.g. from a server's flags).
+pub fn sim_engine_with(
+    profile: Profile,
+    cfg: EngineConfig,
+    policy: Box<dyn Policy>,
+) -> Result<SimEngine, EngineError> {
+    let transfer = SimTransfer::new(
+        &profile.hw,
+        profile.model.geometry(cfg.block_size).block_bytes(),
+    );
+    let runner = SimRunner::new(profile, cfg.block_size);
     Engine::new(cfg, policy, runner, transfer, VirtualClock::new())
 }

@@ -7,12 +7,10 @@ use crate::record::RequestRecord;
 use crate::workload::{RequestSpec, TenantSpec};
 use anyhow::Context;
 use std::collections::HashMap;
-use superinfer_engine::clock::{Clock, VirtualClock};
+use superinfer_engine::clock::Clock;
 use superinfer_engine::profile::Profile;
-use superinfer_engine::runner::sim::SimRunner;
-use superinfer_engine::sim::{SimEngine, SimSettings};
-use superinfer_engine::transfer::sim::SimTransfer;
-use superinfer_engine::{Engine, EngineConfig, EngineEvent, EngineRequest, SamplingParams};
+use superinfer_engine::sim::{sim_engine_with, SimEngine, SimSettings};
+use superinfer_engine::{EngineConfig, EngineEvent, EngineRequest, SamplingParams};
 use superinfer_policies::{PolicyKind, RequestId, Slo, TenantId, WlvfConfig};
 
 /// Tokens per KV block, as in the paper and `superinfer serve`.
@@ -118,14 +116,10 @@ impl SimTarget {
     }
 
     fn build(&self, policy: PolicyKind) -> anyhow::Result<SimEngine> {
-        let transfer = SimTransfer::new(&self.profile.hw, self.block_bytes());
-        let runner = SimRunner::new(self.profile.clone(), BLOCK_SIZE);
-        Ok(Engine::new(
+        Ok(sim_engine_with(
+            self.profile.clone(),
             self.engine.clone(),
             policy.build(&self.cfg.policy),
-            runner,
-            transfer,
-            VirtualClock::new(),
         )?)
     }
 }
