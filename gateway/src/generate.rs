@@ -3,9 +3,7 @@
 //! Dropping a [`Generation`] before its end drops the engine stream, which aborts the request
 //! in the engine (a client that went away frees its KV blocks).
 
-mod stop;
-
-pub use stop::StopMatcher;
+pub use superinfer_engine::text::StopMatcher;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -111,7 +109,8 @@ impl Generation {
                         });
                     }
                     let piece = self.decoder.push(token);
-                    let (emit, stopped) = self.stop.push(&piece);
+                    let cut = self.stop.push(&piece);
+                    let (emit, stopped) = (cut.text, cut.stopped);
                     if stopped {
                         // Dropping the stream aborts the request in the engine.
                         self.stream = None;
@@ -136,7 +135,8 @@ impl Generation {
                     self.tokens = self.tokens.max(completion_tokens);
                     let mut done = self.outcome(finish_reason(reason), error);
                     let tail = self.decoder.finish();
-                    let (mut rest, stopped) = self.stop.push(&tail);
+                    let cut = self.stop.push(&tail);
+                    let (mut rest, stopped) = (cut.text, cut.stopped);
                     if stopped {
                         done.finish_reason = "stop";
                     } else {

@@ -77,7 +77,7 @@ async fn generate(
     let gen = Generation::new(
         stream,
         state.text.decoder(),
-        StopMatcher::new(valid.stop.clone()),
+        StopMatcher::new(&valid.stop),
         ctx,
         started,
         prompt_tokens,

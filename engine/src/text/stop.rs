@@ -123,4 +123,54 @@ mod tests {
         assert_eq!(c.text, "a");
         assert!(c.stopped);
     }
+
+    // Moved from the gateway, which now uses this matcher.
+    fn check(text: impl Into<String>, stopped: bool) -> StopCheck {
+        StopCheck {
+            text: text.into(),
+            stopped,
+        }
+    }
+
+    fn run(stops: &[&str], pieces: &[&str]) -> (String, bool) {
+        let mut m = StopMatcher::new(stops);
+        let mut out = String::new();
+        for p in pieces {
+            let c = m.push(p);
+            out.push_str(&c.text);
+            if c.stopped {
+                return (out, true);
+            }
+        }
+        out.push_str(&m.finish());
+        (out, false)
+    }
+
+    #[test]
+    fn no_stops_pass_everything_through_in_pieces() {
+        assert_eq!(run(&[], &["a", "b"]), ("ab".into(), false));
+    }
+
+    #[test]
+    fn a_stop_split_across_pieces_is_cut_and_never_shown() {
+        let mut m = StopMatcher::new(&["END"]);
+        assert_eq!(m.push("hello E"), check("hello ", false));
+        assert_eq!(m.push("N"), check(String::new(), false));
+        assert_eq!(m.push("D and more"), check(String::new(), true));
+    }
+
+    #[test]
+    fn a_false_start_is_released_whole() {
+        assert_eq!(run(&["END"], &["E", "N", "x"]), ("ENx".into(), false));
+        assert_eq!(run(&["END"], &["xx E"]), ("xx E".into(), false));
+    }
+
+    #[test]
+    fn the_earliest_of_several_stops_wins_and_multibyte_text_is_safe() {
+        assert_eq!(
+            run(&["world", "lo"], &["hello world"]),
+            ("hel".into(), true)
+        );
+        assert_eq!(run(&["é!"], &["café", "é", "!"]), ("café".into(), true));
+    }
 }
