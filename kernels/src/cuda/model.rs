@@ -9,7 +9,8 @@
 //! pointers, which is sound because the engine owns both and never reads them concurrently
 //! (the KV pool never hands a block with a copy in flight to a step).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use candle_core::cuda_backend::CudaStorageSlice;
 use candle_core::{DType, Device, Storage, Tensor};
@@ -102,6 +103,9 @@ pub struct ModelKernels {
     multiprocessors: u32,
     stream: Arc<CudaStream>,
     device: Device,
+    /// Functions looked up so far, by instance name (`cuModuleGetFunction` once per name, not
+    /// once per launch: a decode step launches about 200 kernels).
+    funcs: Mutex<HashMap<String, CudaFunction>>,
     /// Per module: from the cache or compiled now.
     pub origins: Vec<(&'static str, Origin)>,
 }
@@ -131,6 +135,7 @@ impl ModelKernels {
             multiprocessors: gpu.multiprocessors()?,
             stream: gpu.compute_stream().clone(),
             device: Device::Cuda(gpu.candle().clone()),
+            funcs: Mutex::new(HashMap::new()),
             origins,
         })
     }
@@ -142,8 +147,24 @@ impl ModelKernels {
         unsafe { Tensor::empty(shape, dtype, &self.device) }.map_err(candle("output tensor"))
     }
 
-    fn func(m: &Arc<super::cudarc::driver::CudaModule>, name: &str) -> Result<CudaFunction> {
-        m.load_function(name).map_err(driver("cuModuleGetFunction"))
+    /// The kernel instance `name` of module `m`, looked up in the driver on first use only.
+    /// Instance names are unique across the modules (each carries its family's prefix).
+    fn func(
+        &self,
+        m: &Arc<super::cudarc::driver::CudaModule>,
+        name: std::fmt::Arguments<'_>,
+    ) -> Result<CudaFunction> {
+        let mut key = String::with_capacity(32);
+        std::fmt::write(&mut key, name).expect("formatting a kernel name");
+        let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = funcs.get(&key) {
+            return Ok(f.clone());
+        }
+        let f = m
+            .load_function(&key)
+            .map_err(driver("cuModuleGetFunction"))?;
+        funcs.insert(key, f.clone());
+        Ok(f)
     }
 
     /// Uploads a step's plan (one host-to-device copy).
@@ -205,7 +226,10 @@ impl ModelKernels {
         if tokens == 0 {
             return Ok(q);
         }
-        let f = Self::func(&self.rope_kv, &format!("rope_kv_{}", suffix(qkv.dtype())?))?;
+        let f = self.func(
+            &self.rope_kv,
+            format_args!("rope_kv_{}", suffix(qkv.dtype())?),
+        )?;
         let st = &self.stream;
         let (p_qkv, p_q, p_kv) = (ptr(qkv, st)?, ptr(&q, st)?, ptr(arena, st)?);
         let p_bias = match bias {
@@ -266,9 +290,9 @@ impl ModelKernels {
         let scale = s.scale_log2();
         let tables = meta.at(p.tables);
         if p.num_tiles > 0 {
-            let f = Self::func(
+            let f = self.func(
                 &self.attention,
-                &format!("paged_prefill_{name}_d{}", s.head_dim),
+                format_args!("paged_prefill_{name}_d{}", s.head_dim),
             )?;
             let (tiles, seqs) = (meta.at(p.prefill_tiles), meta.at(p.prefill_seqs));
             let mut b = st.launch_builder(&f);
@@ -296,9 +320,9 @@ impl ModelKernels {
             unsafe { b.launch(cfg) }.map_err(driver("launch paged_prefill"))?;
         }
         if p.num_decodes > 0 {
-            let f = Self::func(
+            let f = self.func(
                 &self.attention,
-                &format!("paged_decode_{name}_d{}", s.head_dim),
+                format_args!("paged_decode_{name}_d{}", s.head_dim),
             )?;
             let seqs = meta.at(p.decode_seqs);
             let (ws_acc, ws_ml) = match &meta.ws {
@@ -330,9 +354,9 @@ impl ModelKernels {
             // SAFETY: as for prefill; the workspace holds decodes × heads × splits entries.
             unsafe { b.launch(cfg) }.map_err(driver("launch paged_decode"))?;
             if p.decode_splits > 1 {
-                let f = Self::func(
+                let f = self.func(
                     &self.attention,
-                    &format!("decode_reduce_{name}_d{}", s.head_dim),
+                    format_args!("decode_reduce_{name}_d{}", s.head_dim),
                 )?;
                 let mut b = st.launch_builder(&f);
                 b.arg(&ws_acc)
@@ -371,9 +395,9 @@ impl ModelKernels {
         if tokens == 0 {
             return Ok(out);
         }
-        let f = Self::func(
+        let f = self.func(
             &self.norm_act,
-            &format!("add_rmsnorm_{}", suffix(x.dtype())?),
+            format_args!("add_rmsnorm_{}", suffix(x.dtype())?),
         )?;
         let st = &self.stream;
         let (p_x, p_w, p_out) = (ptr(x, st)?, ptr(weight, st)?, ptr(&out, st)?);
@@ -418,7 +442,7 @@ impl ModelKernels {
         }
         // Each column's warp writes its m outputs.
         let out = self.output((m, n), x.dtype())?;
-        let f = Self::func(&self.gemv, &format!("gemv_{name}_m{m}"))?;
+        let f = self.func(&self.gemv, format_args!("gemv_{name}_m{m}"))?;
         let st = &self.stream;
         let (p_x, p_w, p_y) = (ptr(x, st)?, ptr(w, st)?, ptr(&out, st)?);
         let (n32, k32) = (n as u32, k as u32);
@@ -445,9 +469,9 @@ impl ModelKernels {
         if tokens == 0 {
             return Ok(out);
         }
-        let f = Self::func(
+        let f = self.func(
             &self.norm_act,
-            &format!("silu_mul_{}", suffix(gate_up.dtype())?),
+            format_args!("silu_mul_{}", suffix(gate_up.dtype())?),
         )?;
         let st = &self.stream;
         let (p_in, p_out) = (ptr(gate_up, st)?, ptr(&out, st)?);
@@ -490,9 +514,9 @@ impl ModelKernels {
         let params = Tensor::from_slice(&params, params.len(), &self.device)
             .map_err(candle("upload sampling params"))?;
         let ids = Tensor::zeros(n, DType::U32, &self.device).map_err(candle("sample ids"))?;
-        let f = Self::func(
+        let f = self.func(
             &self.sample,
-            &format!("sample_rows_{}", suffix(logits.dtype())?),
+            format_args!("sample_rows_{}", suffix(logits.dtype())?),
         )?;
         let st = &self.stream;
         let (p_l, p_p, p_i) = (ptr(logits, st)?, ptr(&params, st)?, ptr(&ids, st)?);
