@@ -522,9 +522,12 @@ async fn models_health_and_metrics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_engine_queue_is_503_with_retry_after() {
     // 8 HBM blocks (128 tokens) and no DRAM tier: a 90-token prompt takes 6 blocks, so a
-    // second one waits, and with --max-queue 1 the one after that is refused.
+    // second one waits, and with --max-queue 1 the one after that is refused. Paced at the
+    // slowest built-in profile (Qwen2.5-32B, ~19 ms per decode step): the first request holds
+    // its blocks for ~0.6 s, well beyond the time the second needs to reach the queue even on
+    // a loaded 2-core machine (at Llama-3-8B's ~6 ms the margin was ~0.2 s and too small).
     let s = TestServer::start_with(TestOptions {
-        sim_profile: Some("h200-llama-3-8b".into()),
+        sim_profile: Some("gh200-qwen2.5-32b".into()),
         max_queue: Some(1),
         hbm_blocks: Some(8),
         dram_blocks: Some(0),
@@ -536,6 +539,17 @@ async fn a_full_engine_queue_is_503_with_retry_after() {
         json!({"prompt": "w ".repeat(90), "max_tokens": 30, "ignore_eos": true, "stream": true});
     let running = s.post("/v1/completions", &s.key, &long).await;
     assert_eq!(running.status(), StatusCode::OK);
+    // The stream's headers come before admission: until the engine has taken the first
+    // request, it still holds the one queue place and the second would be refused.
+    let start = Instant::now();
+    while engine.stats().running < 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            engine.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     // Not streamed: its response (and so its place in the queue) lasts until it is served.
     let mut queued = long.clone();
     queued["stream"] = json!(false);
