@@ -81,6 +81,9 @@ pub struct EngineOptions {
     pub max_num_seqs: u32,
     /// Requests waiting for admission beyond this are refused.
     pub max_queue: usize,
+    /// Tokens a request must produce in one running period before its consecutive-rotation
+    /// count (weighted LVF's rotation cap) resets.
+    pub progress_tokens: u32,
     /// Tokens per KV block.
     pub block_size: u32,
     pub dtype: ModelDtype,
@@ -101,6 +104,7 @@ impl Default for EngineOptions {
             max_batched_tokens: 2048,
             max_num_seqs: 256,
             max_queue: 4096,
+            progress_tokens: EngineConfig::default().progress_tokens,
             block_size: 16,
             dtype: ModelDtype::F32,
             seed: None,
@@ -119,6 +123,7 @@ impl EngineOptions {
             hbm_blocks,
             dram_blocks,
             max_queue: self.max_queue,
+            progress_tokens: self.progress_tokens,
             ..EngineConfig::default()
         }
     }

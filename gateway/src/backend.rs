@@ -76,6 +76,8 @@ pub struct EngineOptions {
     pub dram_blocks: Option<u32>,
     pub b_xfer: Option<u32>,
     pub max_batched_tokens: Option<u32>,
+    /// Tokens of progress that reset a request's consecutive-rotation count.
+    pub progress_tokens: Option<u32>,
     /// Requests waiting for admission beyond this are refused (503).
     pub max_queue: usize,
     /// Longest prompt + output of one request; capped by the KV capacity.
@@ -91,6 +93,7 @@ impl Default for EngineOptions {
             dram_blocks: None,
             b_xfer: None,
             max_batched_tokens: None,
+            progress_tokens: None,
             max_queue: 1024,
             max_model_len: 8192,
         }
@@ -165,6 +168,7 @@ fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptio
         max_batched_tokens: opts
             .max_batched_tokens
             .unwrap_or(defaults.max_batched_tokens),
+        progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         ..defaults
@@ -292,6 +296,7 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
         b_xfer: opts.b_xfer.unwrap_or(defaults.b_xfer),
         hbm_blocks: opts.hbm_blocks.unwrap_or(hbm),
         dram_blocks: opts.dram_blocks.unwrap_or(dram),
+        progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         ..defaults

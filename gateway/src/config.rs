@@ -57,6 +57,10 @@ pub struct Settings {
     /// none].
     #[arg(long, env = "SUPERINFER_MAX_ROTATIONS")]
     pub max_rotations: Option<u32>,
+    /// Weighted LVF rotation cap: tokens a request must produce in one running period before
+    /// its consecutive-rotation count resets (larger: less rotation) [default: 16].
+    #[arg(long, env = "SUPERINFER_PROGRESS_TOKENS")]
+    pub progress_tokens: Option<u32>,
     /// HBM tier size in KV blocks [default: from the model and memory].
     #[arg(long, env = "SUPERINFER_HBM_BLOCKS")]
     pub hbm_blocks: Option<u32>,
@@ -119,6 +123,7 @@ impl Settings {
             policy: self.policy.or(lower.policy),
             max_wait_s: self.max_wait_s.or(lower.max_wait_s),
             max_rotations: self.max_rotations.or(lower.max_rotations),
+            progress_tokens: self.progress_tokens.or(lower.progress_tokens),
             hbm_blocks: self.hbm_blocks.or(lower.hbm_blocks),
             dram_blocks: self.dram_blocks.or(lower.dram_blocks),
             b_xfer: self.b_xfer.or(lower.b_xfer),
@@ -229,6 +234,7 @@ impl ServeConfig {
                 dram_blocks: s.dram_blocks,
                 b_xfer: s.b_xfer,
                 max_batched_tokens: positive("max_batched_tokens", s.max_batched_tokens)?,
+                progress_tokens: positive("progress_tokens", s.progress_tokens)?,
                 max_queue: s.max_queue.unwrap_or(d.max_queue).max(1),
                 max_model_len: positive("max_model_len", s.max_model_len)?
                     .unwrap_or(d.max_model_len),
@@ -333,14 +339,20 @@ mod tests {
         let s = Settings {
             max_rotations: Some(1),
             max_wait_s: Some(10.0),
+            progress_tokens: Some(32),
             ..Settings::default()
         };
         let c = ServeConfig::resolve(s).unwrap();
         assert_eq!(c.engine.wlvf.max_consecutive_rotations, Some(1));
         assert_eq!(c.engine.wlvf.max_wait_s, Some(10.0));
+        assert_eq!(c.engine.progress_tokens, Some(32));
         for bad in [
             Settings {
                 max_rotations: Some(0),
+                ..Settings::default()
+            },
+            Settings {
+                progress_tokens: Some(0),
                 ..Settings::default()
             },
             Settings {

@@ -17,6 +17,7 @@ use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use superinfer_engine::EngineConfig;
 use superinfer_policies::{PolicyKind, VltConfig, WlvfConfig};
 
 mod http;
@@ -96,6 +97,10 @@ pub struct SimArgs {
     /// Weighted LVF: cap on consecutive rotations of one request.
     #[arg(long)]
     pub max_rotations: Option<u32>,
+    /// Weighted LVF's rotation cap: tokens a request must produce in one running period
+    /// before its consecutive-rotation count resets.
+    #[arg(long, default_value_t = EngineConfig::default().progress_tokens, value_parser = clap::value_parser!(u32).range(1..))]
+    pub progress_tokens: u32,
     /// Weighted LVF: fairness band in tokens per unit of normalized weight.
     #[arg(long, default_value_t = WlvfConfig::default().fairness_quantum_tokens, value_parser = parse_positive)]
     pub fairness_quantum: f64,
@@ -187,6 +192,7 @@ pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
         hbm_kv_gb: args.hbm_kv_gb,
         max_batched_tokens: args.max_batched_tokens,
         max_num_seqs: args.max_num_seqs,
+        progress_tokens: args.progress_tokens,
         policy: wlvf_config(args),
         drain_s: args.drain_s,
     }

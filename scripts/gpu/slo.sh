@@ -8,10 +8,12 @@
 #   POLICIES [fcfs,lvf,wlvf]  RPS [22]  DURATION [120]  HBM_KV_GB [4]  DRAM_KV_GB [48]
 #   MAX_BATCHED_TOKENS [2048]  B_XFER [512]  TENANTS [3: weights 1,2,4, equal Poisson shares of RPS]
 #   DATASET [sharegpt]  SEED [42]  DRAIN [60]  MAX_ROTATIONS [unset: no cap; weighted LVF's
-#   cap on consecutive rotations of one request]
-# Writes under $OUT: env.txt, one folder per run (the load generator's report:
-# summary.json/md, requests.jsonl) named POLICY-rpsR, each server's log, and summary.md
-# (all runs' summary tables in one file).
+#   cap on consecutive rotations of one request]  PROGRESS_TOKENS [unset: the server's 16;
+#   tokens of one running period that reset the count]
+# Writes under $OUT (at most 8 files come back from a device call): env.txt, summary.md (all
+# runs' summary tables), attainment.tsv (each run's attainments unrounded, from its
+# summary.json) and runs.tar.xz (per run POLICY-rpsR: the load generator's report folder,
+# summary.json/md and requests.jsonl, the server's log and the tenants file).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -35,6 +37,7 @@ case "${1:-}" in
     B_XFER=${B_XFER:-512}
     caps=()
     if [ -n "${MAX_ROTATIONS:-}" ]; then caps=(--max-rotations "$MAX_ROTATIONS"); fi
+    if [ -n "${PROGRESS_TOKENS:-}" ]; then caps+=(--progress-tokens "$PROGRESS_TOKENS"); fi
     HBM_KV_GB=${HBM_KV_GB:-4}; DRAM_KV_GB=${DRAM_KV_GB:-48}; MBT=${MAX_BATCHED_TOKENS:-2048}
     DATASET=${DATASET:-sharegpt}; SEED=${SEED:-42}; DRAIN=${DRAIN:-60}
     out=${OUT:-$root/out}
@@ -48,9 +51,11 @@ case "${1:-}" in
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
       echo "commit: $(git rev-parse --short HEAD 2>/dev/null) (+ working tree)"
       echo "settings: POLICIES=$POLICIES RPS=$RPS DURATION=$DURATION HBM_KV_GB=$HBM_KV_GB" \
-        "DRAM_KV_GB=$DRAM_KV_GB MAX_BATCHED_TOKENS=$MBT B_XFER=$B_XFER MAX_ROTATIONS=${MAX_ROTATIONS:-} DATASET=$DATASET SEED=$SEED"
+        "DRAM_KV_GB=$DRAM_KV_GB MAX_BATCHED_TOKENS=$MBT B_XFER=$B_XFER MAX_ROTATIONS=${MAX_ROTATIONS:-} PROGRESS_TOKENS=${PROGRESS_TOKENS:-} DATASET=$DATASET SEED=$SEED"
     } | tee "$out/env.txt"
     : > "$out/summary.md"
+    printf 'run\tttft_attainment\ttbt_attainment\ttokens_per_s\tp99_ttft_s\tp99_tbt_s\n' > "$out/attainment.tsv"
+    runs=()
     port=18000
     for rps in ${RPS//,/ }; do
       for policy in ${POLICIES//,/ }; do
@@ -91,8 +96,17 @@ case "${1:-}" in
           --no-progress --out "$out/$run" 2>&1 | tail -30
         kill -TERM $server; wait $server 2>/dev/null
         { echo "## $run"; cat "$out/$run/summary.md" 2>/dev/null; echo; } >> "$out/summary.md"
+        python3 - "$out/$run/summary.json" "$run" >> "$out/attainment.tsv" <<'PY' || true
+import json, sys
+for r in json.load(open(sys.argv[1]))["runs"]:
+    print(sys.argv[2], *(f"{r[k]:.6f}" for k in ("ttft_attainment", "tbt_attainment",
+          "throughput_tokens_per_s", "p99_ttft_s", "p99_tbt_s")), sep="\t")
+PY
+        runs+=("$run" "$run.server.log" "$run.tenants.toml")
       done
     done
-    cat "$out/summary.md" ;;
+    (cd "$out" && for f in "${runs[@]}"; do [ -e "$f" ] && echo "$f"; done > runs.list \
+      && tar cJf runs.tar.xz -T runs.list && xargs rm -rf < runs.list; rm -f runs.list)
+    cat "$out/summary.md" "$out/attainment.tsv" ;;
   *) echo "usage: $0 build|run [VAR=value ...]" >&2; exit 2 ;;
 esac

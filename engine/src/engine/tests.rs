@@ -13,15 +13,22 @@ use superinfer_policies::{PolicyKind, Slo, WlvfConfig};
 type TestEngine = Engine<SimRunner, SimTransfer, VirtualClock>;
 
 fn engine(kind: PolicyKind, hbm: u32, dram: u32, b_xfer: u32) -> TestEngine {
+    engine_with(
+        kind,
+        EngineConfig {
+            hbm_blocks: hbm,
+            dram_blocks: dram,
+            b_xfer,
+            max_batched_tokens: 256,
+            max_num_seqs: 64,
+            ..EngineConfig::default()
+        },
+    )
+}
+
+/// An engine at the h200-llama-3-8b profile; weighted-LVF caps: 2 s wait, 3 rotations.
+fn engine_with(kind: PolicyKind, cfg: EngineConfig) -> TestEngine {
     let profile = Profile::builtin("h200-llama-3-8b").unwrap();
-    let cfg = EngineConfig {
-        hbm_blocks: hbm,
-        dram_blocks: dram,
-        b_xfer,
-        max_batched_tokens: 256,
-        max_num_seqs: 64,
-        ..EngineConfig::default()
-    };
     let transfer = SimTransfer::new(&profile.hw, profile.model.geometry(16).block_bytes());
     let runner = SimRunner::new(profile, 16);
     let policy_cfg = WlvfConfig {
@@ -149,6 +156,54 @@ fn full_blocks_are_written_back_eagerly_and_rotation_copies_only_the_tail() {
     );
     assert_eq!(table[2].state, BlockState::Dirty);
     assert_eq!(e.pool().unsynced(RequestId(1)), 1);
+}
+
+#[test]
+fn the_rotation_count_resets_only_after_progress_tokens_in_one_running_period() {
+    // 24 requests of 64 + 160 tokens against 48 HBM blocks (about 3 requests' worth): weighted
+    // LVF rotates constantly until a request reaches its cap (3). With progress_tokens 48 a
+    // restored request keeps its count until it has produced 48 tokens in one running period
+    // (the default, 16, would reset it sooner).
+    let progress = 48;
+    let mut e = engine_with(
+        PolicyKind::Wlvf,
+        EngineConfig {
+            hbm_blocks: 48,
+            dram_blocks: 2048,
+            b_xfer: 64,
+            max_batched_tokens: 256,
+            max_num_seqs: 64,
+            progress_tokens: progress,
+            ..EngineConfig::default()
+        },
+    );
+    for i in 0..24 {
+        e.submit(request(i, (i % 3) as u32, 64, 160)).unwrap();
+    }
+    let mut kept_past_the_default = 0;
+    for _ in 0..20_000 {
+        if e.is_empty() {
+            break;
+        }
+        let r = e.step().unwrap();
+        if let Some(t) = r.idle_until {
+            e.clock_mut().skip_to(t);
+        }
+        e.take_events();
+        for (id, r) in &e.requests {
+            if r.run_tokens >= progress {
+                assert_eq!(r.consecutive_rotations, 0, "{id:?} made progress");
+            } else if r.consecutive_rotations > 0 && r.run_tokens >= 16 {
+                kept_past_the_default += 1;
+            }
+        }
+    }
+    assert!(e.is_empty(), "every request finishes");
+    assert!(e.stats().rotations_out > 0);
+    assert!(
+        kept_past_the_default > 0,
+        "no restored request ran 16..48 tokens"
+    );
 }
 
 /// The block and request invariants the randomized test checks after every step.

@@ -90,10 +90,13 @@ fn policy_knobs_reach_the_config() {
         "30",
         "--max-rotations",
         "3",
+        "--progress-tokens",
+        "32",
         "--fairness-quantum",
         "1024",
     ])
     .unwrap();
+    assert_eq!(sim_target_config(&a).progress_tokens, 32);
     let c = wlvf_config(&a);
     assert_eq!((c.vlt.alpha, c.vlt.beta_b, c.vlt.beta_f), (2.0, -0.5, 0.0));
     assert_eq!(c.max_wait_s, Some(30.0));
@@ -103,7 +106,7 @@ fn policy_knobs_reach_the_config() {
 
 #[test]
 fn bad_flags_are_rejected_with_a_clear_message_and_status_2() {
-    let cases: [(&[&str], &str); 14] = [
+    let cases: [(&[&str], &str); 15] = [
         (&["--policies", "fcfs,lifo"], "unknown policy 'lifo'"),
         (&["--rps", "5,x,15"], "'x' is not a number"),
         (&["--rps", "5,0"], "must be positive"),
@@ -124,6 +127,7 @@ fn bad_flags_are_rejected_with_a_clear_message_and_status_2() {
         ),
         (&["--max-num-seqs", "0"], "--max-num-seqs"),
         (&["--max-batched-tokens", "0"], "--max-batched-tokens"),
+        (&["--progress-tokens", "0"], "--progress-tokens"),
     ];
     for (flags, want) in cases {
         let e = parse(flags).unwrap_err();

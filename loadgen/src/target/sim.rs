@@ -40,6 +40,8 @@ pub struct SimTargetConfig {
     pub max_batched_tokens: u32,
     /// At most this many requests resident (running or restoring) at once.
     pub max_num_seqs: u32,
+    /// Tokens of progress that reset a request's consecutive-rotation count.
+    pub progress_tokens: u32,
     /// VLT knobs and weighted-LVF caps (used by the policies that have them).
     pub policy: WlvfConfig,
     /// After the last arrival, keep serving for at most this long; requests not served by
@@ -58,6 +60,7 @@ impl Default for SimTargetConfig {
             hbm_kv_gb: None,
             max_batched_tokens: 16384,
             max_num_seqs: EngineConfig::default().max_num_seqs,
+            progress_tokens: EngineConfig::default().progress_tokens,
             policy: WlvfConfig::default(),
             drain_s: 60.0,
         }
@@ -92,6 +95,7 @@ impl SimTarget {
             b_xfer: cfg.b_xfer.unwrap_or(SimSettings::default().b_xfer),
             hbm_blocks,
             dram_blocks,
+            progress_tokens: cfg.progress_tokens,
             ..EngineConfig::default()
         };
         Ok(SimTarget {
