@@ -172,7 +172,14 @@ async fn missing_bad_and_disabled_keys_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_quota_is_429_with_retry_after_and_other_tenants_are_unaffected() {
-    let s = TestServer::start().await;
+    // Paced (Llama-3-8B on an H200, ~6 ms a token): the concurrency check below needs a
+    // stream that lasts; at zero cost per step its 2,000 tokens could all be written into the
+    // socket, and its slot freed, before the second request arrived.
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: Some("h200-llama-3-8b".into()),
+        ..TestOptions::default()
+    })
+    .await;
     let (_, key) = s
         .create_tenant(json!({"name": "small", "quotas": {"requests_per_s": 0.2, "burst": 2}}))
         .await;
