@@ -19,6 +19,9 @@
 #[cfg(feature = "cuda")]
 pub mod gpu;
 mod gpu_options;
+mod warm_up;
+
+pub use warm_up::{warm_up, WARM_UP_PROMPT};
 
 pub use gpu_options::{GpuModel, GpuOptions};
 
@@ -89,6 +92,9 @@ pub struct EngineOptions {
     pub dtype: ModelDtype,
     /// Seed for requests without one; `None`: from the OS.
     pub seed: Option<u64>,
+    /// Run one prefill and one decode through the runner before the engine starts
+    /// ([`warm_up`]), so the first requests do not pay for first-use loading.
+    pub warm_up: bool,
 }
 
 impl Default for EngineOptions {
@@ -108,6 +114,7 @@ impl Default for EngineOptions {
             block_size: 16,
             dtype: ModelDtype::F32,
             seed: None,
+            warm_up: true,
         }
     }
 }
@@ -197,6 +204,9 @@ pub fn cpu_engine_with_policy(
         },
     )?;
     runner.set_eos_token_ids(&merged_eos(codec.eos_token_ids(), runner.eos_token_ids()));
+    if opts.warm_up {
+        warm_up(&mut runner, hbm_blocks, opts.block_size)?;
+    }
     let transfer = HostTransfer::new(runner.arena().clone(), dram_blocks)?;
     let engine_cfg = opts.engine_config(hbm_blocks, dram_blocks);
     let engine = Engine::new(engine_cfg, policy, runner, transfer, RealClock::new())?;

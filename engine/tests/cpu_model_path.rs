@@ -86,6 +86,34 @@ fn alone(dir: &Path, req: EngineRequest) -> Vec<u32> {
     drain(&mut e).remove(&id).unwrap()
 }
 
+#[test]
+fn warming_up_before_serving_leaves_every_output_unchanged() {
+    // An 8-block HBM tier: the warm-up's 97 tokens of garbage KV fill 7 blocks, which the
+    // requests then reuse; any of it read by a request would change its logits. Half of the
+    // requests sample at temperature 0.8 with seeds of their own (draws keyed by position,
+    // so they do not depend on how steps are batched).
+    let dir = model();
+    let run = |warm_up: bool| {
+        let o = EngineOptions {
+            warm_up,
+            ..opts(8, 64)
+        };
+        let (mut e, _) = cpu_engine(dir.path(), &o).unwrap();
+        for id in 0..6 {
+            let mut r = request(id, prompt(id, 20 + 7 * id as usize), 12);
+            if id % 2 == 1 {
+                r.sampling.temperature = 0.8;
+                r.sampling.seed = Some(id);
+            }
+            e.submit(r).unwrap();
+        }
+        drain(&mut e)
+    };
+    let (warm, cold) = (run(true), run(false));
+    assert_eq!(warm.len(), 6);
+    assert_eq!(warm, cold);
+}
+
 /// Runs `target` alone until it has received `at` tokens of service, then rotates it out
 /// (or drops its KV); the other requests are admitted only then, so they take over the HBM
 /// slots it left. `hold` plans later the target is restored (or admitted again).
