@@ -76,6 +76,9 @@ pub fn gpu_engine(
         let eos = super::merged_eos(c.eos_token_ids(), runner.eos_token_ids());
         runner.set_eos_token_ids(&eos);
     }
+    if opts.warm_up {
+        super::warm_up(&mut runner, hbm_blocks, opts.block_size)?;
+    }
     let transfer = runner.transfer(dram_blocks)?;
     let engine_cfg = opts.engine_config(hbm_blocks, dram_blocks);
     let engine = Engine::new(engine_cfg, policy, runner, transfer, RealClock::new())?;
