@@ -28,7 +28,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve the OpenAI-compatible API (defaults: 127.0.0.1:8000, ./superinfer-data).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Manage tenants in the data directory while the server is stopped.
     Tenants(tenants::TenantsArgs),
     /// Write models: `superinfer model tiny --out DIR` writes the embedded tiny model.
@@ -59,7 +59,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(argv: I) -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Tenants(args) => tenants::run(args),
         Command::Model(args) => model::run(args),
     };

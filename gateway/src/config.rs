@@ -12,7 +12,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use superinfer_policies::{PolicyKind, WlvfConfig};
+use superinfer_policies::{PolicyKind, VltConfig, WlvfConfig};
 
 use crate::backend::{gpu_options, EngineOptions, ModelSource};
 
@@ -48,6 +48,19 @@ pub struct Settings {
     /// Scheduling policy: fcfs, wf, sf, edf, lvf, wlvf [default: wlvf].
     #[arg(long, env = "SUPERINFER_POLICY")]
     pub policy: Option<PolicyKind>,
+    /// VLT (LVF and weighted LVF): weight of a paused request's lag against a waiting one's
+    /// [default: 3, the paper's].
+    #[arg(long, env = "SUPERINFER_ALPHA")]
+    pub alpha: Option<f64>,
+    /// VLT tolerance window of paused (rotary) requests, as a fraction of the tenant's TBT SLO;
+    /// may be negative [default: 0].
+    #[arg(long, env = "SUPERINFER_BETA_B", allow_negative_numbers = true)]
+    pub beta_b: Option<f64>,
+    /// VLT tolerance window of waiting requests, as a fraction of the tenant's TTFT SLO; may
+    /// be negative [default: 0.5; 0 admits new requests earlier under saturation, see
+    /// docs/BENCHMARKS.md].
+    #[arg(long, env = "SUPERINFER_BETA_F", allow_negative_numbers = true)]
+    pub beta_f: Option<f64>,
     /// Weighted LVF starvation cap: a waiting or rotary request that has waited this many
     /// seconds is promoted ahead of everything else [default: none].
     #[arg(long, env = "SUPERINFER_MAX_WAIT_S")]
@@ -121,6 +134,9 @@ impl Settings {
             model_dir: self.model_dir.or(lower.model_dir),
             sim_profile: self.sim_profile.or(lower.sim_profile),
             policy: self.policy.or(lower.policy),
+            alpha: self.alpha.or(lower.alpha),
+            beta_b: self.beta_b.or(lower.beta_b),
+            beta_f: self.beta_f.or(lower.beta_f),
             max_wait_s: self.max_wait_s.or(lower.max_wait_s),
             max_rotations: self.max_rotations.or(lower.max_rotations),
             progress_tokens: self.progress_tokens.or(lower.progress_tokens),
@@ -164,6 +180,7 @@ impl ServeConfig {
     /// Defaults for everything: what `superinfer serve` with no arguments runs.
     pub fn resolve(s: Settings) -> anyhow::Result<ServeConfig> {
         let d = EngineOptions::default();
+        let vlt = vlt_config(&s)?;
         let data_dir = s
             .data_dir
             .unwrap_or_else(|| PathBuf::from("superinfer-data"));
@@ -221,6 +238,7 @@ impl ServeConfig {
             engine: EngineOptions {
                 policy: s.policy.unwrap_or(d.policy),
                 wlvf: WlvfConfig {
+                    vlt,
                     max_wait_s: match s.max_wait_s {
                         Some(w) if !(w.is_finite() && w > 0.0) => {
                             bail!("max_wait_s must be a number of seconds above 0, got {w}")
@@ -243,6 +261,26 @@ impl ServeConfig {
             drain_timeout: Duration::from_secs_f64(drain),
         })
     }
+}
+
+/// The VLT knobs from the settings (the paper's defaults where unset); refuses a weight that
+/// is not a positive number and windows that are not finite.
+fn vlt_config(s: &Settings) -> anyhow::Result<VltConfig> {
+    let d = VltConfig::default();
+    let c = VltConfig {
+        alpha: s.alpha.unwrap_or(d.alpha),
+        beta_b: s.beta_b.unwrap_or(d.beta_b),
+        beta_f: s.beta_f.unwrap_or(d.beta_f),
+    };
+    if !(c.alpha.is_finite() && c.alpha > 0.0) {
+        bail!("alpha must be a number above 0, got {}", c.alpha);
+    }
+    for (name, v) in [("beta_b", c.beta_b), ("beta_f", c.beta_f)] {
+        if !v.is_finite() {
+            bail!("{name} must be a finite number, got {v}");
+        }
+    }
+    Ok(c)
 }
 
 #[cfg(test)]
@@ -332,6 +370,47 @@ mod tests {
                 },
             }
         );
+    }
+
+    #[test]
+    fn vlt_knobs_reach_the_policy_and_bad_ones_are_refused() {
+        let c = ServeConfig::resolve(Settings::default()).unwrap();
+        assert_eq!(c.engine.wlvf.vlt, VltConfig::default());
+        let s = Settings {
+            alpha: Some(2.0),
+            beta_b: Some(-0.5),
+            beta_f: Some(0.0),
+            ..Settings::default()
+        };
+        let c = ServeConfig::resolve(s).unwrap();
+        let v = c.engine.wlvf.vlt;
+        assert_eq!((v.alpha, v.beta_b, v.beta_f), (2.0, -0.5, 0.0));
+        for (bad, want) in [
+            (
+                Settings {
+                    alpha: Some(0.0),
+                    ..Settings::default()
+                },
+                "alpha must be a number above 0",
+            ),
+            (
+                Settings {
+                    beta_f: Some(f64::NAN),
+                    ..Settings::default()
+                },
+                "beta_f must be a finite number",
+            ),
+            (
+                Settings {
+                    beta_b: Some(f64::INFINITY),
+                    ..Settings::default()
+                },
+                "beta_b must be a finite number",
+            ),
+        ] {
+            let e = ServeConfig::resolve(bad).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
     }
 
     #[test]
