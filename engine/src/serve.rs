@@ -177,11 +177,7 @@ pub fn cpu_engine_with_policy(
     let codec = TextCodec::from_model_dir(model_dir)?;
     let cfg = crate::model::ModelConfig::from_model_dir(model_dir)?;
     let dtype = opts.dtype.dtype();
-    let block_bytes = opts.block_size as u64
-        * 2
-        * cfg.num_layers as u64
-        * cfg.kv_width() as u64
-        * dtype.size_in_bytes() as u64;
+    let block_bytes = cfg.kv_geometry(opts.block_size, dtype).block_bytes();
     let blocks = |n: Option<u32>, bytes: u64, what: &str| -> Result<u32, EngineError> {
         let n = n.unwrap_or_else(|| (bytes / block_bytes.max(1)).min(u64::from(u32::MAX)) as u32);
         if n == 0 && what == "HBM" {

@@ -5,6 +5,7 @@
 //! projections). Anything else is refused with an error naming the file and field.
 
 use crate::error::EngineError;
+use crate::kv::BlockGeometry;
 use candle_transformers::models::llama::{Llama3RopeConfig, Llama3RopeType};
 use serde::Deserialize;
 use serde_json::Value;
@@ -204,6 +205,17 @@ impl ModelConfig {
         self.num_kv_heads * self.head_dim
     }
 
+    /// The KV block geometry of this model with blocks of `block_size` tokens in `dtype`.
+    pub fn kv_geometry(&self, block_size: u32, dtype: candle_core::DType) -> BlockGeometry {
+        BlockGeometry {
+            num_layers: self.num_layers as u32,
+            block_size,
+            kv_heads: self.num_kv_heads as u32,
+            head_dim: self.head_dim as u32,
+            dtype_bytes: dtype.size_in_bytes() as u32,
+        }
+    }
+
     /// Rotary inverse frequencies, with Llama 3's scaling when configured.
     pub fn inv_freq(&self) -> Vec<f32> {
         let d = self.head_dim;
@@ -286,6 +298,16 @@ mod tests {
                 "num_attention_heads": 4, "vocab_size": 100, {extra}}}"#
         );
         ModelConfig::from_json(&text, Path::new("m/config.json"))
+    }
+
+    #[test]
+    fn the_kv_geometry_is_the_models_kv_heads_and_layers() {
+        let m =
+            parse(r#""architectures": ["LlamaForCausalLM"], "num_key_value_heads": 2"#).unwrap();
+        let g = m.kv_geometry(16, candle_core::DType::BF16);
+        assert_eq!((g.num_layers, g.kv_heads, g.head_dim), (2, 2, 16));
+        // 16 tokens x (K, V) x 2 layers x (2 heads x 16) x 2 bytes.
+        assert_eq!(g.block_bytes(), 16 * 2 * 2 * 32 * 2);
     }
 
     #[test]

@@ -62,13 +62,7 @@ impl CpuRunner {
         let mc = ModelConfig::from_model_dir(dir)?;
         let dtype = cfg.dtype.unwrap_or(DType::F32);
         let model = PagedLlama::load(dir, &mc, dtype, &cfg.device)?;
-        let geometry = BlockGeometry {
-            num_layers: mc.num_layers as u32,
-            block_size: cfg.block_size,
-            kv_heads: mc.num_kv_heads as u32,
-            head_dim: mc.head_dim as u32,
-            dtype_bytes: dtype.size_in_bytes() as u32,
-        };
+        let geometry = mc.kv_geometry(cfg.block_size, dtype);
         let arena = KvArena::new(geometry, cfg.hbm_blocks, dtype, &cfg.device)?;
         let mut eos = mc.eos_token_ids.clone();
         let gen = crate::text::read_json(&dir.join("generation_config.json"))?;

@@ -46,13 +46,7 @@ impl GpuRunner {
         seed: Option<u64>,
     ) -> Result<GpuRunner, EngineError> {
         let c = model.config();
-        let geometry = BlockGeometry {
-            num_layers: c.num_layers as u32,
-            block_size,
-            kv_heads: c.num_kv_heads as u32,
-            head_dim: c.head_dim as u32,
-            dtype_bytes: model.dtype().size_in_bytes() as u32,
-        };
+        let geometry = c.kv_geometry(block_size, model.dtype());
         let arena = KvArena::new(geometry, hbm_blocks, model.dtype(), model.device())?;
         let mut eos = c.eos_token_ids.clone();
         eos.sort_unstable();

@@ -45,11 +45,7 @@ pub fn gpu_engine(
         }
     };
     let config = model.config().clone();
-    let block_bytes = opts.block_size as u64
-        * 2
-        * config.num_layers as u64
-        * config.kv_width() as u64
-        * dtype.size_in_bytes() as u64;
+    let block_bytes = config.kv_geometry(opts.block_size, dtype).block_bytes();
     let hbm_blocks = match (opts.hbm_blocks, gpu.hbm_kv_blocks(block_bytes)) {
         (Some(n), _) => n,
         (None, Some(n)) => n,
