@@ -1,7 +1,7 @@
 //! The simulated engine (the twin): the real [`Engine`] over a [`SimRunner`], a
 //! [`SimTransfer`] and a [`VirtualClock`], sized from a hardware + model profile.
 
-use crate::clock::VirtualClock;
+use crate::clock::{Clock, VirtualClock};
 use crate::engine::{Engine, EngineConfig};
 use crate::error::EngineError;
 use crate::profile::Profile;
@@ -70,10 +70,21 @@ pub fn sim_engine_with(
     cfg: EngineConfig,
     policy: Box<dyn Policy>,
 ) -> Result<SimEngine, EngineError> {
+    sim_engine_on(profile, cfg, policy, VirtualClock::new())
+}
+
+/// [`sim_engine_with`] on a clock of the caller's: a [`crate::clock::RealClock`] serves the
+/// simulated runner in real time (the gateway's `--sim-profile`).
+pub fn sim_engine_on<C: Clock>(
+    profile: Profile,
+    cfg: EngineConfig,
+    policy: Box<dyn Policy>,
+    clock: C,
+) -> Result<Engine<SimRunner, SimTransfer, C>, EngineError> {
     let transfer = SimTransfer::new(
         &profile.hw,
         profile.model.geometry(cfg.block_size).block_bytes(),
     );
     let runner = SimRunner::new(profile, cfg.block_size);
-    Engine::new(cfg, policy, runner, transfer, VirtualClock::new())
+    Engine::new(cfg, policy, runner, transfer, clock)
 }

@@ -15,10 +15,9 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use superinfer_engine::clock::RealClock;
 use superinfer_engine::profile::{HardwareProfile, Profile};
-use superinfer_engine::runner::sim::SimRunner;
 pub use superinfer_engine::serve::GpuOptions;
-use superinfer_engine::transfer::sim::SimTransfer;
-use superinfer_engine::{spawn, Engine, EngineConfig, EngineHandle, EngineThread, HandleConfig};
+use superinfer_engine::sim::sim_engine_on;
+use superinfer_engine::{spawn, EngineConfig, EngineHandle, EngineThread, HandleConfig};
 use superinfer_policies::{PolicyKind, WlvfConfig};
 
 use crate::text::Text;
@@ -302,11 +301,8 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
         ..defaults
     };
     let kv_tokens = cfg.hbm_blocks.saturating_mul(cfg.block_size);
-    let block_bytes = profile.model.geometry(BLOCK_SIZE).block_bytes();
-    let transfer = SimTransfer::new(&profile.hw, block_bytes);
-    let runner = SimRunner::new(profile, BLOCK_SIZE);
     let policy = opts.policy.build(&opts.wlvf);
-    let engine = Engine::new(cfg, policy, runner, transfer, RealClock::new())?;
+    let engine = sim_engine_on(profile, cfg, policy, RealClock::new())?;
     let handle_cfg = HandleConfig {
         inbox_capacity: opts.max_queue.max(1),
         pace: !zero,
