@@ -180,23 +180,50 @@ fn start_cpu(dir: &Path, id: String, opts: &EngineOptions) -> anyhow::Result<Bac
     let (engine, codec) = serve::cpu_engine(dir, &cpu)
         .with_context(|| format!("loading the model in {}", dir.display()))?;
     let config = superinfer_engine::model::ModelConfig::from_model_dir(dir)?;
+    let model = ModelInfo {
+        id,
+        max_model_len: context_len(&config),
+    };
+    serve_engine(engine, opts, false, Text::model(codec), model)
+}
+
+/// The model's context length as a token count.
+fn context_len(config: &superinfer_engine::model::ModelConfig) -> u32 {
+    u32::try_from(config.max_position_embeddings).unwrap_or(u32::MAX)
+}
+
+/// Starts `engine` on its thread (real-time pacing of simulated steps when `pace`) and
+/// describes it; `model.max_model_len` (the model's context) is capped by the command line's
+/// limit and by what the HBM tier holds.
+fn serve_engine<R, T, C>(
+    engine: superinfer_engine::Engine<R, T, C>,
+    opts: &EngineOptions,
+    pace: bool,
+    text: Text,
+    model: ModelInfo,
+) -> anyhow::Result<Backend>
+where
+    R: superinfer_engine::runner::ModelRunner + 'static,
+    T: superinfer_engine::transfer::Transfer + 'static,
+    C: superinfer_engine::clock::Clock + 'static,
+{
     let kv_tokens = engine
         .config()
         .hbm_blocks
         .saturating_mul(engine.config().block_size);
     let handle_cfg = HandleConfig {
         inbox_capacity: opts.max_queue.max(1),
+        pace,
         ..HandleConfig::default()
     };
     let (handle, thread) = spawn(engine, handle_cfg)?;
-    let context = u32::try_from(config.max_position_embeddings).unwrap_or(u32::MAX);
     Ok(Backend {
         handle,
         thread,
-        text: Text::model(codec),
+        text,
         model: ModelInfo {
-            id,
-            max_model_len: opts.max_model_len.min(kv_tokens).min(context),
+            max_model_len: opts.max_model_len.min(kv_tokens).min(model.max_model_len),
+            ..model
         },
     })
 }
@@ -221,35 +248,22 @@ fn start_gpu(model: &str, gpu: &GpuOptions, opts: &EngineOptions) -> anyhow::Res
     let policy = opts.policy.build(&opts.wlvf);
     let (engine, codec, config) = gpu_engine(&source, &eo, gpu, policy)
         .with_context(|| format!("loading {model} on the GPU"))?;
-    let kv_tokens = engine
-        .config()
-        .hbm_blocks
-        .saturating_mul(engine.config().block_size);
     tracing::info!(
         model,
         hbm_blocks = engine.config().hbm_blocks,
         dram_blocks = engine.config().dram_blocks,
         "model on the GPU"
     );
-    let handle_cfg = HandleConfig {
-        inbox_capacity: opts.max_queue.max(1),
-        ..HandleConfig::default()
-    };
-    let (handle, thread) = spawn(engine, handle_cfg)?;
-    let context = u32::try_from(config.max_position_embeddings).unwrap_or(u32::MAX);
     let id = match &source {
         GpuModel::Random(_) => model.to_owned(),
         GpuModel::Dir(dir) => model_id(dir),
     };
-    Ok(Backend {
-        handle,
-        thread,
-        text: codec.map_or_else(Text::words, Text::model),
-        model: ModelInfo {
-            id,
-            max_model_len: opts.max_model_len.min(kv_tokens).min(context),
-        },
-    })
+    let info = ModelInfo {
+        id,
+        max_model_len: context_len(&config),
+    };
+    let text = codec.map_or_else(Text::words, Text::model);
+    serve_engine(engine, opts, false, text, info)
 }
 
 /// A profile whose steps and copies take no modelled time.
@@ -300,24 +314,13 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         ..defaults
     };
-    let kv_tokens = cfg.hbm_blocks.saturating_mul(cfg.block_size);
     let policy = opts.policy.build(&opts.wlvf);
     let engine = sim_engine_on(profile, cfg, policy, RealClock::new())?;
-    let handle_cfg = HandleConfig {
-        inbox_capacity: opts.max_queue.max(1),
-        pace: !zero,
-        ..HandleConfig::default()
+    let model = ModelInfo {
+        id: format!("sim-{name}"),
+        max_model_len: u32::MAX,
     };
-    let (handle, thread) = spawn(engine, handle_cfg)?;
-    Ok(Backend {
-        handle,
-        thread,
-        text: Text::words(),
-        model: ModelInfo {
-            id: format!("sim-{name}"),
-            max_model_len: opts.max_model_len.min(kv_tokens),
-        },
-    })
+    serve_engine(engine, opts, !zero, Text::words(), model)
 }
 
 #[cfg(test)]
