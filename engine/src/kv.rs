@@ -6,6 +6,6 @@ pub mod block;
 pub mod lifecycle;
 pub mod pool;
 
-pub use block::{BlockGeometry, DramBlock, HbmBlock};
+pub use block::{whole_blocks, BlockGeometry, DramBlock, HbmBlock};
 pub use lifecycle::BlockState;
 pub use pool::{KvPool, LogicalBlock};

@@ -171,7 +171,8 @@ impl Profile {
         gpu_memory_utilization: f64,
         dram_gib: f64,
     ) -> Result<(u32, u32), EngineError> {
-        let block = self.model.geometry(block_size).block_bytes() as f64;
+        let block_bytes = self.model.geometry(block_size).block_bytes();
+        let block = block_bytes as f64;
         let budget = self.hw.hbm_gb * 1e9 * gpu_memory_utilization
             - self.model.weight_bytes()
             - self.hw.activation_reserve_gb * 1e9;
@@ -185,10 +186,9 @@ impl Profile {
                 ),
             });
         }
-        let dram = (dram_gib.max(0.0) * (1u64 << 30) as f64 / block).floor();
         Ok((
-            (budget / block).floor() as u32,
-            dram.min(f64::from(u32::MAX)) as u32,
+            crate::kv::whole_blocks(budget, block_bytes),
+            crate::kv::whole_blocks(dram_gib * (1u64 << 30) as f64, block_bytes),
         ))
     }
 }

@@ -10,6 +10,14 @@ pub struct HbmBlock(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct DramBlock(pub u32);
 
+/// Whole blocks of `block_bytes` in `bytes` (at most `u32::MAX`): how every tier is sized from
+/// a byte count (the servers' and the twin's, so they agree block for block).
+pub fn whole_blocks(bytes: f64, block_bytes: u64) -> u32 {
+    (bytes.max(0.0) / block_bytes.max(1) as f64)
+        .floor()
+        .min(f64::from(u32::MAX)) as u32
+}
+
 /// Shape of one KV block in block-first layout:
 /// `(num_layers, 2 /* K, V */, block_size, kv_heads, head_dim)` contiguous, so a block is one
 /// transfer unit and layer `l` of block `b` starts at `b * block_bytes + l * layer_stride`.

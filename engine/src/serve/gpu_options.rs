@@ -104,7 +104,7 @@ impl GpuOptions {
 
 /// Whole blocks of `block_bytes` in `gb` GB (10^9 bytes).
 fn blocks_in(gb: f64, block_bytes: u64) -> u32 {
-    (gb * 1e9 / block_bytes.max(1) as f64).min(f64::from(u32::MAX)) as u32
+    crate::kv::whole_blocks(gb * 1e9, block_bytes)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use crate::workload::{RequestSpec, TenantSpec};
 use anyhow::Context;
 use std::collections::HashMap;
 use superinfer_engine::clock::Clock;
+use superinfer_engine::kv::whole_blocks;
 use superinfer_engine::profile::Profile;
 use superinfer_engine::sim::{sim_engine_with, SimEngine, SimSettings};
 use superinfer_engine::{EngineConfig, EngineEvent, EngineRequest, SamplingParams};
@@ -133,8 +134,9 @@ impl SimTarget {
 /// vLLM's rule leaves: HBM × `gpu_memory_utilization` − weights − activation reserve. The
 /// DRAM tier is `dram_gb` GB when set, otherwise `dram_gib` GiB.
 pub fn kv_blocks(profile: &Profile, cfg: &SimTargetConfig) -> anyhow::Result<(u32, u32)> {
-    let block = profile.model.geometry(BLOCK_SIZE).block_bytes() as f64;
-    let blocks = |bytes: f64| (bytes / block).floor().min(f64::from(u32::MAX)) as u32;
+    let block_bytes = profile.model.geometry(BLOCK_SIZE).block_bytes();
+    let block = block_bytes as f64;
+    let blocks = |bytes: f64| whole_blocks(bytes, block_bytes);
     let hbm = match cfg.hbm_kv_gb {
         None => {
             profile
