@@ -263,8 +263,7 @@ impl ServeConfig {
     }
 }
 
-/// The VLT knobs from the settings (the paper's defaults where unset); refuses a weight that
-/// is not a positive number and windows that are not finite.
+/// The VLT knobs from the settings (the paper's defaults where unset), validated.
 fn vlt_config(s: &Settings) -> anyhow::Result<VltConfig> {
     let d = VltConfig::default();
     let c = VltConfig {
@@ -272,14 +271,7 @@ fn vlt_config(s: &Settings) -> anyhow::Result<VltConfig> {
         beta_b: s.beta_b.unwrap_or(d.beta_b),
         beta_f: s.beta_f.unwrap_or(d.beta_f),
     };
-    if !(c.alpha.is_finite() && c.alpha > 0.0) {
-        bail!("alpha must be a number above 0, got {}", c.alpha);
-    }
-    for (name, v) in [("beta_b", c.beta_b), ("beta_f", c.beta_f)] {
-        if !v.is_finite() {
-            bail!("{name} must be a finite number, got {v}");
-        }
-    }
+    c.validate().map_err(anyhow::Error::msg)?;
     Ok(c)
 }
 

@@ -26,6 +26,23 @@ impl Default for VltConfig {
 }
 
 impl VltConfig {
+    /// Refuses knobs that make no ranking: `alpha` must be a number above 0 (else a paused
+    /// request never lags), the windows finite numbers (they may be negative).
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.alpha.is_finite() && self.alpha > 0.0) {
+            return Err(format!(
+                "alpha must be a number above 0, got {}",
+                self.alpha
+            ));
+        }
+        for (name, v) in [("beta_b", self.beta_b), ("beta_f", self.beta_f)] {
+            if !v.is_finite() {
+                return Err(format!("{name} must be a finite number, got {v}"));
+            }
+        }
+        Ok(())
+    }
+
     /// VLT of one request at `now`. Positive means lagging (serve first); running requests are
     /// never positive and sink the longer they run.
     pub fn vlt(&self, r: &ReqView, now: f64) -> f64 {

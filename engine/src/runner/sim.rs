@@ -1,7 +1,8 @@
 //! The simulated runner: no model, only the time a step would take on a profile's hardware.
 //! Prefill is compute-bound (matmul rate × efficiency); decode is memory-bound (weights read
 //! at HBM bandwidth × efficiency, KV bytes at that × the attention kernel's efficiency); every
-//! step pays a fixed overhead. Sampled tokens are a constant, so lengths come from `max_tokens` (`ignore_eos`), as in the paper.
+//! step pays a fixed overhead. Sampled tokens are a constant, so lengths come from
+//! `max_tokens` (`ignore_eos`), as in the paper.
 
 use super::{ModelRunner, StepBatch, StepOutput};
 use crate::error::EngineError;

@@ -416,3 +416,20 @@ fn api_keys_never_reach_the_report() {
         "{line}"
     );
 }
+
+#[test]
+fn vlt_knobs_that_make_no_ranking_exit_2_before_any_run() {
+    for (flag, value, want) in [
+        ("--alpha", "0", "alpha must be a number above 0"),
+        ("--beta-f", "inf", "beta_f must be a finite number"),
+    ] {
+        let a = parse(&["--rps", "1", flag, value]).unwrap();
+        let e = format!("{:#}", SimTarget::new(sim_target_config(&a)).unwrap_err());
+        assert!(e.contains(want), "{flag}: {e}");
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let argv = ["--out", out.to_str().unwrap(), "--rps", "1", flag, value];
+        assert_eq!(code(&argv), ExitCode::from(2), "{flag}");
+        assert!(!out.exists(), "nothing ran");
+    }
+}

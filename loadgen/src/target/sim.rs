@@ -80,6 +80,10 @@ impl SimTarget {
     /// Checks the profile and sizes now, so a bad flag fails before any run.
     pub fn new(cfg: SimTargetConfig) -> anyhow::Result<SimTarget> {
         let profile = Profile::builtin(&cfg.profile)?;
+        cfg.policy
+            .vlt
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{e} (--alpha, --beta-b, --beta-f)"))?;
         let (hbm_blocks, dram_blocks) = kv_blocks(&profile, &cfg)
             .with_context(|| format!("sizing the KV tiers of {}", cfg.profile))?;
         if cfg.max_batched_tokens == 0 || cfg.max_num_seqs == 0 {

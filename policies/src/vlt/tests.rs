@@ -45,3 +45,46 @@ fn negative_betas_shift_the_window() {
     assert!((c.vlt(&req(Phase::Waiting, 10.0, None, None), 10.0) - 5.0).abs() < 1e-12);
     assert!((c.vlt(&req(Phase::Rotary, 0.0, Some(1.0), None), 1.0) - 0.1).abs() < 1e-12);
 }
+
+#[test]
+fn knobs_that_make_no_ranking_are_refused() {
+    assert_eq!(VltConfig::default().validate(), Ok(()));
+    let negative_windows = VltConfig {
+        beta_b: -1.0,
+        beta_f: -0.5,
+        ..VltConfig::default()
+    };
+    assert_eq!(negative_windows.validate(), Ok(()));
+    for (bad, want) in [
+        (
+            VltConfig {
+                alpha: 0.0,
+                ..VltConfig::default()
+            },
+            "alpha must be a number above 0",
+        ),
+        (
+            VltConfig {
+                alpha: f64::NAN,
+                ..VltConfig::default()
+            },
+            "alpha",
+        ),
+        (
+            VltConfig {
+                beta_b: f64::INFINITY,
+                ..VltConfig::default()
+            },
+            "beta_b must be a finite",
+        ),
+        (
+            VltConfig {
+                beta_f: f64::NAN,
+                ..VltConfig::default()
+            },
+            "beta_f must be a finite",
+        ),
+    ] {
+        assert!(bad.validate().unwrap_err().contains(want), "{bad:?}");
+    }
+}
