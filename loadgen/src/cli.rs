@@ -198,11 +198,6 @@ pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
     }
 }
 
-/// The simulated engine configured from the flags.
-pub fn make_sim_target(args: &SimArgs) -> anyhow::Result<Box<dyn Target>> {
-    Ok(Box::new(SimTarget::new(sim_target_config(args))?))
-}
-
 /// One offered load: the tenants at that load and the requests they send.
 #[derive(Clone, Debug)]
 pub struct Load {
