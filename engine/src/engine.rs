@@ -15,7 +15,7 @@ use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use superinfer_policies::{Policy, RequestId, TenantId};
+use superinfer_policies::{Policy, RequestId, Service, TenantId};
 
 /// Engine settings (deserializable; defaults as in the paper's runs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -117,6 +117,34 @@ pub struct EngineStats {
     pub bytes_d2h: u64,
 }
 
+/// Live requests per state, kept as they move (so no step counts them by scanning).
+#[derive(Clone, Debug, Default)]
+struct Census([usize; 5]);
+
+impl Census {
+    fn slot(s: ReqState) -> usize {
+        match s {
+            ReqState::Waiting => 0,
+            ReqState::Running => 1,
+            ReqState::Rotary => 2,
+            ReqState::Evicting => 3,
+            ReqState::Restoring => 4,
+        }
+    }
+
+    fn count(&self, s: ReqState) -> usize {
+        self.0[Census::slot(s)]
+    }
+
+    fn add(&mut self, s: ReqState) {
+        self.0[Census::slot(s)] += 1;
+    }
+
+    fn remove(&mut self, s: ReqState) {
+        self.0[Census::slot(s)] -= 1;
+    }
+}
+
 /// The engine over a runner `R`, a copy engine `T` and a clock `C`.
 pub struct Engine<R, T, C> {
     cfg: EngineConfig,
@@ -130,6 +158,7 @@ pub struct Engine<R, T, C> {
     transit: BTreeSet<RequestId>,
     events: Vec<EngineEvent>,
     counters: EngineStats,
+    census: Census,
 }
 
 impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
@@ -164,6 +193,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             transit: BTreeSet::new(),
             events: Vec::new(),
             counters: EngineStats::default(),
+            census: Census::default(),
         })
     }
 
@@ -234,17 +264,26 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         if self.requests.contains_key(&id) {
             return Err(EngineError::Duplicate(id));
         }
-        let waiting = self
-            .requests
-            .values()
-            .filter(|r| r.state == ReqState::Waiting)
-            .count();
+        let waiting = self.census.count(ReqState::Waiting);
         if waiting >= self.cfg.max_queue {
             return Err(EngineError::QueueFull(waiting));
         }
         let req = Request::new(spec, self.clock.now());
+        self.policy.on_arrival(req.spec.tenant, req.spec.weight);
+        self.census.add(req.state);
         self.requests.insert(id, req);
         Ok(())
+    }
+
+    /// Moves a live request to state `to` (a checked transition), keeping the census.
+    fn move_req(&mut self, id: RequestId, to: ReqState) {
+        let req = self
+            .requests
+            .get_mut(&id)
+            .expect("caller checked it is live");
+        self.census.remove(req.state);
+        req.set_state(to);
+        self.census.add(to);
     }
 
     /// Ends a request now: its blocks are released (slots with a copy in flight are held back
@@ -258,6 +297,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let Some(req) = self.requests.remove(&id) else {
             return;
         };
+        self.census.remove(req.state);
+        self.policy.on_departure(req.spec.tenant);
         self.pool.free(id);
         self.transit.remove(&id);
         self.counters.finished += 1;
@@ -274,15 +315,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// Gauges and counters now.
     pub fn stats(&self) -> EngineStats {
         let mut s = self.counters.clone();
-        for r in self.requests.values() {
-            match r.state {
-                ReqState::Waiting => s.waiting += 1,
-                ReqState::Running => s.running += 1,
-                ReqState::Rotary => s.rotary += 1,
-                ReqState::Evicting => s.evicting += 1,
-                ReqState::Restoring => s.restoring += 1,
-            }
-        }
+        s.waiting = self.census.count(ReqState::Waiting);
+        s.running = self.census.count(ReqState::Running);
+        s.rotary = self.census.count(ReqState::Rotary);
+        s.evicting = self.census.count(ReqState::Evicting);
+        s.restoring = self.census.count(ReqState::Restoring);
         s.hbm_capacity = self.pool.hbm_capacity();
         s.dram_capacity = self.pool.dram_capacity();
         s.hbm_used = s.hbm_capacity - self.pool.hbm_free();
@@ -291,9 +328,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         s
     }
 
-    /// Service delivered to a tenant, for policies that track fairness.
-    fn serve(&mut self, tenant: TenantId, weight: f64, tokens: u32) {
-        self.policy.on_service(tenant, weight, u64::from(tokens));
+    /// Service delivered to tenants by one step, for policies that track fairness.
+    fn serve(&mut self, service: BTreeMap<TenantId, (f64, Service)>) {
+        for (tenant, (weight, s)) in service {
+            self.policy.on_service(tenant, weight, s);
+        }
     }
 
     /// One iteration. See the module docs for the order of work.

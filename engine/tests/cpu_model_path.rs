@@ -8,7 +8,7 @@ use superinfer_engine::model::tiny::write_tiny_model;
 use superinfer_engine::serve::{cpu_engine, cpu_engine_with_policy, CpuEngine, EngineOptions};
 use superinfer_engine::{EngineEvent, EngineRequest, SamplingParams};
 use superinfer_policies::{
-    Capacity, Phase, Plan, Policy, PolicyKind, ReqView, RequestId, Slo, TenantId,
+    Capacity, Phase, Plan, Policy, PolicyKind, ReqView, RequestId, Service, Slo, TenantId,
 };
 
 fn model() -> tempfile::TempDir {
@@ -172,9 +172,9 @@ impl Policy for Scripted {
         plan
     }
 
-    fn on_service(&mut self, tenant: TenantId, _weight: f64, tokens: u64) {
+    fn on_service(&mut self, tenant: TenantId, _weight: f64, service: Service) {
         if tenant == TenantId((self.target.0 % 3) as u32) {
-            self.served += tokens;
+            self.served += service.prefill + service.decode;
         }
     }
 }

@@ -101,9 +101,13 @@ pub struct SimArgs {
     /// before its consecutive-rotation count resets.
     #[arg(long, default_value_t = EngineConfig::default().progress_tokens, value_parser = clap::value_parser!(u32).range(1..))]
     pub progress_tokens: u32,
-    /// Weighted LVF: fairness band in tokens per unit of normalized weight.
+    /// Weighted LVF: fairness band in cost units (prompt tokens) per unit of weight.
     #[arg(long, default_value_t = WlvfConfig::default().fairness_quantum_tokens, value_parser = parse_positive)]
     pub fairness_quantum: f64,
+    /// Weighted LVF: cost of one generated token in prompt tokens (the fairness counter's
+    /// charge ratio).
+    #[arg(long, default_value_t = WlvfConfig::default().decode_cost, value_parser = parse_positive)]
+    pub decode_cost: f64,
     /// Host DRAM tier size in GiB (2^30 bytes).
     #[arg(long, default_value_t = 400.0, value_parser = parse_non_negative)]
     pub dram_gib: f64,
@@ -178,6 +182,7 @@ pub fn wlvf_config(args: &SimArgs) -> WlvfConfig {
         max_wait_s: args.max_wait_s,
         max_consecutive_rotations: args.max_rotations,
         fairness_quantum_tokens: args.fairness_quantum,
+        decode_cost: args.decode_cost,
     }
 }
 

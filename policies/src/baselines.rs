@@ -41,6 +41,7 @@ const NO_PREEMPT: Rules = Rules {
     max_consecutive_rotations: None,
     per_phase_queues: false,
     recompute_victims: false,
+    tokens_block_lower_tiers: false,
 };
 
 impl Policy for Fcfs {
@@ -90,6 +91,7 @@ impl Policy for WaitingFirst {
             max_consecutive_rotations: None,
             per_phase_queues: false,
             recompute_victims: false,
+            tokens_block_lower_tiers: false,
         };
         plan_greedy(view, cap, &keys, rules)
     }
@@ -107,6 +109,7 @@ impl Policy for Edf {
             max_consecutive_rotations: None,
             per_phase_queues: false,
             recompute_victims: false,
+            tokens_block_lower_tiers: false,
         };
         plan_greedy(view, cap, &keys, rules)
     }

@@ -60,6 +60,11 @@ pub struct Rules {
     /// Victims drop their KV and prefill again instead of rotating to DRAM (vLLM V1, which
     /// removed swap-based preemption).
     pub recompute_victims: bool,
+    /// A waiting candidate left out for lack of prefill tokens also stops the rotary
+    /// candidates of lower tiers (restores of its own tier or above still go ahead). Weighted
+    /// LVF's tiers are fairness bands: without this a tenant ahead could be restored past a
+    /// least-served tenant's admission that waits for compute.
+    pub tokens_block_lower_tiers: bool,
 }
 
 struct Budget {
@@ -70,6 +75,8 @@ struct Budget {
     h2d: u32,
     d2h: u32,
     dram: u32,
+    /// Requests that may still become resident.
+    seats: u32,
     prefill: Prefill,
 }
 
@@ -112,9 +119,10 @@ pub fn plan_greedy(view: &[ReqView], cap: Capacity, keys: &[Key], rules: Rules) 
         } else {
             0
         },
-        h2d: cap.b_xfer,
-        d2h: cap.b_xfer,
+        h2d: cap.h2d,
+        d2h: cap.d2h,
         dram: cap.free_dram,
+        seats: cap.seats,
         prefill: Prefill::new(&cap),
     };
     let mut plan = Plan::default();
@@ -147,15 +155,24 @@ fn take_candidates(
     let mut blocked = [false; 2];
     let queue = |p: Phase| usize::from(p == Phase::Rotary);
     let mut over_used: i64 = 0;
+    // With `tokens_block_lower_tiers`: the tier of the first admission left out for tokens.
+    let mut token_tier: Option<i32> = None;
     for (_, _, _, i) in cands {
         let r = &view[i];
-        if blocked[queue(r.phase)] {
+        if blocked[queue(r.phase)] || token_tier.is_some_and(|t| keys[i].tier < t) {
             continue;
         }
         match take_one(r, keys[i], budget, &mut over_used, victims, view, plan) {
             Take::Taken => continue,
             // Out of prefill tokens: only new admissions wait (a restore needs no prefill).
-            Take::NoTokens => blocked[queue(r.phase)] = true,
+            Take::NoTokens => {
+                blocked[queue(r.phase)] = true;
+                if rules.tokens_block_lower_tiers {
+                    token_tier = Some(keys[i].tier);
+                }
+            }
+            // Out of seats: nobody else can become resident.
+            Take::NoSeat => break,
             Take::NoRoom | Take::NoCopy if rules.per_phase_queues => blocked[queue(r.phase)] = true,
             Take::NoRoom | Take::NoCopy => break,
         }
@@ -174,6 +191,8 @@ enum Take {
     NoTokens,
     /// Host-to-device copy budget (rotary requests).
     NoCopy,
+    /// Seats (`max_num_seqs`).
+    NoSeat,
 }
 
 /// Takes candidate `r` if it fits, freeing room below its key within the rotation budget.
@@ -194,6 +213,9 @@ fn take_one(
     if r.phase == Phase::Waiting && !budget.prefill.admits(r) {
         return Take::NoTokens;
     }
+    if budget.seats == 0 {
+        return Take::NoSeat;
+    }
     let short = need - budget.hbm;
     if short > 0 {
         if *over_used + short > budget.over {
@@ -207,6 +229,8 @@ fn take_one(
         budget.hbm += freed;
     }
     budget.hbm -= need;
+    budget.seats -= 1;
+    plan.order.push(r.id);
     match r.phase {
         Phase::Waiting => {
             budget.prefill.take(r);
@@ -320,6 +344,7 @@ impl Victims {
         self.next = next;
         budget.d2h = d2h;
         budget.dram = dram;
+        budget.seats = budget.seats.saturating_add(picks.len() as u32);
         for (i, rotate) in picks {
             let list = if rotate {
                 &mut plan.rotate_out
@@ -359,12 +384,17 @@ pub fn all_fit(view: &[ReqView], cap: Capacity) -> Option<Plan> {
     }
     let budget = u64::from(cap.prefill_tokens);
     let prefill_fits = prefill <= budget || (admissions == 1 && budget > 0);
-    if want > i64::from(cap.free_hbm) - growth || copy_in > u64::from(cap.b_xfer) || !prefill_fits {
+    if want > i64::from(cap.free_hbm) - growth
+        || copy_in > u64::from(cap.h2d)
+        || !prefill_fits
+        || cands.len() as u64 > u64::from(cap.seats)
+    {
         return None;
     }
     cands.sort_unstable_by_key(|r| (ordered(r.t_arr), r.id));
     let mut plan = Plan::default();
     for r in cands {
+        plan.order.push(r.id);
         match r.phase {
             Phase::Waiting => plan.admit.push(r.id),
             _ => plan.restore.push(r.id),

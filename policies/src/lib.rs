@@ -29,6 +29,6 @@ mod test_support;
 
 pub use lvf::Lvf;
 pub use registry::{PolicyKind, UnknownPolicy};
-pub use types::{Capacity, Phase, Plan, Policy, ReqView, RequestId, Slo, TenantId};
+pub use types::{Capacity, Phase, Plan, Policy, ReqView, RequestId, Service, Slo, TenantId};
 pub use vlt::VltConfig;
 pub use wlvf::{Wlvf, WlvfConfig};

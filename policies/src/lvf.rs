@@ -19,6 +19,7 @@ impl Lvf {
         max_consecutive_rotations: None,
         per_phase_queues: false,
         recompute_victims: false,
+        tokens_block_lower_tiers: false,
     };
 }
 

@@ -52,12 +52,7 @@ pub fn rotary(id: u64, t_arr: f64, t_last: f64, blocks: u32) -> ReqView {
 
 /// Capacity with `free_hbm` blocks free, ample DRAM and a rotation budget of `b_xfer`.
 pub fn cap(free_hbm: u32, b_xfer: u32) -> Capacity {
-    Capacity {
-        free_hbm,
-        free_dram: 1_000_000,
-        b_xfer,
-        prefill_tokens: u32::MAX,
-    }
+    Capacity::unlimited_seats(free_hbm, 1_000_000, b_xfer, u32::MAX)
 }
 
 /// Ids as plain numbers, for short assertions.

@@ -98,12 +98,45 @@ pub struct Capacity {
     pub free_hbm: u32,
     /// Free DRAM blocks now.
     pub free_dram: u32,
-    /// Rotation budget: blocks moved per iteration, per direction (`B_xfer`).
+    /// Rotation budget `B_xfer`: blocks one iteration may move per direction, as configured.
+    /// A request holding more HBM blocks than this is never rotated out (its restore could
+    /// never fit one iteration).
     pub b_xfer: u32,
+    /// Host-to-device blocks this iteration may still start (restores): `B_xfer` less the
+    /// restores still in flight.
+    pub h2d: u32,
+    /// Device-to-host blocks this iteration may still start (rotations out): `B_xfer` less the
+    /// evictions and eager writebacks still in flight. The engine writes back into what the
+    /// plan leaves of it.
+    pub d2h: u32,
+    /// Requests that may still become resident (running or restoring) this iteration: the
+    /// engine's `max_num_seqs` less those resident now. Every admission and restore takes one;
+    /// a victim gives one back. `u32::MAX`: no limit.
+    pub seats: u32,
     /// Prefill tokens new admissions may start this iteration: the engine's token budget
     /// left after decode tokens and ongoing prefills. The first admission may exceed it (its
     /// prompt is then chunked over later iterations); `u32::MAX`: no limit.
     pub prefill_tokens: u32,
+}
+
+impl Capacity {
+    /// Capacity with the whole rotation budget left in both directions and no seat limit.
+    pub fn unlimited_seats(
+        free_hbm: u32,
+        free_dram: u32,
+        b_xfer: u32,
+        prefill_tokens: u32,
+    ) -> Self {
+        Capacity {
+            free_hbm,
+            free_dram,
+            b_xfer,
+            h2d: b_xfer,
+            d2h: b_xfer,
+            seats: u32::MAX,
+            prefill_tokens,
+        }
+    }
 }
 
 /// A policy's decision for one iteration. Every id appears at most once.
@@ -117,6 +150,10 @@ pub struct Plan {
     pub rotate_out: Vec<RequestId>,
     /// Running requests whose KV is dropped; they go back to waiting and prefill again.
     pub recompute: Vec<RequestId>,
+    /// `admit` and `restore` merged in the order the policy took them: the engine applies
+    /// them in this order and stops at the first that cannot become resident yet (its room
+    /// is still being copied out), so nobody ranked lower takes that room.
+    pub order: Vec<RequestId>,
 }
 
 impl Plan {
@@ -135,7 +172,22 @@ pub trait Policy: Send {
     fn name(&self) -> &'static str;
     /// Decide one iteration.
     fn plan(&mut self, now: f64, view: &[ReqView], cap: Capacity) -> Plan;
-    /// Service delivered to a tenant in the last step (tokens computed for it).
-    /// Policies that track fairness use it; others ignore it.
-    fn on_service(&mut self, _tenant: TenantId, _weight: f64, _tokens: u64) {}
+    /// Service delivered to a tenant in the last step. Policies that track fairness use it;
+    /// others ignore it.
+    fn on_service(&mut self, _tenant: TenantId, _weight: f64, _service: Service) {}
+    /// A request of `tenant` arrived (the engine accepted it).
+    fn on_arrival(&mut self, _tenant: TenantId, _weight: f64) {}
+    /// A request of `tenant` ended (finished, aborted or failed).
+    fn on_departure(&mut self, _tenant: TenantId) {}
+    /// A batch ran and took `elapsed_s` seconds of engine time.
+    fn on_step(&mut self, _elapsed_s: f64) {}
+}
+
+/// Work done for one tenant in one step, in tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Service {
+    /// Prompt (or recomputed) tokens prefilled.
+    pub prefill: u64,
+    /// Tokens generated.
+    pub decode: u64,
 }

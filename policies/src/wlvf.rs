@@ -1,26 +1,32 @@
-//! Weighted LVF: LVF across many tenants with weighted fair shares and starvation caps.
-//! The formula and the argument for its guarantees are in `docs/SCHEDULING.md`.
+//! Weighted LVF: LVF inside each tenant, a virtual token counter across tenants (in the spirit
+//! of VTC, Sheng et al., OSDI'24), starvation caps. The formula, the fairness bound and its
+//! proof are in `docs/SCHEDULING.md` §5.
+
+mod counters;
 
 use crate::greedy::{all_fit, plan_greedy, Key, Rules};
-use crate::types::{Capacity, Phase, Plan, Policy, ReqView, TenantId};
+use crate::types::{Capacity, Phase, Plan, Policy, ReqView, Service, TenantId};
 use crate::vlt::VltConfig;
+use counters::Counters;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Knobs of weighted LVF.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct WlvfConfig {
     pub vlt: VltConfig,
     /// A waiting request older than this, or a rotary request paused longer than this, is
     /// promoted ahead of everything else. `None`: no promotion.
     pub max_wait_s: Option<f64>,
-    /// A running request rotated out this many times in a row is not rotated out again until
-    /// it has made progress. `None`: no cap.
+    /// A running request rotated out (or recomputed) this many times in a row is not a victim
+    /// again until it has made progress. `None`: no cap.
     pub max_consecutive_rotations: Option<u32>,
-    /// Fairness band: tenants whose normalized service is within this many tokens (per unit of
-    /// normalized weight) of the least-served active tenant compete on VLT alone; tenants
-    /// further ahead rank below them.
+    /// Fairness band `Q`, in weighted cost units (tokens per unit of weight): requests whose
+    /// virtual start lies in the same band compete on VLT; an earlier band always goes first.
     pub fairness_quantum_tokens: f64,
+    /// Cost of one generated token, in prompt tokens (VTC's `w_q / w_p`).
+    pub decode_cost: f64,
 }
 
 impl Default for WlvfConfig {
@@ -29,18 +35,35 @@ impl Default for WlvfConfig {
             vlt: VltConfig::default(),
             max_wait_s: None,
             max_consecutive_rotations: None,
-            fairness_quantum_tokens: 4096.0,
+            fairness_quantum_tokens: 1024.0,
+            decode_cost: 2.0,
         }
     }
 }
 
-#[derive(Clone, Debug, Default)]
-struct TenantState {
-    /// Tokens served, cumulative.
-    tokens: f64,
-    weight: f64,
-    /// Had requests in the previous plan.
-    active: bool,
+impl WlvfConfig {
+    /// Refuses knobs that make no ranking (the VLT knobs', a band or decode cost that is not a
+    /// positive number, a wait cap that is not).
+    pub fn validate(&self) -> Result<(), String> {
+        self.vlt.validate()?;
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        if !positive(self.fairness_quantum_tokens) {
+            return Err(format!(
+                "fairness_quantum_tokens must be a number above 0, got {}",
+                self.fairness_quantum_tokens
+            ));
+        }
+        if !positive(self.decode_cost) {
+            return Err(format!(
+                "decode_cost must be a number above 0, got {}",
+                self.decode_cost
+            ));
+        }
+        if let Some(c) = self.max_wait_s.filter(|&c| !positive(c)) {
+            return Err(format!("max_wait_s must be a number above 0, got {c}"));
+        }
+        Ok(())
+    }
 }
 
 /// Weighted LVF with starvation caps. With one tenant and no caps it plans exactly as
@@ -48,92 +71,92 @@ struct TenantState {
 #[derive(Clone, Debug, Default)]
 pub struct Wlvf {
     pub cfg: WlvfConfig,
-    tenants: BTreeMap<TenantId, TenantState>,
-    /// `now` of the previous plan, and the lengths of the last iterations (time between plans).
-    last_now: Option<f64>,
-    iterations: VecDeque<f64>,
+    counters: Counters,
+    /// Durations of the last batches (engine time), for the wait cap's promotion lead.
+    steps: VecDeque<f64>,
 }
 
-/// Tiers of the weighted key, highest first.
-const TIER_OVERDUE: i32 = 2;
-const TIER_FAIR: i32 = 1;
-const TIER_AHEAD: i32 = 0;
+/// Tier of overdue requests, above every fairness band (bands are 0 and below).
+const TIER_OVERDUE: i32 = 1;
+/// The lowest band: tenants further ahead than this many bands share it.
+const LOWEST_BAND: i32 = -1_000_000;
 
-/// Iterations remembered for the promotion lead of the wait cap.
-const ITERATION_WINDOW: usize = 32;
+/// Steps remembered for the promotion lead of the wait cap.
+const STEP_WINDOW: usize = 32;
 
 impl Wlvf {
     pub fn new(cfg: WlvfConfig) -> Wlvf {
         Wlvf {
             cfg,
-            tenants: BTreeMap::new(),
-            last_now: None,
-            iterations: VecDeque::new(),
+            counters: Counters::default(),
+            steps: VecDeque::new(),
         }
     }
 
-    /// Normalized service of every active tenant: tokens / (weight / mean active weight).
-    /// Tenants that just became active catch up to the least-served one (no credit for
-    /// idle time, as in start-time fair queueing).
-    fn normalized_service(&mut self, view: &[ReqView]) -> BTreeMap<TenantId, f64> {
-        let mut present: BTreeMap<TenantId, f64> = BTreeMap::new();
-        for r in view {
-            // The largest weight seen, so that the view's order cannot matter.
-            let w = present.entry(r.tenant).or_insert(f64::MIN_POSITIVE);
-            *w = w.max(r.weight);
+    /// A tenant's virtual counter: its weighted service, cost units per unit of weight.
+    pub fn counter(&self, tenant: TenantId) -> Option<f64> {
+        self.counters.get(tenant)
+    }
+
+    /// The longest of the last measured steps (0 before the first).
+    fn longest_step(&self) -> f64 {
+        self.steps.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// Overdue key of a waiting or rotary request past the wait cap (promoted `lead` early:
+    /// one step for the restore copy, one for the step that produces its next token).
+    fn overdue(&self, r: &ReqView, now: f64, lead: f64) -> Option<Key> {
+        let cap = self.cfg.max_wait_s?;
+        let waited = now - r.since();
+        (r.phase != Phase::Running && waited + lead >= cap).then(|| Key::new(TIER_OVERDUE, waited))
+    }
+
+    /// The band of a virtual start `s`, counted down from the least counter `v0`.
+    fn band(&self, s: f64, v0: f64) -> i32 {
+        let q = self.cfg.fairness_quantum_tokens.max(f64::MIN_POSITIVE);
+        let bands = ((s - v0) / q).floor();
+        (-bands).clamp(f64::from(LOWEST_BAND), 0.0) as i32
+    }
+
+    /// Keys for a view of two or more tenants. A candidate's virtual start is its tenant's
+    /// counter plus the prefill that the tenant's candidates ranked before it (by VLT) would
+    /// add; a running request's is its tenant's counter. Band first, VLT inside a band.
+    fn fair_keys(&self, view: &[ReqView], now: f64, lead: f64) -> Vec<Key> {
+        let vlt: Vec<f64> = view.iter().map(|r| self.cfg.vlt.vlt(r, now)).collect();
+        let start = |r: &ReqView| self.counters.get(r.tenant).unwrap_or(0.0);
+        let v0 = view.iter().map(start).fold(f64::INFINITY, f64::min);
+        let mut by_tenant: BTreeMap<TenantId, Vec<usize>> = BTreeMap::new();
+        for (i, r) in view.iter().enumerate() {
+            if r.phase != Phase::Running {
+                by_tenant.entry(r.tenant).or_default().push(i);
+            }
         }
-        let mean_w = present.values().sum::<f64>() / present.len().max(1) as f64;
-        let norm = |t: &TenantState, w: f64| t.tokens / (w / mean_w);
-        let continuing_min = present
+        let mut keys: Vec<Key> = view
             .iter()
-            .filter_map(|(id, &w)| {
-                self.tenants
-                    .get(id)
-                    .filter(|t| t.active)
-                    .map(|t| norm(t, w))
-            })
-            .fold(f64::INFINITY, f64::min);
-        for t in self.tenants.values_mut() {
-            t.active = false;
-        }
-        let mut out = BTreeMap::new();
-        for (&id, &w) in &present {
-            let t = self.tenants.entry(id).or_default();
-            t.weight = w;
-            if !t.active && continuing_min.is_finite() && norm(t, w) < continuing_min {
-                t.tokens = continuing_min * (w / mean_w);
-            }
-            t.active = true;
-            out.insert(id, norm(t, w));
-        }
-        out
-    }
-
-    /// The longest of the last iterations (0 before the second plan).
-    fn longest_iteration(&self) -> f64 {
-        self.iterations.iter().copied().fold(0.0, f64::max)
-    }
-
-    /// `lead`: how long before the wait cap a request is promoted (two recent iterations).
-    fn key(
-        &self,
-        r: &ReqView,
-        now: f64,
-        lead: f64,
-        tier_of_tenant: &BTreeMap<TenantId, i32>,
-    ) -> Key {
-        let vlt = self.cfg.vlt.vlt(r, now);
-        if r.phase != Phase::Running {
-            if let Some(cap) = self.cfg.max_wait_s {
-                // Promoted two (long) iterations early: one for the restore copy, one for the
-                // step that produces its next token, so that the token lands by the cap.
-                let waited = now - r.since();
-                if waited + lead >= cap {
-                    return Key::new(TIER_OVERDUE, waited);
-                }
+            .zip(&vlt)
+            .map(|(r, &v)| Key::new(self.band(start(r), v0), v))
+            .collect();
+        for (tenant, mut cands) in by_tenant {
+            // The tenant's own LVF order: highest VLT, then earliest arrival, then lowest id.
+            cands.sort_unstable_by(|&a, &b| {
+                vlt[b]
+                    .total_cmp(&vlt[a])
+                    .then(view[a].t_arr.total_cmp(&view[b].t_arr))
+                    .then(view[a].id.cmp(&view[b].id))
+            });
+            let weight = self.counters.weight(tenant, view[cands[0]].weight);
+            let mut s = self.counters.get(tenant).unwrap_or(0.0);
+            for i in cands {
+                keys[i] = Key::new(self.band(s, v0), vlt[i]);
+                s += f64::from(view[i].prefill) / weight;
             }
         }
-        Key::new(tier_of_tenant[&r.tenant], vlt)
+        for (i, r) in view.iter().enumerate() {
+            if let Some(k) = self.overdue(r, now, lead) {
+                keys[i] = k;
+            }
+        }
+        keys
     }
 }
 
@@ -143,41 +166,51 @@ impl Policy for Wlvf {
     }
 
     fn plan(&mut self, now: f64, view: &[ReqView], cap: Capacity) -> Plan {
-        if let Some(last) = self.last_now {
-            if self.iterations.len() == ITERATION_WINDOW {
-                self.iterations.pop_front();
-            }
-            self.iterations.push_back((now - last).max(0.0));
-        }
-        self.last_now = Some(now);
-        let service = self.normalized_service(view);
+        self.counters.observe(view);
         if let Some(plan) = all_fit(view, cap) {
             return plan;
         }
-        let v_min = service.values().copied().fold(f64::INFINITY, f64::min);
-        let tiers: BTreeMap<TenantId, i32> = service
-            .iter()
-            .map(|(&id, &v)| {
-                let fair = v <= v_min + self.cfg.fairness_quantum_tokens;
-                (id, if fair { TIER_FAIR } else { TIER_AHEAD })
-            })
-            .collect();
-        let lead = 2.0 * self.longest_iteration();
-        let keys: Vec<Key> = view
-            .iter()
-            .map(|r| self.key(r, now, lead, &tiers))
-            .collect();
+        let lead = 2.0 * self.longest_step();
+        let lone_tenant = view.windows(2).all(|w| w[0].tenant == w[1].tenant);
+        let keys: Vec<Key> = if lone_tenant {
+            view.iter()
+                .map(|r| {
+                    self.overdue(r, now, lead)
+                        .unwrap_or_else(|| Key::new(0, self.cfg.vlt.vlt(r, now)))
+                })
+                .collect()
+        } else {
+            self.fair_keys(view, now, lead)
+        };
         let rules = Rules {
             max_consecutive_rotations: self.cfg.max_consecutive_rotations,
+            tokens_block_lower_tiers: !lone_tenant,
             ..crate::lvf::Lvf::RULES
         };
         plan_greedy(view, cap, &keys, rules)
     }
 
-    fn on_service(&mut self, tenant: TenantId, weight: f64, tokens: u64) {
-        let t = self.tenants.entry(tenant).or_default();
-        t.weight = weight;
-        t.tokens += tokens as f64;
+    fn on_service(&mut self, tenant: TenantId, weight: f64, service: Service) {
+        let cost = service.prefill as f64 + self.cfg.decode_cost * service.decode as f64;
+        self.counters.charge(tenant, weight, cost);
+    }
+
+    fn on_arrival(&mut self, tenant: TenantId, weight: f64) {
+        self.counters.arrive(tenant, weight);
+    }
+
+    fn on_departure(&mut self, tenant: TenantId) {
+        self.counters.depart(tenant);
+    }
+
+    fn on_step(&mut self, elapsed_s: f64) {
+        if !(elapsed_s.is_finite() && elapsed_s >= 0.0) {
+            return;
+        }
+        if self.steps.len() == STEP_WINDOW {
+            self.steps.pop_front();
+        }
+        self.steps.push_back(elapsed_s);
     }
 }
 

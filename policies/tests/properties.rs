@@ -10,8 +10,8 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
 use std::collections::{BTreeMap, BTreeSet};
 use superinfer_policies::{
-    Capacity, Lvf, Phase, Plan, Policy, PolicyKind, ReqView, RequestId, Slo, TenantId, VltConfig,
-    Wlvf, WlvfConfig,
+    Capacity, Lvf, Phase, Plan, Policy, PolicyKind, ReqView, RequestId, Service, Slo, TenantId,
+    VltConfig, Wlvf, WlvfConfig,
 };
 
 const NOW: f64 = 100.0;
@@ -106,14 +106,23 @@ fn capacity() -> impl Strategy<Value = Capacity> {
     // Free HBM is often nearly gone, so that growth alone can cause a shortage.
     let free_hbm = prop_oneof![0..=8u32, 0..=200u32];
     let prefill = prop::sample::select(vec![u32::MAX, 0, 100, 400]);
-    (free_hbm, 0..=200u32, 0..=120u32, prefill).prop_map(
-        |(free_hbm, free_dram, b_xfer, prefill_tokens)| Capacity {
-            free_hbm,
-            free_dram,
-            b_xfer,
-            prefill_tokens,
-        },
+    // Copies in flight take part of each direction's budget; seats are often unlimited.
+    let seats = prop_oneof![Just(u32::MAX), 0..=6u32];
+    (
+        (free_hbm, 0..=200u32, 0..=120u32, prefill),
+        (0.0..=1.0f64, 0.0..=1.0f64, seats),
     )
+        .prop_map(
+            |((free_hbm, free_dram, b_xfer, prefill_tokens), (h, d, seats))| Capacity {
+                free_hbm,
+                free_dram,
+                b_xfer,
+                h2d: (f64::from(b_xfer) * h) as u32,
+                d2h: (f64::from(b_xfer) * d) as u32,
+                prefill_tokens,
+                seats,
+            },
+        )
 }
 
 fn vlt_config() -> impl Strategy<Value = VltConfig> {
@@ -136,6 +145,7 @@ fn wlvf_config() -> impl Strategy<Value = WlvfConfig> {
             max_wait_s: wait.map(f64::from),
             max_consecutive_rotations: rotations,
             fairness_quantum_tokens: quantum,
+            ..WlvfConfig::default()
         })
 }
 
@@ -187,13 +197,20 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         })
 }
 
+fn prefill(tokens: u64) -> Service {
+    Service {
+        prefill: tokens,
+        decode: 0,
+    }
+}
+
 /// Replays the history on a fresh policy and plans the view.
 fn run(kind: PolicyKind, s: &Scenario, view: &[ReqView]) -> Plan {
     let mut policy = kind.build(&s.cfg);
     for step in &s.history {
         match *step {
             Step::Service { tenant, tokens } => {
-                policy.on_service(TenantId(tenant), f64::from(tenant + 1), tokens)
+                policy.on_service(TenantId(tenant), f64::from(tenant + 1), prefill(tokens))
             }
             Step::Plan(mask) => {
                 let part: Vec<ReqView> = s
@@ -276,9 +293,9 @@ fn check_plan(kind: PolicyKind, s: &Scenario, plan: &Plan) -> Result<(), TestCas
         .map(|&id| u64::from(find(view, id).copy_in))
         .sum();
     prop_assert!(
-        copy_in <= u64::from(cap.b_xfer),
-        "copy-in {copy_in} > b_xfer {}",
-        cap.b_xfer
+        copy_in <= u64::from(cap.h2d),
+        "copy-in {copy_in} > h2d budget {}",
+        cap.h2d
     );
     let copy_out: u64 = plan
         .rotate_out
@@ -286,9 +303,9 @@ fn check_plan(kind: PolicyKind, s: &Scenario, plan: &Plan) -> Result<(), TestCas
         .map(|&id| u64::from(find(view, id).unsynced))
         .sum();
     prop_assert!(
-        copy_out <= u64::from(cap.b_xfer),
-        "copy-out {copy_out} > b_xfer {}",
-        cap.b_xfer
+        copy_out <= u64::from(cap.d2h),
+        "copy-out {copy_out} > d2h budget {}",
+        cap.d2h
     );
     prop_assert!(
         copy_out <= u64::from(cap.free_dram),
@@ -311,6 +328,20 @@ fn check_plan(kind: PolicyKind, s: &Scenario, plan: &Plan) -> Result<(), TestCas
         .chain(&plan.recompute)
         .copied()
         .collect();
+    // Seats: every admission and restore takes one, every victim gives one back.
+    let taken_n = plan.admit.len() + plan.restore.len();
+    prop_assert!(
+        taken_n as u64 <= u64::from(cap.seats) + victims.len() as u64,
+        "took {taken_n} with {} seats and {} victims",
+        cap.seats,
+        victims.len()
+    );
+    // `order` is exactly admit ∪ restore, each list in its own order.
+    let mut merged: Vec<RequestId> = plan.order.clone();
+    merged.sort();
+    let mut both: Vec<RequestId> = plan.admit.iter().chain(&plan.restore).copied().collect();
+    both.sort();
+    prop_assert_eq!(merged, both, "order is not admit ∪ restore");
     let staying: i64 = view
         .iter()
         .filter(|r| r.phase == Phase::Running && !victims.contains(&r.id))
@@ -367,13 +398,15 @@ fn check_plan(kind: PolicyKind, s: &Scenario, plan: &Plan) -> Result<(), TestCas
         }
     }
 
-    // LVF step 1: when every candidate fits (HBM and copy-in), all are taken and none pushed out.
+    // LVF step 1: when every candidate fits (HBM, copy-in, seats), all are taken and none
+    // pushed out.
     if matches!(kind, PolicyKind::Lvf | PolicyKind::Wlvf) {
         let cands = view.iter().filter(|r| r.phase != Phase::Running);
         let want: i64 = cands.clone().map(|r| i64::from(r.blocks)).sum();
         let want_in: u64 = cands.clone().map(|r| u64::from(r.copy_in)).sum();
-        let fits =
-            want <= i64::from(cap.free_hbm) - growth(view) && want_in <= u64::from(cap.b_xfer);
+        let fits = want <= i64::from(cap.free_hbm) - growth(view)
+            && want_in <= u64::from(cap.h2d)
+            && cands.clone().count() as u64 <= u64::from(cap.seats);
         if fits {
             // Nobody pushed out; everyone taken unless the prefill token budget binds.
             prop_assert!(victims.is_empty());
@@ -385,6 +418,72 @@ fn check_plan(kind: PolicyKind, s: &Scenario, plan: &Plan) -> Result<(), TestCas
 
     if kind == PolicyKind::Wlvf {
         check_caps(s, plan, &victims, shortage)?;
+    }
+    if kind == PolicyKind::Lvf {
+        check_lvf_order(s, plan, &victims, shortage)?;
+    }
+    Ok(())
+}
+
+/// LVF's order, from VLT computed here: candidates are taken highest VLT first (ties by
+/// arrival, then id); a candidate left out ranks no higher than one taken after it, unless it
+/// waits for prefill tokens and the one taken is a restore; outside a shortage every victim
+/// ranks strictly below the highest candidate taken.
+fn check_lvf_order(
+    s: &Scenario,
+    plan: &Plan,
+    victims: &[RequestId],
+    shortage: bool,
+) -> Result<(), TestCaseError> {
+    let vlt = |id: RequestId| s.cfg.vlt.vlt(find(&s.view, id), NOW);
+    // Everything fit: arrival order (step 1), not VLT order.
+    if plan.order.len() == s.view.iter().filter(|r| r.phase != Phase::Running).count() {
+        return Ok(());
+    }
+    let rank = |id: RequestId| {
+        let r = find(&s.view, id);
+        (-vlt(id), r.t_arr, id)
+    };
+    for w in plan.order.windows(2) {
+        prop_assert!(
+            rank(w[0]) <= rank(w[1]),
+            "{:?} (VLT {}) taken before {:?} (VLT {})",
+            w[0],
+            vlt(w[0]),
+            w[1],
+            vlt(w[1])
+        );
+    }
+    for left in s.view.iter().filter(|r| r.phase != Phase::Running) {
+        if plan.order.contains(&left.id) {
+            continue;
+        }
+        for &id in &plan.order {
+            let taken = find(&s.view, id);
+            let excused = left.phase == Phase::Waiting && taken.phase == Phase::Rotary;
+            prop_assert!(
+                excused || rank(left.id) > rank(id),
+                "{:?} (VLT {}) left out while {:?} (VLT {}) was taken",
+                left.id,
+                vlt(left.id),
+                id,
+                vlt(id)
+            );
+        }
+    }
+    if !shortage && !victims.is_empty() {
+        let best = plan
+            .order
+            .iter()
+            .map(|&id| vlt(id))
+            .fold(f64::MIN, f64::max);
+        for &v in victims {
+            prop_assert!(
+                vlt(v) < best,
+                "victim {v:?} (VLT {}) does not rank below the best candidate taken ({best})",
+                vlt(v)
+            );
+        }
     }
     Ok(())
 }
@@ -451,29 +550,33 @@ proptest! {
     }
 
     #[test]
-    fn weighted_lvf_gives_contested_slots_to_the_fair_band(mut s in scenario()) {
+    fn weighted_lvf_never_takes_a_later_band_past_a_left_out_candidate(mut s in scenario()) {
         s.history.retain(|step| matches!(step, Step::Service { .. }));
-        let fair = fair_band(&s);
+        let tenants: BTreeSet<TenantId> = s.view.iter().map(|r| r.tenant).collect();
+        if tenants.len() < 2 {
+            return Ok(());
+        }
+        let band = bands(&s);
         let overdue = |r: &ReqView| {
             s.cfg.max_wait_s.is_some_and(|c| r.phase != Phase::Running && NOW - r.since() >= c)
         };
         let plan = run(PolicyKind::Wlvf, &s, &s.view);
-        let taken: Vec<RequestId> = plan.admit.iter().chain(&plan.restore).copied().collect();
-        let fair_left_out = s.view.iter().find(|r| {
-            r.phase != Phase::Running && !taken.contains(&r.id) && !overdue(r) && fair[&r.tenant]
-        });
-        if let Some(left) = fair_left_out {
-            // A waiting request may be left out for lack of prefill tokens, which restores do
-            // not need: then only admissions of tenants ahead would be unfair.
-            for &id in &taken {
+        let all = s.view.iter().filter(|r| r.phase != Phase::Running).count();
+        if plan.order.len() == all {
+            return Ok(()); // everything fit: arrival order
+        }
+        for left in s.view.iter().filter(|r| r.phase != Phase::Running) {
+            if plan.order.contains(&left.id) || overdue(left) {
+                continue;
+            }
+            for &id in &plan.order {
                 let r = find(&s.view, id);
-                if left.phase == Phase::Waiting && r.phase == Phase::Rotary {
-                    continue;
-                }
                 prop_assert!(
-                    overdue(r) || fair[&r.tenant],
-                    "{id:?} of a tenant ahead was taken while {:?} of a fair-band tenant was left out",
-                    left.id
+                    overdue(r) || band[&id] >= band[&left.id],
+                    "{id:?} (band {}) was taken while {:?} (band {}) was left out",
+                    band[&id],
+                    left.id,
+                    band[&left.id]
                 );
             }
         }
@@ -494,11 +597,12 @@ proptest! {
             max_wait_s: None,
             max_consecutive_rotations: None,
             fairness_quantum_tokens: quantum,
+            ..WlvfConfig::default()
         });
         for (round, (view, cap, service)) in rounds.into_iter().enumerate() {
             for (tenant, tokens) in service {
-                lvf.on_service(TenantId(tenant), 1.0, tokens);
-                wlvf.on_service(TenantId(tenant), 1.0, tokens);
+                lvf.on_service(TenantId(tenant), 1.0, prefill(tokens));
+                wlvf.on_service(TenantId(tenant), 1.0, prefill(tokens));
             }
             let now = NOW + round as f64;
             prop_assert_eq!(wlvf.plan(now, &view, cap), lvf.plan(now, &view, cap));
@@ -506,13 +610,16 @@ proptest! {
     }
 }
 
-/// Weighted LVF's tiers for a policy whose only history is `on_service` calls (no earlier plan,
-/// so no tenant catches up): whether each present tenant is within the fairness band.
-fn fair_band(s: &Scenario) -> BTreeMap<TenantId, bool> {
-    let mut tokens: BTreeMap<TenantId, f64> = BTreeMap::new();
+/// Weighted LVF's band of every candidate, computed here from the definition
+/// (docs/SCHEDULING.md §5) for a policy whose only history is `on_service` calls: counters
+/// are Σ tokens / weight of each call; a tenant's candidates in LVF order start at its
+/// counter plus the prefill of those before it over the tenant's weight in the view; the band
+/// is `-floor((start - least counter) / Q)`, capped at -1,000,000.
+fn bands(s: &Scenario) -> BTreeMap<RequestId, i64> {
+    let mut counter: BTreeMap<TenantId, f64> = BTreeMap::new();
     for step in &s.history {
-        if let Step::Service { tenant, tokens: n } = *step {
-            *tokens.entry(TenantId(tenant)).or_default() += n as f64;
+        if let Step::Service { tenant, tokens } = *step {
+            *counter.entry(TenantId(tenant)).or_default() += tokens as f64 / f64::from(tenant + 1);
         }
     }
     let mut weight: BTreeMap<TenantId, f64> = BTreeMap::new();
@@ -520,15 +627,30 @@ fn fair_band(s: &Scenario) -> BTreeMap<TenantId, bool> {
         let w = weight.entry(r.tenant).or_insert(f64::MIN_POSITIVE);
         *w = w.max(r.weight);
     }
-    let mean_w = weight.values().sum::<f64>() / weight.len().max(1) as f64;
-    let v: BTreeMap<TenantId, f64> = weight
-        .iter()
-        .map(|(t, &w)| (*t, tokens.get(t).copied().unwrap_or(0.0) / (w / mean_w)))
-        .collect();
-    let v_min = v.values().copied().fold(f64::INFINITY, f64::min);
-    v.into_iter()
-        .map(|(t, v)| (t, v <= v_min + s.cfg.fairness_quantum_tokens))
-        .collect()
+    let c = |t: TenantId| counter.get(&t).copied().unwrap_or(0.0);
+    let v0 = weight.keys().map(|&t| c(t)).fold(f64::INFINITY, f64::min);
+    let q = s.cfg.fairness_quantum_tokens;
+    let band = |start: f64| (-((start - v0) / q).floor()).clamp(-1e6, 0.0) as i64;
+    let mut out = BTreeMap::new();
+    for (&t, &w) in &weight {
+        let mut cands: Vec<&ReqView> = s
+            .view
+            .iter()
+            .filter(|r| r.tenant == t && r.phase != Phase::Running)
+            .collect();
+        cands.sort_by(|a, b| {
+            let (va, vb) = (s.cfg.vlt.vlt(a, NOW), s.cfg.vlt.vlt(b, NOW));
+            vb.total_cmp(&va)
+                .then(a.t_arr.total_cmp(&b.t_arr))
+                .then(a.id.cmp(&b.id))
+        });
+        let mut start = c(t);
+        for r in cands {
+            out.insert(r.id, band(start));
+            start += f64::from(r.prefill) / w;
+        }
+    }
+    out
 }
 
 /// The generator reaches the interesting cases: without this, the properties could pass on

@@ -25,12 +25,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 continue;
             }
             self.transit.remove(&id);
-            let req = self.requests.get_mut(&id).expect("transit ids are live");
-            match req.state {
-                ReqState::Evicting => req.set_state(ReqState::Rotary),
+            match self.requests[&id].state {
+                ReqState::Evicting => self.move_req(id, ReqState::Rotary),
                 ReqState::Restoring => {
-                    req.set_state(ReqState::Running);
-                    req.t_run = Some(now);
+                    self.move_req(id, ReqState::Running);
+                    self.requests.get_mut(&id).expect("live").t_run = Some(now);
                 }
                 s => debug_assert!(false, "request in transit in state {s:?}"),
             }
@@ -43,11 +42,12 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
 
     fn view_of(&self, r: &Request, phase: Phase) -> ReqView {
         let id = r.spec.id;
-        let table = self.pool.table(id).len() as u32;
+        let b = self.pool.summary(id);
         let blocks = match phase {
             Phase::Waiting => self.blocks_for(r.tokens.len() as u32),
-            _ => table.max(self.blocks_for(r.kv_len + 1)),
+            _ => b.len.max(self.blocks_for(r.kv_len + 1)),
         };
+        let running = phase == Phase::Running;
         ReqView {
             id,
             tenant: r.spec.tenant,
@@ -58,30 +58,27 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             t_last: r.t_last,
             t_run: r.t_run,
             blocks,
-            held_hbm: if phase == Phase::Running {
-                self.pool.held_hbm(id)
-            } else {
-                0
-            },
-            copy_in: if phase == Phase::Rotary {
-                self.pool.parked(id)
-            } else {
-                0
-            },
-            unsynced: if phase == Phase::Running {
-                self.pool.unsynced(id)
-            } else {
-                0
-            },
+            held_hbm: if running { b.held_hbm } else { 0 },
+            copy_in: if phase == Phase::Rotary { b.parked } else { 0 },
+            unsynced: if running { b.dirty } else { 0 },
             prefill: if phase == Phase::Waiting {
                 r.remaining()
             } else {
                 0
             },
-            prefilling: phase == Phase::Running && r.prefilling(),
-            just_started: phase == Phase::Running && r.run_tokens == 0,
+            prefilling: running && r.prefilling(),
+            just_started: running && r.run_tokens == 0,
             consecutive_rotations: r.consecutive_rotations,
         }
+    }
+
+    /// Blocks one direction may still start this iteration: `B_xfer` less the blocks in
+    /// flight (including eager writebacks) and those already queued in `queued`.
+    fn xfer_left(&self, in_flight: u32, queued: usize) -> u32 {
+        self.cfg
+            .b_xfer
+            .saturating_sub(in_flight)
+            .saturating_sub(queued as u32)
     }
 
     /// Asks the policy for a plan and applies it, adding the copies it needs to `copies`.
@@ -96,22 +93,24 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
         // Blocks held by evictions in flight are free as soon as their copy lands: count them,
         // so the policy does not pick more victims for room already on its way. Copies still
-        // in flight use up the rotation budget: B_xfer is what the link moves per iteration,
-        // and a budget the link cannot keep up with only queues copies behind each other.
-        let (mut landing, mut h2d, mut d2h) = (0, 0, 0);
-        for id in &self.transit {
-            let (h, d) = self.pool.in_flight_blocks(*id);
-            h2d += h;
-            d2h += d;
-            if self.requests[id].state == ReqState::Evicting {
-                landing += self.pool.held_hbm(*id);
-            }
-        }
+        // in flight use up the rotation budget of their direction: B_xfer is what the link
+        // moves per iteration, and a budget the link cannot drain only queues copies.
+        let landing: u32 = self
+            .transit
+            .iter()
+            .filter(|id| self.requests[*id].state == ReqState::Evicting)
+            .map(|id| self.pool.held_hbm(*id))
+            .sum();
+        let (h2d, d2h) = self.pool.blocks_in_flight();
+        let max_seqs = self.cfg.max_num_seqs as usize;
         let cap = Capacity {
             free_hbm: self.pool.hbm_free() + landing,
             free_dram: self.pool.dram_free(),
-            b_xfer: self.cfg.b_xfer.saturating_sub(h2d.max(d2h)),
+            b_xfer: self.cfg.b_xfer,
+            h2d: self.xfer_left(h2d, copies.h2d.len()),
+            d2h: self.xfer_left(d2h, copies.d2h.len()),
             prefill_tokens: self.prefill_budget(),
+            seats: max_seqs.saturating_sub(self.resident()) as u32,
         };
         let plan = self.policy.plan(now, &view, cap);
         self.apply(plan, now, copies);
@@ -133,15 +132,16 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.requests.get(&id).map(|r| r.state)
     }
 
+    /// Requests holding a seat: running or restoring.
     fn resident(&self) -> usize {
-        self.requests
-            .values()
-            .filter(|r| matches!(r.state, ReqState::Running | ReqState::Restoring))
-            .count()
+        self.census.count(ReqState::Running) + self.census.count(ReqState::Restoring)
     }
 
-    /// Applies a plan. Entries naming unknown requests or requests in another state are
-    /// ignored; admissions and restores without room (or over `max_num_seqs`) wait.
+    /// Applies a plan: victims first, then growth of the running requests, then admissions and
+    /// restores in the policy's order. Entries naming unknown requests or requests in another
+    /// state are ignored; the first admission or restore without room yet (its room is still
+    /// being copied out) or over `max_num_seqs` stops the rest, so nobody ranked lower takes
+    /// its room.
     fn apply(&mut self, plan: Plan, now: f64, copies: &mut CopyBatch) {
         for id in plan.recompute {
             if self.state_of(id) == Some(ReqState::Running) {
@@ -156,50 +156,68 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         // Requests already running get the block their next token needs before anyone new
         // takes the free blocks.
         self.grow_running();
-        let mut resident = self.resident();
+        let order = if plan.order.is_empty() {
+            plan.restore.into_iter().chain(plan.admit).collect()
+        } else {
+            plan.order
+        };
         let max = self.cfg.max_num_seqs as usize;
-        for id in plan.restore {
-            if resident >= max || self.state_of(id) != Some(ReqState::Rotary) {
-                continue;
+        for id in order {
+            if self.resident() >= max {
+                break;
             }
-            if self.pool.restore(id, &mut copies.h2d) {
-                resident += 1;
-                self.counters.restores += 1;
-                let req = self.requests.get_mut(&id).expect("checked live");
-                if self.pool.any_in_flight(id) {
-                    req.set_state(ReqState::Restoring);
-                    self.transit.insert(id);
-                } else {
-                    req.set_state(ReqState::Running);
-                    req.t_run = Some(now);
-                }
-            }
-        }
-        for id in plan.admit {
-            if resident >= max || self.state_of(id) != Some(ReqState::Waiting) {
-                continue;
-            }
-            let need = self.blocks_for(self.requests[&id].tokens.len() as u32) as usize;
-            if self.pool.grow_to(id, need) {
-                resident += 1;
-                self.counters.admitted += 1;
-                let req = self.requests.get_mut(&id).expect("checked live");
-                req.set_state(ReqState::Running);
-                req.t_run = Some(now);
-                req.run_tokens = 0;
+            let taken = match self.state_of(id) {
+                Some(ReqState::Rotary) => self.take_restore(id, now, copies),
+                Some(ReqState::Waiting) => self.take_admission(id, now),
+                _ => continue,
+            };
+            if !taken {
+                break;
             }
         }
     }
 
+    fn take_restore(&mut self, id: RequestId, now: f64, copies: &mut CopyBatch) -> bool {
+        if !self.pool.restore(id, &mut copies.h2d) {
+            return false;
+        }
+        self.counters.restores += 1;
+        if self.pool.any_in_flight(id) {
+            self.move_req(id, ReqState::Restoring);
+            self.transit.insert(id);
+        } else {
+            self.move_req(id, ReqState::Running);
+            self.requests.get_mut(&id).expect("live").t_run = Some(now);
+        }
+        true
+    }
+
+    fn take_admission(&mut self, id: RequestId, now: f64) -> bool {
+        let need = self.blocks_for(self.requests[&id].tokens.len() as u32) as usize;
+        if !self.pool.grow_to(id, need) {
+            return false;
+        }
+        self.counters.admitted += 1;
+        self.move_req(id, ReqState::Running);
+        let req = self.requests.get_mut(&id).expect("live");
+        req.t_run = Some(now);
+        req.run_tokens = 0;
+        true
+    }
+
     /// Drops a running request's KV; it waits to prefill its whole sequence again.
+    /// A recompute is a rotation for the consecutive-rotation cap: without that, a request
+    /// under a full DRAM could be recomputed again and again without bound.
     fn recompute(&mut self, id: RequestId) {
         self.pool.free(id);
         self.counters.recomputes += 1;
+        self.move_req(id, ReqState::Waiting);
         let req = self.requests.get_mut(&id).expect("caller checked");
-        req.set_state(ReqState::Waiting);
         req.kv_len = 0;
         req.t_run = None;
         req.recomputes += 1;
+        req.consecutive_rotations += 1;
+        req.run_tokens = 0;
     }
 
     /// Parks a running request in DRAM, or recomputes it when DRAM cannot hold it.
@@ -216,10 +234,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         req.run_tokens = 0;
         req.t_run = None;
         if in_flight {
-            req.set_state(ReqState::Evicting);
+            self.move_req(id, ReqState::Evicting);
             self.transit.insert(id);
         } else {
-            req.set_state(ReqState::Rotary);
+            self.move_req(id, ReqState::Rotary);
         }
     }
 
@@ -239,12 +257,14 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     }
 
     /// Growth for requests that were not planned for (no plan ran), then eager writeback of
-    /// every full dirty block of the running requests.
+    /// the full dirty blocks of the running requests, within what the plan's rotations left of
+    /// the device-to-host budget (oldest requests first; the rest wait for a later iteration).
     pub(super) fn grow_and_write_back(&mut self, copies: &mut CopyBatch) {
         self.grow_running();
         if !self.cfg.eager_writeback {
             return;
         }
+        let mut budget = self.xfer_left(self.pool.blocks_in_flight().1, copies.d2h.len());
         let bs = self.cfg.block_size;
         let running: Vec<(RequestId, u32)> = self
             .requests
@@ -253,8 +273,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             .map(|r| (r.spec.id, r.kv_len))
             .collect();
         for (id, kv_len) in running {
+            if budget == 0 {
+                break;
+            }
             self.pool
-                .writeback(id, (kv_len / bs) as usize, &mut copies.d2h);
+                .writeback(id, (kv_len / bs) as usize, &mut copies.d2h, &mut budget);
         }
     }
 }

@@ -9,7 +9,8 @@ use crate::request::{FinishReason, ReqState};
 use crate::runner::{BatchEntry, ModelRunner, StepBatch};
 use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
-use superinfer_policies::RequestId;
+use std::collections::BTreeMap;
+use superinfer_policies::{RequestId, Service, TenantId};
 
 /// One planned entry: request, span to run, whether it samples.
 #[derive(Clone, Copy, Debug)]
@@ -104,6 +105,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             )));
         }
         self.clock.advance(out.elapsed);
+        self.policy.on_step(out.elapsed);
         let t = self.clock.now();
         let mut report = StepReport {
             ran: true,
@@ -113,16 +115,27 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         };
         let eos = self.runner.eos_token_ids().to_vec();
         let mut logprobs = out.logprobs.into_iter();
+        let mut service: BTreeMap<TenantId, (f64, Service)> = BTreeMap::new();
         for (span, token) in spans.into_iter().zip(out.tokens) {
             let lp = logprobs.next().flatten();
             let len = span.end - span.pos;
-            if span.sample && len == 1 {
+            let r = &self.requests[&span.id].spec;
+            let s = &mut service
+                .entry(r.tenant)
+                .or_insert((r.weight, Service::default()))
+                .1;
+            // A one-token span of a request past its prompt is a decode step; anything else
+            // (prompt chunks, a recomputed request's tokens) is prefill.
+            if span.sample && len == 1 && span.pos >= r.prompt.len() as u32 {
                 report.decode_tokens += 1;
+                s.decode += 1;
             } else {
                 report.prefill_tokens += len;
+                s.prefill += u64::from(len);
             }
             self.advance(span, (token, lp), t, &eos);
         }
+        self.serve(service);
         Ok(report)
     }
 
@@ -142,7 +155,6 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let progress = self.cfg.progress_tokens;
         let req = self.requests.get_mut(&span.id).expect("batch ids are live");
         req.kv_len = span.end;
-        let (tenant, weight) = (req.spec.tenant, req.spec.weight);
         let mut finished = None;
         if let (true, Some(tok)) = (span.sample, token) {
             req.tokens.push(tok);
@@ -167,7 +179,6 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 finished = Some(FinishReason::Length);
             }
         }
-        self.serve(tenant, weight, span.end - span.pos);
         if let Some(reason) = finished {
             self.finish(span.id, reason, t);
         }

@@ -55,6 +55,22 @@ pub fn allowed(from: BlockState, to: BlockState) -> bool {
 }
 
 impl BlockState {
+    /// Number of states (for per-state counters).
+    pub const COUNT: usize = 7;
+
+    /// Position of the state in a per-state counter array.
+    pub fn index(self) -> usize {
+        match self {
+            Dirty => 0,
+            WritingBack => 1,
+            Synced => 2,
+            Evicting => 3,
+            Parked => 4,
+            Restoring => 5,
+            Freed => 6,
+        }
+    }
+
     /// Holds an HBM slot.
     pub fn in_hbm(self) -> bool {
         matches!(self, Dirty | WritingBack | Synced | Evicting | Restoring)

@@ -4,11 +4,19 @@
 //! Every logical block has an HBM slot (while resident), a DRAM mirror (once written back or
 //! evicted) and a state from [`BlockState`]; `synced` is the state `Synced`. Allocation failure
 //! is a value (`false` / `None`), never an error.
+//!
+//! Per-step queries cost O(1) per request, whatever its context length: each table keeps a
+//! count of its blocks per state, the pool keeps the blocks in flight per direction, and eager
+//! writeback resumes from a per-table watermark below which no block can be dirty (full blocks
+//! are immutable). Free lists hand out the lowest free slot first, so that a request's blocks
+//! tend to be adjacent and their copies merge.
+
+mod check;
 
 use super::block::{DramBlock, HbmBlock};
 use super::lifecycle::{allowed, BlockState};
 use crate::transfer::{D2hCopy, H2dCopy, Ticket};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use superinfer_policies::RequestId;
 
 /// One logical block of a request.
@@ -31,16 +39,67 @@ enum Slot {
 /// Blocks waiting for the ticket of the batch being built (assigned by [`KvPool::commit`]).
 type Pending = Vec<(RequestId, usize)>;
 
+/// One request's blocks with their per-state counts.
+#[derive(Clone, Debug, Default)]
+struct Table {
+    blocks: Vec<LogicalBlock>,
+    counts: [u32; BlockState::COUNT],
+    /// No block below this index is dirty (eager writeback resumes here).
+    clean_below: usize,
+}
+
+impl Table {
+    fn count(&self, s: BlockState) -> u32 {
+        self.counts[s.index()]
+    }
+}
+
+/// A request's block counts: table length, blocks in HBM, dirty (unsynced) and parked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockSummary {
+    pub len: u32,
+    pub held_hbm: u32,
+    pub dirty: u32,
+    pub parked: u32,
+}
+
+/// Free slots of one tier, lowest first.
+#[derive(Clone, Debug)]
+struct FreeSlots(BTreeSet<u32>);
+
+impl FreeSlots {
+    fn all(n: u32) -> FreeSlots {
+        FreeSlots((0..n).collect())
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn take(&mut self) -> Option<u32> {
+        self.0.pop_first()
+    }
+
+    fn give(&mut self, slot: u32) {
+        let fresh = self.0.insert(slot);
+        debug_assert!(fresh, "slot {slot} freed twice");
+    }
+}
+
 /// Both tiers and all block tables.
 #[derive(Debug)]
 pub struct KvPool {
     hbm_capacity: u32,
     dram_capacity: u32,
-    hbm_free: Vec<HbmBlock>,
-    dram_free: Vec<DramBlock>,
+    hbm_free: FreeSlots,
+    dram_free: FreeSlots,
     quarantine: Vec<(Ticket, Slot)>,
-    tables: BTreeMap<RequestId, Vec<LogicalBlock>>,
+    tables: BTreeMap<RequestId, Table>,
     inflight: BTreeMap<Ticket, Vec<(RequestId, usize)>>,
+    /// Blocks each ticket copies: (host-to-device, device-to-host), until it completes.
+    ticket_blocks: BTreeMap<Ticket, (u32, u32)>,
+    /// Σ of `ticket_blocks`: the blocks in flight per direction.
+    flight: (u32, u32),
     pending: Pending,
     /// Transitions seen that the table does not allow (always empty unless there is a bug).
     illegal: Vec<(BlockState, BlockState)>,
@@ -51,12 +110,13 @@ impl KvPool {
         KvPool {
             hbm_capacity: hbm_blocks,
             dram_capacity: dram_blocks,
-            // Popped from the end: low ids first, so adjacent allocations tend to be adjacent.
-            hbm_free: (0..hbm_blocks).rev().map(HbmBlock).collect(),
-            dram_free: (0..dram_blocks).rev().map(DramBlock).collect(),
+            hbm_free: FreeSlots::all(hbm_blocks),
+            dram_free: FreeSlots::all(dram_blocks),
             quarantine: Vec::new(),
             tables: BTreeMap::new(),
             inflight: BTreeMap::new(),
+            ticket_blocks: BTreeMap::new(),
+            flight: (0, 0),
             pending: Vec::new(),
             illegal: Vec::new(),
         }
@@ -80,7 +140,28 @@ impl KvPool {
 
     /// The block table of a request (empty if it has none).
     pub fn table(&self, id: RequestId) -> &[LogicalBlock] {
-        self.tables.get(&id).map_or(&[], |t| t.as_slice())
+        self.tables.get(&id).map_or(&[], |t| t.blocks.as_slice())
+    }
+
+    fn count(&self, id: RequestId, s: BlockState) -> u32 {
+        self.tables.get(&id).map_or(0, |t| t.count(s))
+    }
+
+    /// One request's block counts, in one lookup (for the policy's view).
+    pub fn summary(&self, id: RequestId) -> BlockSummary {
+        use BlockState::*;
+        let Some(t) = self.tables.get(&id) else {
+            return BlockSummary::default();
+        };
+        BlockSummary {
+            len: t.blocks.len() as u32,
+            held_hbm: [Dirty, WritingBack, Synced, Evicting, Restoring]
+                .into_iter()
+                .map(|s| t.count(s))
+                .sum(),
+            dirty: t.count(Dirty),
+            parked: t.count(Parked),
+        }
     }
 
     /// HBM slots of a resident request, in logical order (for the runner's block table).
@@ -90,35 +171,40 @@ impl KvPool {
 
     /// Blocks of `id` held in HBM.
     pub fn held_hbm(&self, id: RequestId) -> u32 {
-        self.table(id).iter().filter(|b| b.state.in_hbm()).count() as u32
+        self.summary(id).held_hbm
     }
 
     /// Blocks of `id` that rotating it out would have to copy.
     pub fn unsynced(&self, id: RequestId) -> u32 {
-        let t = self.table(id);
-        t.iter().filter(|b| b.state == BlockState::Dirty).count() as u32
+        self.count(id, BlockState::Dirty)
     }
 
     /// Blocks of `id` to copy back to restore it.
     pub fn parked(&self, id: RequestId) -> u32 {
-        let t = self.table(id);
-        t.iter().filter(|b| b.state == BlockState::Parked).count() as u32
+        self.count(id, BlockState::Parked)
     }
 
     /// Whether any block of `id` has a copy in flight.
     pub fn any_in_flight(&self, id: RequestId) -> bool {
-        self.table(id).iter().any(|b| b.state.in_flight())
+        let (h, d) = self.in_flight_blocks(id);
+        h + d > 0
     }
 
-    /// Blocks of `id` with a copy in flight: (restoring into HBM, evicting out of it).
+    /// Blocks of `id` with a copy in flight: (restoring into HBM, evicting or being written
+    /// back out of it).
     pub fn in_flight_blocks(&self, id: RequestId) -> (u32, u32) {
-        self.table(id)
-            .iter()
-            .fold((0, 0), |(h, d), b| match b.state {
-                BlockState::Restoring => (h + 1, d),
-                BlockState::Evicting => (h, d + 1),
-                _ => (h, d),
-            })
+        use BlockState::*;
+        (
+            self.count(id, Restoring),
+            self.count(id, Evicting) + self.count(id, WritingBack),
+        )
+    }
+
+    /// Blocks of every submitted, unfinished copy batch, per direction (host-to-device,
+    /// device-to-host), including copies of requests that have ended since (their slots are
+    /// quarantined until the copy lands).
+    pub fn blocks_in_flight(&self) -> (u32, u32) {
+        self.flight
     }
 
     /// Transitions that broke the table (for tests; empty unless there is a bug).
@@ -127,16 +213,27 @@ impl KvPool {
     }
 
     fn set(&mut self, id: RequestId, i: usize, to: BlockState) {
-        let b = &mut self
+        let t = self
             .tables
             .get_mut(&id)
-            .expect("caller checked the table exists")[i];
+            .expect("caller checked the table exists");
+        let b = &mut t.blocks[i];
         let from = b.state;
         if !allowed(from, to) {
             self.illegal.push((from, to));
             debug_assert!(false, "illegal block transition {from:?} -> {to:?}");
         }
         b.state = to;
+        t.counts[from.index()] -= 1;
+        t.counts[to.index()] += 1;
+    }
+
+    fn block(&self, id: RequestId, i: usize) -> &LogicalBlock {
+        &self.tables[&id].blocks[i]
+    }
+
+    fn block_mut(&mut self, id: RequestId, i: usize) -> &mut LogicalBlock {
+        &mut self.tables.get_mut(&id).expect("exists").blocks[i]
     }
 
     /// Grows `id`'s table to `n` blocks with fresh HBM slots. All or nothing.
@@ -148,13 +245,14 @@ impl KvPool {
         }
         let table = self.tables.entry(id).or_default();
         for _ in 0..need {
-            let slot = self.hbm_free.pop().expect("checked enough free slots");
-            table.push(LogicalBlock {
-                hbm: Some(slot),
+            let slot = self.hbm_free.take().expect("checked enough free slots");
+            table.blocks.push(LogicalBlock {
+                hbm: Some(HbmBlock(slot)),
                 dram: None,
                 state: BlockState::Dirty,
                 inflight: None,
             });
+            table.counts[BlockState::Dirty.index()] += 1;
         }
         true
     }
@@ -167,30 +265,45 @@ impl KvPool {
             .is_some_and(|b| b.state == BlockState::Synced)
         {
             self.set(id, i, BlockState::Dirty);
+            let t = self.tables.get_mut(&id).expect("exists");
+            t.clean_below = t.clean_below.min(i);
         }
     }
 
     /// Eager writeback: D2H copies for the dirty blocks among the first `full` blocks of `id`
-    /// (full blocks are immutable), each into its DRAM mirror (allocated now; skipped when
-    /// DRAM is full, the block then stays dirty). The copies join the batch being built.
-    pub fn writeback(&mut self, id: RequestId, full: usize, out: &mut Vec<D2hCopy>) {
+    /// (full blocks are immutable), each into its DRAM mirror (allocated now), at most
+    /// `*budget` of them (decremented). Stops when DRAM or the budget runs out (the blocks stay
+    /// dirty). The copies join the batch being built.
+    pub fn writeback(
+        &mut self,
+        id: RequestId,
+        full: usize,
+        out: &mut Vec<D2hCopy>,
+        budget: &mut u32,
+    ) {
         let n = full.min(self.table(id).len());
-        for i in 0..n {
-            let b = &self.tables[&id][i];
-            if b.state != BlockState::Dirty {
-                continue;
+        let mut i = self.tables.get(&id).map_or(n, |t| t.clean_below);
+        while i < n {
+            let b = self.block(id, i);
+            if b.state == BlockState::Dirty {
+                if *budget == 0 {
+                    break;
+                }
+                let (mirror, hbm) = (b.dram, b.hbm.expect("dirty blocks are in HBM"));
+                let Some(dram) = mirror.or_else(|| self.dram_free.take().map(DramBlock)) else {
+                    break;
+                };
+                self.block_mut(id, i).dram = Some(dram);
+                self.set(id, i, BlockState::WritingBack);
+                self.pending.push((id, i));
+                out.push(D2hCopy {
+                    src: hbm,
+                    dst: dram,
+                });
+                *budget -= 1;
             }
-            let Some(dram) = b.dram.or_else(|| self.dram_free.pop()) else {
-                return;
-            };
-            let hbm = b.hbm.expect("dirty blocks are in HBM");
-            self.tables.get_mut(&id).expect("exists")[i].dram = Some(dram);
-            self.set(id, i, BlockState::WritingBack);
-            self.pending.push((id, i));
-            out.push(D2hCopy {
-                src: hbm,
-                dst: dram,
-            });
+            i += 1;
+            self.tables.get_mut(&id).expect("exists").clean_below = i;
         }
     }
 
@@ -210,21 +323,21 @@ impl KvPool {
             return false;
         }
         for i in 0..self.table(id).len() {
-            let b = &self.tables[&id][i];
+            let b = self.block(id, i);
             match b.state {
                 BlockState::Synced => {
                     let slot = b.hbm.expect("synced blocks are in HBM");
-                    self.tables.get_mut(&id).expect("exists")[i].hbm = None;
-                    self.hbm_free.push(slot);
+                    self.block_mut(id, i).hbm = None;
+                    self.hbm_free.give(slot.0);
                     self.set(id, i, BlockState::Parked);
                 }
                 BlockState::Dirty => {
                     let hbm = b.hbm.expect("dirty blocks are in HBM");
                     let dram = match b.dram {
                         Some(d) => d,
-                        None => self.dram_free.pop().expect("checked enough DRAM"),
+                        None => DramBlock(self.dram_free.take().expect("checked enough DRAM")),
                     };
-                    self.tables.get_mut(&id).expect("exists")[i].dram = Some(dram);
+                    self.block_mut(id, i).dram = Some(dram);
                     self.set(id, i, BlockState::Evicting);
                     self.pending.push((id, i));
                     out.push(D2hCopy {
@@ -247,13 +360,13 @@ impl KvPool {
             return false;
         }
         for i in 0..self.table(id).len() {
-            let b = &self.tables[&id][i];
+            let b = self.block(id, i);
             if b.state != BlockState::Parked {
                 continue;
             }
             let dram = b.dram.expect("parked blocks have a mirror");
-            let slot = self.hbm_free.pop().expect("checked enough HBM");
-            self.tables.get_mut(&id).expect("exists")[i].hbm = Some(slot);
+            let slot = HbmBlock(self.hbm_free.take().expect("checked enough HBM"));
+            self.block_mut(id, i).hbm = Some(slot);
             self.set(id, i, BlockState::Restoring);
             self.pending.push((id, i));
             out.push(H2dCopy {
@@ -267,13 +380,21 @@ impl KvPool {
     /// The batch just built was submitted as `ticket`: its blocks are now in flight.
     pub fn commit(&mut self, ticket: Ticket) {
         let pending = std::mem::take(&mut self.pending);
+        let mut blocks = (0, 0);
         for &(id, i) in &pending {
-            if let Some(b) = self.tables.get_mut(&id).and_then(|t| t.get_mut(i)) {
+            if let Some(b) = self.tables.get_mut(&id).and_then(|t| t.blocks.get_mut(i)) {
                 b.inflight = Some(ticket);
+                match b.state {
+                    BlockState::Restoring => blocks.0 += 1,
+                    _ => blocks.1 += 1,
+                }
             }
         }
         if !pending.is_empty() {
             self.inflight.insert(ticket, pending);
+            self.ticket_blocks.insert(ticket, blocks);
+            self.flight.0 += blocks.0;
+            self.flight.1 += blocks.1;
         }
     }
 
@@ -285,8 +406,12 @@ impl KvPool {
     /// The copies of `ticket` landed: writebacks become synced, evictions parked (their HBM
     /// slot is free now), restores synced; quarantined slots of that ticket are released.
     pub fn complete(&mut self, ticket: Ticket) {
+        if let Some((h, d)) = self.ticket_blocks.remove(&ticket) {
+            self.flight.0 -= h;
+            self.flight.1 -= d;
+        }
         for (id, i) in self.inflight.remove(&ticket).unwrap_or_default() {
-            let Some(b) = self.tables.get(&id).and_then(|t| t.get(i)) else {
+            let Some(b) = self.tables.get(&id).and_then(|t| t.blocks.get(i)) else {
                 continue;
             };
             if b.inflight != Some(ticket) {
@@ -297,11 +422,11 @@ impl KvPool {
                 BlockState::Evicting => BlockState::Parked,
                 _ => continue,
             };
-            let b = &mut self.tables.get_mut(&id).expect("exists")[i];
+            let b = self.block_mut(id, i);
             b.inflight = None;
             if to == BlockState::Parked {
                 let slot = b.hbm.take().expect("evicting blocks hold their HBM slot");
-                self.hbm_free.push(slot);
+                self.hbm_free.give(slot.0);
             }
             self.set(id, i, to);
         }
@@ -310,8 +435,8 @@ impl KvPool {
         self.quarantine = keep;
         for (_, slot) in done {
             match slot {
-                Slot::Hbm(h) => self.hbm_free.push(h),
-                Slot::Dram(d) => self.dram_free.push(d),
+                Slot::Hbm(h) => self.hbm_free.give(h.0),
+                Slot::Dram(d) => self.dram_free.give(d.0),
             }
         }
     }
@@ -322,96 +447,26 @@ impl KvPool {
         let Some(table) = self.tables.get(&id) else {
             return;
         };
-        for i in 0..table.len() {
+        for i in 0..table.blocks.len() {
             self.set(id, i, BlockState::Freed);
         }
         let table = self.tables.remove(&id).expect("exists");
         self.pending.retain(|&(p, _)| p != id);
-        for b in table {
+        for b in table.blocks {
             match b.inflight {
                 Some(t) => {
                     self.quarantine.extend(b.hbm.map(|h| (t, Slot::Hbm(h))));
                     self.quarantine.extend(b.dram.map(|d| (t, Slot::Dram(d))));
                 }
                 None => {
-                    self.hbm_free.extend(b.hbm);
-                    self.dram_free.extend(b.dram);
+                    if let Some(h) = b.hbm {
+                        self.hbm_free.give(h.0);
+                    }
+                    if let Some(d) = b.dram {
+                        self.dram_free.give(d.0);
+                    }
                 }
             }
         }
-    }
-
-    /// Checks the pool's invariants: every slot of each tier is exactly one of free,
-    /// quarantined or owned by one live block; free + used = capacity; block states agree with
-    /// the slots they hold; no illegal transition happened.
-    pub fn check(&self) -> Result<(), String> {
-        let mut hbm_seen = vec![0u8; self.hbm_capacity as usize];
-        let mut dram_seen = vec![0u8; self.dram_capacity as usize];
-        let mark = |seen: &mut Vec<u8>, i: u32, what: &str| -> Result<(), String> {
-            let c = seen
-                .get_mut(i as usize)
-                .ok_or_else(|| format!("{what} slot {i} out of range"))?;
-            *c += 1;
-            if *c > 1 {
-                return Err(format!("{what} slot {i} owned twice"));
-            }
-            Ok(())
-        };
-        for h in &self.hbm_free {
-            mark(&mut hbm_seen, h.0, "HBM")?;
-        }
-        for d in &self.dram_free {
-            mark(&mut dram_seen, d.0, "DRAM")?;
-        }
-        for (_, slot) in &self.quarantine {
-            match slot {
-                Slot::Hbm(h) => mark(&mut hbm_seen, h.0, "HBM")?,
-                Slot::Dram(d) => mark(&mut dram_seen, d.0, "DRAM")?,
-            }
-        }
-        for (id, table) in &self.tables {
-            for (i, b) in table.iter().enumerate() {
-                if b.state.in_hbm() != b.hbm.is_some() {
-                    return Err(format!(
-                        "{id:?} block {i}: {:?} with HBM {:?}",
-                        b.state, b.hbm
-                    ));
-                }
-                if b.state.in_flight() != b.inflight.is_some() && !self.pending.contains(&(*id, i))
-                {
-                    return Err(format!(
-                        "{id:?} block {i}: {:?} in flight {:?}",
-                        b.state, b.inflight
-                    ));
-                }
-                let needs_mirror = matches!(
-                    b.state,
-                    BlockState::WritingBack
-                        | BlockState::Synced
-                        | BlockState::Evicting
-                        | BlockState::Parked
-                        | BlockState::Restoring
-                );
-                if needs_mirror && b.dram.is_none() {
-                    return Err(format!("{id:?} block {i}: {:?} without a mirror", b.state));
-                }
-                if let Some(h) = b.hbm {
-                    mark(&mut hbm_seen, h.0, "HBM")?;
-                }
-                if let Some(d) = b.dram {
-                    mark(&mut dram_seen, d.0, "DRAM")?;
-                }
-            }
-        }
-        if let Some(i) = hbm_seen.iter().position(|&c| c == 0) {
-            return Err(format!("HBM slot {i} leaked"));
-        }
-        if let Some(i) = dram_seen.iter().position(|&c| c == 0) {
-            return Err(format!("DRAM slot {i} leaked"));
-        }
-        if let Some(t) = self.illegal.first() {
-            return Err(format!("illegal transition {:?} -> {:?}", t.0, t.1));
-        }
-        Ok(())
     }
 }

@@ -38,12 +38,7 @@ pub fn view(n: usize) -> Vec<ReqView> {
 
 /// HBM nearly full, DRAM plentiful, the paper's rotation budget.
 pub fn capacity() -> Capacity {
-    Capacity {
-        free_hbm: 500,
-        free_dram: 1_000_000,
-        b_xfer: 2400,
-        prefill_tokens: u32::MAX,
-    }
+    Capacity::unlimited_seats(500, 1_000_000, 2400, u32::MAX)
 }
 
 /// Weighted LVF with both caps on, so its slowest path is measured.

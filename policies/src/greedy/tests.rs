@@ -82,12 +82,7 @@ fn a_victim_is_recomputed_when_dram_is_full() {
         },
         waiting(2, 0.0, 10),
     ];
-    let full = Capacity {
-        free_hbm: 0,
-        free_dram: 3,
-        b_xfer: 100,
-        prefill_tokens: u32::MAX,
-    };
+    let full = Capacity::unlimited_seats(0, 3, 100, u32::MAX);
     let plan = Lvf::default().plan(100.0, &view, full);
     assert_eq!(ids(&plan.recompute), [1]);
     assert!(plan.rotate_out.is_empty());

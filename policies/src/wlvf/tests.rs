@@ -1,7 +1,12 @@
 use super::*;
 use crate::test_support::{cap, ids, rotary, running, waiting};
+use crate::types::Service;
 use crate::types::Slo;
 use crate::Lvf;
+
+fn served(prefill: u64) -> Service {
+    Service { prefill, decode: 0 }
+}
 
 fn of(tenant: u32, weight: f64, r: ReqView) -> ReqView {
     ReqView {
@@ -13,9 +18,9 @@ fn of(tenant: u32, weight: f64, r: ReqView) -> ReqView {
 
 #[test]
 fn prefers_the_under_served_tenant() {
-    // Tenant 0 (weight 4) got 4,000 tokens, tenant 1 (weight 1) 2,000. Normalized by weight
-    // (mean weight 2.5): V0 = 4000 / 1.6 = 2500, V1 = 2000 / 0.4 = 5000. Tenant 0 is behind
-    // its share although it has more tokens; tenant 1 is ahead by more than the band.
+    // Tenant 0 (weight 4) got 4,000 tokens, tenant 1 (weight 1) 2,000. Counters (service per
+    // unit of weight): 1,000 and 2,000. Tenant 0 is behind its share although it has more
+    // tokens; tenant 1 is a whole band (1,000) ahead.
     let view = vec![
         of(0, 4.0, waiting(1, 50.0, 10)),
         of(1, 1.0, waiting(2, 0.0, 10)),
@@ -24,8 +29,8 @@ fn prefers_the_under_served_tenant() {
         fairness_quantum_tokens: 1000.0,
         ..Default::default()
     });
-    w.on_service(TenantId(0), 4.0, 4000);
-    w.on_service(TenantId(1), 1.0, 2000);
+    w.on_service(TenantId(0), 4.0, served(4000));
+    w.on_service(TenantId(1), 1.0, served(2000));
     assert_eq!(ids(&w.plan(100.0, &view, cap(10, 0)).admit), [1]);
     // Plain LVF takes the request that lags more (tenant 1's).
     assert_eq!(
@@ -47,7 +52,7 @@ fn victims_come_from_tenants_ahead() {
         fairness_quantum_tokens: 100.0,
         ..Default::default()
     });
-    w.on_service(TenantId(0), 1.0, 1_000_000);
+    w.on_service(TenantId(0), 1.0, served(1_000_000));
     let plan = w.plan(100.0, &view, cap(0, 100));
     assert_eq!(ids(&plan.rotate_out), [1]);
     assert_eq!(ids(&plan.admit), [3]);
@@ -67,7 +72,7 @@ fn a_tenant_ahead_cannot_displace_one_within_the_band() {
         fairness_quantum_tokens: 100.0,
         ..Default::default()
     });
-    w.on_service(TenantId(1), 1.0, 1_000_000);
+    w.on_service(TenantId(1), 1.0, served(1_000_000));
     assert!(w.plan(100.0, &view, cap(0, 100)).is_empty());
 }
 
@@ -80,7 +85,7 @@ fn a_returning_tenant_gets_no_credit_for_idle_time() {
     let mut w = Wlvf::new(quantum);
     // Tenant 0 is alone for a while and served a million tokens.
     w.plan(10.0, &[of(0, 1.0, waiting(1, 0.0, 10))], cap(100, 0));
-    w.on_service(TenantId(0), 1.0, 1_000_000);
+    w.on_service(TenantId(0), 1.0, served(1_000_000));
     // Tenant 1 arrives; it catches up to tenant 0 instead of owning the next million tokens,
     // so both are in the band and VLT decides: tenant 0's request lags more.
     let view = vec![
@@ -90,7 +95,7 @@ fn a_returning_tenant_gets_no_credit_for_idle_time() {
     assert_eq!(ids(&w.plan(100.0, &view, cap(10, 0)).admit), [2]);
     // Without the history, tenant 1 would be far behind and win.
     let mut fresh = Wlvf::new(quantum);
-    fresh.on_service(TenantId(0), 1.0, 1_000_000);
+    fresh.on_service(TenantId(0), 1.0, served(1_000_000));
     assert_eq!(ids(&fresh.plan(100.0, &view, cap(10, 0)).admit), [3]);
 }
 
@@ -131,7 +136,7 @@ fn an_overdue_request_of_a_tenant_ahead_still_displaces_others() {
         fairness_quantum_tokens: 100.0,
         ..Default::default()
     });
-    w.on_service(TenantId(1), 1.0, 1_000_000);
+    w.on_service(TenantId(1), 1.0, served(1_000_000));
     let plan = w.plan(100.0, &view, cap(0, 100));
     assert_eq!(ids(&plan.restore), [2]);
     assert_eq!(ids(&plan.rotate_out), [1]);
