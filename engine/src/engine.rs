@@ -159,6 +159,9 @@ pub struct Engine<R, T, C> {
     events: Vec<EngineEvent>,
     counters: EngineStats,
     census: Census,
+    /// Start of the previous step, if the engine still had live requests after it (so the
+    /// time since is iteration time, not idle time).
+    busy_since: Option<f64>,
 }
 
 impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
@@ -194,6 +197,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             events: Vec::new(),
             counters: EngineStats::default(),
             census: Census::default(),
+            busy_since: None,
         })
     }
 
@@ -338,6 +342,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// One iteration. See the module docs for the order of work.
     pub fn step(&mut self) -> Result<StepReport, EngineError> {
         let now = self.clock.now();
+        if let Some(t) = self.busy_since {
+            // One iteration: the batch, the copies it waited for, the host work around them.
+            self.policy.on_step(now - t);
+        }
         self.ingest_copies(now);
         let mut copies = crate::transfer::CopyBatch::default();
         self.schedule(now, &mut copies);
@@ -347,7 +355,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             self.pool.commit(ticket);
         }
         self.counters.steps += 1;
-        self.run_batch()
+        let report = self.run_batch();
+        self.busy_since = (!self.requests.is_empty()).then_some(now);
+        report
     }
 }
 

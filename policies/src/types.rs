@@ -151,8 +151,8 @@ pub struct Plan {
     /// Running requests whose KV is dropped; they go back to waiting and prefill again.
     pub recompute: Vec<RequestId>,
     /// `admit` and `restore` merged in the order the policy took them: the engine applies
-    /// them in this order and stops at the first that cannot become resident yet (its room
-    /// is still being copied out), so nobody ranked lower takes that room.
+    /// them in this order, and one that cannot become resident yet (its room is still being
+    /// copied out) keeps its claim on that room against those after it.
     pub order: Vec<RequestId>,
 }
 
@@ -179,7 +179,9 @@ pub trait Policy: Send {
     fn on_arrival(&mut self, _tenant: TenantId, _weight: f64) {}
     /// A request of `tenant` ended (finished, aborted or failed).
     fn on_departure(&mut self, _tenant: TenantId) {}
-    /// A batch ran and took `elapsed_s` seconds of engine time.
+    /// One engine iteration took `elapsed_s` seconds: the time from one plan to the next
+    /// while the engine had live requests (the batch, copies it waited for, host work), never
+    /// time the node sat idle.
     fn on_step(&mut self, _elapsed_s: f64) {}
 }
 

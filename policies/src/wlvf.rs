@@ -36,7 +36,7 @@ impl Default for WlvfConfig {
             max_wait_s: None,
             max_consecutive_rotations: None,
             fairness_quantum_tokens: 1024.0,
-            decode_cost: 2.0,
+            decode_cost: 1.0,
         }
     }
 }

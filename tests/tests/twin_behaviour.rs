@@ -130,9 +130,11 @@ fn the_wait_cap_bounds_how_long_a_started_request_is_paused() {
         ..Default::default()
     };
     let (capped, _) = run(PolicyKind::Wlvf, &tenants, cfg);
-    // One iteration of this node is at most ~2.3 s (a full 16,384-token prefill chunk).
+    // One iteration of this node is at most ~2.3 s (a full 16,384-token prefill chunk). A
+    // promoted request may also wait one iteration for the room of a request ranked ahead of
+    // it to land (the engine keeps that room for it), so the bound is two such iterations.
     assert!(
-        capped.max_stall_s <= cap + 2.5,
+        capped.max_stall_s <= cap + 5.0,
         "max stall {}",
         capped.max_stall_s
     );

@@ -139,9 +139,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
 
     /// Applies a plan: victims first, then growth of the running requests, then admissions and
     /// restores in the policy's order. Entries naming unknown requests or requests in another
-    /// state are ignored; the first admission or restore without room yet (its room is still
-    /// being copied out) or over `max_num_seqs` stops the rest, so nobody ranked lower takes
-    /// its room.
+    /// state are ignored. One without room yet (its room is still being copied out) keeps a
+    /// claim on the blocks it needs: requests after it start only in what is left, so nobody
+    /// ranked lower takes its room (it is planned again next iteration). Nothing starts beyond
+    /// `max_num_seqs`.
     fn apply(&mut self, plan: Plan, now: f64, copies: &mut CopyBatch) {
         for id in plan.recompute {
             if self.state_of(id) == Some(ReqState::Running) {
@@ -162,18 +163,27 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             plan.order
         };
         let max = self.cfg.max_num_seqs as usize;
+        // Blocks promised to requests whose room is still being copied out: nobody ranked
+        // lower may take them, but lower-ranked requests that fit in the rest still start.
+        let mut reserved: u32 = 0;
         for id in order {
             if self.resident() >= max {
                 break;
             }
-            let taken = match self.state_of(id) {
-                Some(ReqState::Rotary) => self.take_restore(id, now, copies),
-                Some(ReqState::Waiting) => self.take_admission(id, now),
+            let need = match self.state_of(id) {
+                Some(ReqState::Rotary) => self.pool.parked(id),
+                Some(ReqState::Waiting) => self.blocks_for(self.requests[&id].tokens.len() as u32),
                 _ => continue,
             };
-            if !taken {
-                break;
+            if self.pool.hbm_free() < reserved + need {
+                reserved += need;
+                continue;
             }
+            let taken = match self.state_of(id) {
+                Some(ReqState::Rotary) => self.take_restore(id, now, copies),
+                _ => self.take_admission(id, now),
+            };
+            debug_assert!(taken, "{id:?} fit the free blocks but was not taken");
         }
     }
 

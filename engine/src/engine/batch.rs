@@ -105,7 +105,6 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             )));
         }
         self.clock.advance(out.elapsed);
-        self.policy.on_step(out.elapsed);
         let t = self.clock.now();
         let mut report = StepReport {
             ran: true,

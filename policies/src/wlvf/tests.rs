@@ -166,3 +166,97 @@ fn the_rotation_cap_shields_a_request_rotated_out_too_often() {
         [1]
     );
 }
+
+#[test]
+fn a_tenant_whose_requests_are_all_mid_copy_keeps_its_counter() {
+    // Both tenants have live requests; tenant 0's are all in flight (hidden from the view)
+    // while tenant 1 is served a million tokens. When tenant 0 reappears it is still owed
+    // that service: its fresh request goes first although tenant 1's lags more.
+    let cfg = WlvfConfig {
+        fairness_quantum_tokens: 100.0,
+        ..Default::default()
+    };
+    let mut w = Wlvf::new(cfg);
+    w.on_arrival(TenantId(0), 1.0);
+    w.on_arrival(TenantId(1), 1.0);
+    w.plan(1.0, &[of(1, 1.0, waiting(2, 0.0, 10))], cap(100, 0));
+    w.on_service(TenantId(1), 1.0, served(1_000_000));
+    let view = vec![
+        of(0, 1.0, rotary(1, 0.0, 99.0, 10)),
+        of(1, 1.0, waiting(3, 0.0, 10)),
+    ];
+    assert_eq!(ids(&w.plan(100.0, &view, cap(10, 100)).order), [1]);
+    // A tenant that really had nothing live is lifted to the floor instead: the two tie in the
+    // band and VLT decides (tenant 1's request waited 100 s).
+    let mut idle = Wlvf::new(cfg);
+    idle.on_arrival(TenantId(1), 1.0);
+    idle.plan(1.0, &[of(1, 1.0, waiting(2, 0.0, 10))], cap(100, 0));
+    idle.on_service(TenantId(1), 1.0, served(1_000_000));
+    assert_eq!(ids(&idle.plan(100.0, &view, cap(10, 100)).order), [3]);
+}
+
+#[test]
+fn the_wait_cap_lead_comes_from_step_times_not_idle_time() {
+    // Request 1 waited 5 s of a 10 s cap; request 2 lags more by VLT. Plans 90 s apart (an
+    // idle node) must not make request 1 overdue: the lead is two measured steps (20 ms).
+    let slo = |ttft_s| Slo { ttft_s, tbt_s: 0.1 };
+    let view = vec![
+        ReqView {
+            slo: slo(100.0),
+            ..waiting(1, 95.0, 10)
+        },
+        ReqView {
+            slo: slo(1.0),
+            ..waiting(2, 97.0, 10)
+        },
+    ];
+    let mut w = Wlvf::new(WlvfConfig {
+        max_wait_s: Some(10.0),
+        ..Default::default()
+    });
+    w.plan(10.0, &[waiting(9, 0.0, 1)], cap(100, 0));
+    w.on_step(0.01);
+    assert_eq!(ids(&w.plan(100.0, &view, cap(10, 0)).admit), [2]);
+    // Steps of 3 s do make it overdue (5 s + 2 × 3 s >= 10 s).
+    w.on_step(3.0);
+    assert_eq!(ids(&w.plan(100.0, &view, cap(10, 0)).admit), [1]);
+}
+
+#[test]
+fn a_light_tenant_is_not_queued_behind_a_flood() {
+    // Tenant 0 floods: twelve requests that have waited long (large VLT), 500 prompt tokens
+    // each. Tenant 1 sends one fresh request (VLT 0). Both tie at the floor. With a band of
+    // 1,024, tenant 0's virtual starts are 0, 500, 1000, 1500, ...: only its first three share
+    // the light tenant's band, so the light request is fourth, not thirteenth.
+    let cfg = WlvfConfig {
+        fairness_quantum_tokens: 1024.0,
+        ..Default::default()
+    };
+    let mut view: Vec<ReqView> = (0..12)
+        .map(|i| {
+            of(
+                0,
+                1.0,
+                ReqView {
+                    prefill: 500,
+                    ..waiting(i, f64::from(i as u32), 1)
+                },
+            )
+        })
+        .collect();
+    view.push(of(
+        1,
+        1.0,
+        ReqView {
+            prefill: 100,
+            ..waiting(100, 99.9, 1)
+        },
+    ));
+    let plan = Wlvf::new(cfg).plan(100.0, &view, cap(4, 0));
+    assert_eq!(ids(&plan.order), [0, 1, 2, 100]);
+    // Plain LVF serves the flood first.
+    assert_eq!(
+        ids(&Lvf::default().plan(100.0, &view, cap(4, 0)).admit),
+        [0, 1, 2, 3]
+    );
+}
