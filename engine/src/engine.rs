@@ -38,7 +38,8 @@ pub struct EngineConfig {
     /// Write full blocks back to their DRAM mirror right away (DuplexKV).
     pub eager_writeback: bool,
     /// Tokens a request must produce in one running period before its consecutive-rotation
-    /// count resets.
+    /// count resets (32: with weighted LVF's default cap of 1, a restored request runs at least
+    /// this long; measured best on the H200, docs/BENCHMARKS.md).
     pub progress_tokens: u32,
 }
 
@@ -53,7 +54,7 @@ impl Default for EngineConfig {
             dram_blocks: 16384,
             max_queue: 100_000,
             eager_writeback: true,
-            progress_tokens: 16,
+            progress_tokens: 32,
         }
     }
 }

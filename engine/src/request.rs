@@ -83,6 +83,9 @@ pub struct Request {
     pub recomputes: u32,
     /// Tokens produced in the current running period.
     pub run_tokens: u32,
+    /// Tokens whose KV it has been charged for (the most it ever had): prefill below this
+    /// after a recompute is the scheduler's waste, not new service.
+    pub charged_kv: u32,
 }
 
 impl Request {
@@ -103,6 +106,7 @@ impl Request {
             consecutive_rotations: 0,
             recomputes: 0,
             run_tokens: 0,
+            charged_kv: 0,
         }
     }
 

@@ -58,8 +58,9 @@ pub trait Transfer: Send {
     /// so an idle engine can advance its clock to it. Real backends return `None`.
     fn next_completion(&self) -> Option<f64>;
     /// Called by the engine right after the model step was issued, before the `submit` of the
-    /// copies that may read blocks it wrote. The CUDA backend records an event on the compute
-    /// stream here and makes its D2H stream wait on it; synchronous backends do nothing.
+    /// copies that may read blocks it wrote or overwrite slots it reads. The CUDA backend
+    /// records an event on the compute stream here and makes both copy streams wait on it;
+    /// synchronous backends do nothing.
     fn step_issued(&mut self) {}
     /// Bytes copied so far per direction: (host-to-device, device-to-host).
     fn bytes_moved(&self) -> (u64, u64);

@@ -245,7 +245,8 @@ impl ServeConfig {
                         }
                         w => w,
                     },
-                    max_consecutive_rotations: positive("max_rotations", s.max_rotations)?,
+                    max_consecutive_rotations: positive("max_rotations", s.max_rotations)?
+                        .or(WlvfConfig::default().max_consecutive_rotations),
                     ..WlvfConfig::default()
                 },
                 hbm_blocks: positive("hbm_blocks", s.hbm_blocks)?,

@@ -94,7 +94,8 @@ pub struct SimArgs {
     /// Weighted LVF: promote a request that has waited this long, seconds.
     #[arg(long, value_parser = parse_positive)]
     pub max_wait_s: Option<f64>,
-    /// Weighted LVF: cap on consecutive rotations of one request.
+    /// Weighted LVF: cap on consecutive rotations (and recomputes) of one request
+    /// (default 1, weighted LVF's default).
     #[arg(long)]
     pub max_rotations: Option<u32>,
     /// Weighted LVF's rotation cap: tokens a request must produce in one running period
@@ -108,6 +109,9 @@ pub struct SimArgs {
     /// charge ratio).
     #[arg(long, default_value_t = WlvfConfig::default().decode_cost, value_parser = parse_positive)]
     pub decode_cost: f64,
+    /// Weighted LVF: serve first what can still meet its TTFT SLO (`false`: LVF's order).
+    #[arg(long, default_value_t = WlvfConfig::default().defer_late, action = clap::ArgAction::Set)]
+    pub defer_late: bool,
     /// Host DRAM tier size in GiB (2^30 bytes).
     #[arg(long, default_value_t = 400.0, value_parser = parse_non_negative)]
     pub dram_gib: f64,
@@ -180,9 +184,12 @@ pub fn wlvf_config(args: &SimArgs) -> WlvfConfig {
             beta_f: args.beta_f,
         },
         max_wait_s: args.max_wait_s,
-        max_consecutive_rotations: args.max_rotations,
+        max_consecutive_rotations: args
+            .max_rotations
+            .or(WlvfConfig::default().max_consecutive_rotations),
         fairness_quantum_tokens: args.fairness_quantum,
         decode_cost: args.decode_cost,
+        defer_late: args.defer_late,
     }
 }
 

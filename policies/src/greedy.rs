@@ -70,7 +70,8 @@ pub struct Rules {
 struct Budget {
     /// HBM blocks free for candidates (may be negative during a shortage).
     hbm: i64,
-    /// Blocks the candidates may take beyond `hbm` (rotation budget for freeing room).
+    /// Blocks the candidates may take beyond `hbm` (rotation budget for freeing room); 0 when
+    /// the policy does not preempt to admit.
     over: i64,
     h2d: u32,
     d2h: u32,
@@ -213,19 +214,22 @@ fn take_one(
     if r.phase == Phase::Waiting && !budget.prefill.admits(r) {
         return Take::NoTokens;
     }
-    if budget.seats == 0 {
+    let no_seat = budget.seats == 0;
+    if no_seat && budget.over == 0 {
         return Take::NoSeat;
     }
     let short = need - budget.hbm;
-    if short > 0 {
-        if *over_used + short > budget.over {
+    if short > 0 || no_seat {
+        if *over_used + short.max(0) > budget.over {
             return Take::NoRoom;
         }
-        let freed = victims.free(view, short, Some(key), budget, plan, false);
-        if freed < short {
-            return Take::NoRoom;
+        // Victims ranked below it make its room and, being one or more, give back a seat.
+        let want = short.max(1);
+        let freed = victims.free(view, want, Some(key), budget, plan, false);
+        if freed < want {
+            return if no_seat { Take::NoSeat } else { Take::NoRoom };
         }
-        *over_used += short;
+        *over_used += short.max(0);
         budget.hbm += freed;
     }
     budget.hbm -= need;

@@ -27,6 +27,10 @@ pub struct WlvfConfig {
     pub fairness_quantum_tokens: f64,
     /// Cost of one generated token, in prompt tokens (VTC's `w_q / w_p`).
     pub decode_cost: f64,
+    /// Serve first what can still meet its SLO: a waiting request whose TTFT deadline has
+    /// passed ranks below every other request of its band (it is still served, after them,
+    /// and the wait cap still promotes it). Off: plain LVF's order inside a band.
+    pub defer_late: bool,
 }
 
 impl Default for WlvfConfig {
@@ -34,9 +38,12 @@ impl Default for WlvfConfig {
         WlvfConfig {
             vlt: VltConfig::default(),
             max_wait_s: None,
-            max_consecutive_rotations: None,
+            // A minimum time slice (with the engine's progress tokens): measured best on the
+            // H200 and in the noisy-neighbour twin runs (docs/BENCHMARKS.md).
+            max_consecutive_rotations: Some(1),
             fairness_quantum_tokens: 1024.0,
             decode_cost: 1.0,
+            defer_late: true,
         }
     }
 }
@@ -66,8 +73,8 @@ impl WlvfConfig {
     }
 }
 
-/// Weighted LVF with starvation caps. With one tenant and no caps it plans exactly as
-/// [`crate::Lvf`].
+/// Weighted LVF with starvation caps. With one tenant, no caps and `defer_late` off it plans
+/// exactly as [`crate::Lvf`].
 #[derive(Clone, Debug, Default)]
 pub struct Wlvf {
     pub cfg: WlvfConfig,
@@ -76,8 +83,9 @@ pub struct Wlvf {
     steps: VecDeque<f64>,
 }
 
-/// Tier of overdue requests, above every fairness band (bands are 0 and below).
-const TIER_OVERDUE: i32 = 1;
+/// Tier of overdue requests, above every band's tiers (a band `b <= 0` has the tiers `2b + 1`
+/// for requests that can still meet their SLO and `2b` for late waiting ones).
+const TIER_OVERDUE: i32 = 2;
 /// The lowest band: tenants further ahead than this many bands share it.
 const LOWEST_BAND: i32 = -1_000_000;
 
@@ -111,6 +119,16 @@ impl Wlvf {
         (r.phase != Phase::Running && waited + lead >= cap).then(|| Key::new(TIER_OVERDUE, waited))
     }
 
+    /// The tier of `r` inside band `band`: late waiting requests (TTFT deadline passed) below
+    /// the rest, with `defer_late`.
+    fn tier(&self, band: i32, r: &ReqView, now: f64) -> i32 {
+        let late = self.cfg.defer_late
+            && r.phase == Phase::Waiting
+            && r.t_last.is_none()
+            && now > r.t_arr + r.slo.ttft_s;
+        2 * band + i32::from(!late)
+    }
+
     /// The band of a virtual start `s`, counted down from the least counter `v0`.
     fn band(&self, s: f64, v0: f64) -> i32 {
         let q = self.cfg.fairness_quantum_tokens.max(f64::MIN_POSITIVE);
@@ -134,7 +152,7 @@ impl Wlvf {
         let mut keys: Vec<Key> = view
             .iter()
             .zip(&vlt)
-            .map(|(r, &v)| Key::new(self.band(start(r), v0), v))
+            .map(|(r, &v)| Key::new(self.tier(self.band(start(r), v0), r, now), v))
             .collect();
         for (tenant, mut cands) in by_tenant {
             // The tenant's own LVF order: highest VLT, then earliest arrival, then lowest id.
@@ -147,7 +165,7 @@ impl Wlvf {
             let weight = self.counters.weight(tenant, view[cands[0]].weight);
             let mut s = self.counters.get(tenant).unwrap_or(0.0);
             for i in cands {
-                keys[i] = Key::new(self.band(s, v0), vlt[i]);
+                keys[i] = Key::new(self.tier(self.band(s, v0), &view[i], now), vlt[i]);
                 s += f64::from(view[i].prefill) / weight;
             }
         }
@@ -176,7 +194,7 @@ impl Policy for Wlvf {
             view.iter()
                 .map(|r| {
                     self.overdue(r, now, lead)
-                        .unwrap_or_else(|| Key::new(0, self.cfg.vlt.vlt(r, now)))
+                        .unwrap_or_else(|| Key::new(self.tier(0, r, now), self.cfg.vlt.vlt(r, now)))
                 })
                 .collect()
         } else {

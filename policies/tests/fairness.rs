@@ -60,6 +60,8 @@ struct Live {
     /// Tokens to prefill when (re)admitted: the prompt, or prompt + generated after a
     /// recompute.
     target: u32,
+    /// Tokens ever charged for (recomputed prefill below this is not charged again).
+    charged: u32,
     ran_since_start: bool,
 }
 
@@ -171,8 +173,8 @@ fn run(tr: &Trace) -> Result<usize, TestCaseError> {
     let mut policy = Wlvf::new(cfg);
     let p_max = tr.specs.iter().map(|s| s.prompt).max().unwrap_or(0);
     let o_max = tr.specs.iter().map(|s| s.output).max().unwrap_or(0);
-    // A recompute prefills prompt + generated again: one request's charge is at most this.
-    let c_max = f64::from(p_max + o_max) + d * f64::from(o_max);
+    // One request is charged its prompt and its output once (recomputed work is not charged).
+    let c_max = f64::from(p_max) + d * f64::from(o_max);
     let w = |t: u32| tr.weights[t as usize];
     let mut live: Vec<Live> = Vec::new();
     let mut next = 0usize;
@@ -195,6 +197,7 @@ fn run(tr: &Trace) -> Result<usize, TestCaseError> {
                 kv: 0,
                 generated: 0,
                 ran_since_start: false,
+                charged: 0,
             });
             next += 1;
         }
@@ -284,19 +287,22 @@ fn run(tr: &Trace) -> Result<usize, TestCaseError> {
                 budget -= 1;
                 r.kv += 1;
                 r.generated += 1;
-                s.decode += 1;
+                if r.kv > r.charged {
+                    s.decode += 1;
+                }
             } else {
                 let chunk = (r.target - r.kv).min(budget);
                 if chunk == 0 {
                     continue;
                 }
                 budget -= chunk;
+                s.prefill += u64::from((r.kv + chunk).saturating_sub(r.charged.max(r.kv)));
                 r.kv += chunk;
-                s.prefill += u64::from(chunk);
                 if r.kv == r.target {
                     r.generated += 1;
                 }
             }
+            r.charged = r.charged.max(r.kv);
             r.ran_since_start = true;
             r.t_last = Some(now);
             if r.generated >= r.spec.output {

@@ -356,8 +356,10 @@ fn check_plan(kind: PolicyKind, s: &Scenario, plan: &Plan) -> Result<(), TestCas
     );
 
     // No more freed than the deficit: without the last victim chosen (the last of one of the
-    // two lists, both in the order chosen) the victims would not have covered it.
+    // two lists, both in the order chosen) the victims would not have covered it, in blocks or
+    // in seats (each victim gives one back).
     let deficit = taken - (i64::from(cap.free_hbm) - growth(view));
+    let seat_deficit = taken_n as i64 - i64::from(cap.seats.min(u32::MAX - 1));
     let freed = blocks(view, &victims);
     if !victims.is_empty() {
         let last = [plan.rotate_out.last(), plan.recompute.last()]
@@ -367,8 +369,10 @@ fn check_plan(kind: PolicyKind, s: &Scenario, plan: &Plan) -> Result<(), TestCas
             .max()
             .unwrap_or(0);
         prop_assert!(
-            freed - last < deficit,
-            "freed {freed} blocks (last victim {last}) for a deficit of {deficit}"
+            freed - last < deficit || (victims.len() as i64 - 1) < seat_deficit,
+            "freed {freed} blocks (last victim {last}) for a deficit of {deficit}, \
+             {} victims for a seat deficit of {seat_deficit}",
+            victims.len()
         );
     }
 
@@ -597,6 +601,7 @@ proptest! {
             max_wait_s: None,
             max_consecutive_rotations: None,
             fairness_quantum_tokens: quantum,
+            defer_late: false,
             ..WlvfConfig::default()
         });
         for (round, (view, cap, service)) in rounds.into_iter().enumerate() {

@@ -7,9 +7,10 @@
 # Settings (environment or VAR=value arguments), defaults in brackets:
 #   POLICIES [fcfs,lvf,wlvf]  RPS [22]  DURATION [120]  HBM_KV_GB [4]  DRAM_KV_GB [48]
 #   MAX_BATCHED_TOKENS [2048]  B_XFER [512]  TENANTS [3: weights 1,2,4, equal Poisson shares of RPS]
-#   DATASET [sharegpt]  SEED [42]  DRAIN [60]  MAX_ROTATIONS [unset: no cap; weighted LVF's
-#   cap on consecutive rotations of one request]  PROGRESS_TOKENS [unset: the server's 16;
-#   tokens of one running period that reset the count]
+#   DATASET [sharegpt]  SEED [42]  DRAIN [60]  MAX_ROTATIONS [unset: the server's 1; weighted
+#   LVF's cap on consecutive rotations of one request]  PROGRESS_TOKENS [unset: the server's
+#   32; tokens of one running period that reset the count]  WORKLOAD [unset: a loadgen
+#   tenants file, e.g. loadgen/workloads/noisy-neighbour.toml; with RPS=file its own rates]
 # Writes under $OUT (at most 8 files come back from a device call): env.txt, summary.md (all
 # runs' summary tables), attainment.tsv (each run's attainments unrounded, from its
 # summary.json) and runs.tar.xz (per run POLICY-rpsR: the load generator's report folder,
@@ -62,19 +63,46 @@ case "${1:-}" in
         run=$policy-rps$rps
         data=/tmp/slo-data-$run
         rm -rf "$data"
-        # Three tenants (weights 1, 2, 4) sharing the offered load equally; quotas out of the
+        # Three tenants (weights 1, 2, 4) sharing the offered load equally, or the tenants of
+        # WORKLOAD (a loadgen tenants file; RPS "file" keeps its rates); quotas out of the
         # way (the experiment is about scheduling, not admission control).
         tenants=$out/$run.tenants.toml
         : > "$tenants"
-        for t in 1 2 4; do
-          key=$("$bins/superinfer" tenants --data-dir "$data" create "w$t" --weight "$t" \
+        if [ -n "${WORKLOAD:-}" ]; then
+          specs=$(python3 -c 'import sys, tomllib
+for t in tomllib.load(open(sys.argv[1], "rb"))["tenant"]:
+    print(t["name"], t.get("weight", 1.0))' "$WORKLOAD")
+        else
+          specs=$(printf 'w1 1.0\nw2 2.0\nw4 4.0\n')
+        fi
+        i=0
+        while read -r name weight; do
+          i=$((i + 1))
+          key=$("$bins/superinfer" tenants --data-dir "$data" create "$name" --weight "$weight" \
             --requests-per-s 100000 --burst 100000 --tokens-per-min 4000000000 \
             --max-concurrent 100000 | sed -n 's/^api key: //p')
-          export "SLO_KEY_W$t=$key"
-          rate=$(python3 -c "print($rps / 3)")
-          printf '[[tenant]]\nname = "w%s"\nweight = %s.0\nttft_slo_s = 5.0\ntbt_slo_s = 0.1\ndataset = "%s"\narrivals = { kind = "poisson", rps = %s }\napi_key_env = "SLO_KEY_W%s"\n\n' \
-            "$t" "$t" "$DATASET" "$rate" "$t" >> "$tenants"
-        done
+          export "SLO_KEY_$i=$key"
+          if [ -z "${WORKLOAD:-}" ]; then
+            rate=$(python3 -c "print($rps / 3)")
+            printf '[[tenant]]\nname = "%s"\nweight = %s\nttft_slo_s = 5.0\ntbt_slo_s = 0.1\ndataset = "%s"\narrivals = { kind = "poisson", rps = %s }\napi_key_env = "SLO_KEY_%s"\n\n' \
+              "$name" "$weight" "$DATASET" "$rate" "$i" >> "$tenants"
+          fi
+        done <<< "$specs"
+        if [ -n "${WORKLOAD:-}" ]; then
+          python3 - "$WORKLOAD" >> "$tenants" <<'PY'
+import sys
+i = 0
+for line in open(sys.argv[1]):
+    if line.strip() == "[[tenant]]":
+        if i:
+            print(f'api_key_env = "SLO_KEY_{i}"')
+        i += 1
+    print(line, end="")
+print(f'api_key_env = "SLO_KEY_{i}"')
+PY
+        fi
+        rps_args=(--rps "$rps")
+        [ "$rps" = file ] && rps_args=()
         port=$((port + 1))
         "$bins/superinfer" serve --device cuda --model random:llama-3-8b --policy "$policy" \
           --hbm-kv-gb "$HBM_KV_GB" --dram-kv-gb "$DRAM_KV_GB" --max-batched-tokens "$MBT" \
@@ -92,7 +120,7 @@ case "${1:-}" in
         fi
         echo "== $run: server up ($(grep -m1 'model on the GPU' "$out/$run.server.log" | sed 's/.*INFO //'))"
         "$bins/superinfer-loadgen" http --target "http://127.0.0.1:$port" --tenants "$tenants" \
-          --duration "$DURATION" --seed "$SEED" --drain-s "$DRAIN" --policy "$policy" \
+          "${rps_args[@]}" --duration "$DURATION" --seed "$SEED" --drain-s "$DRAIN" --policy "$policy" \
           --no-progress --out "$out/$run" 2>&1 | tail -30
         kill -TERM $server; wait $server 2>/dev/null
         { echo "## $run"; cat "$out/$run/summary.md" 2>/dev/null; echo; } >> "$out/summary.md"

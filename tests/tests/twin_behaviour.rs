@@ -149,8 +149,18 @@ fn the_wait_cap_bounds_how_long_a_started_request_is_paused() {
 
 #[test]
 fn weighted_lvf_with_one_tenant_serves_exactly_as_lvf() {
+    // Without its late-request deferral and rotation cap (additions to the paper's LVF, on by
+    // default).
     let tenants = [tenant("default", 3.0, 19.0)];
+    let cfg = SimTargetConfig {
+        policy: WlvfConfig {
+            defer_late: false,
+            max_consecutive_rotations: None,
+            ..WlvfConfig::default()
+        },
+        ..SimTargetConfig::default()
+    };
     let (_, lvf) = run(PolicyKind::Lvf, &tenants, SimTargetConfig::default());
-    let (_, wlvf) = run(PolicyKind::Wlvf, &tenants, SimTargetConfig::default());
+    let (_, wlvf) = run(PolicyKind::Wlvf, &tenants, cfg);
     assert_eq!(lvf, wlvf);
 }

@@ -118,20 +118,25 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         for (span, token) in spans.into_iter().zip(out.tokens) {
             let lp = logprobs.next().flatten();
             let len = span.end - span.pos;
-            let r = &self.requests[&span.id].spec;
+            let req = self.requests.get_mut(&span.id).expect("batch ids are live");
+            let r = &req.spec;
             let s = &mut service
                 .entry(r.tenant)
                 .or_insert((r.weight, Service::default()))
                 .1;
             // A one-token span of a request past its prompt is a decode step; anything else
-            // (prompt chunks, a recomputed request's tokens) is prefill.
+            // (prompt chunks, a recomputed request's tokens) is prefill. The tenant is charged
+            // only for tokens it was never charged for: recomputing is the scheduler's choice.
             if span.sample && len == 1 && span.pos >= r.prompt.len() as u32 {
                 report.decode_tokens += 1;
-                s.decode += 1;
+                if span.end > req.charged_kv {
+                    s.decode += 1;
+                }
             } else {
                 report.prefill_tokens += len;
-                s.prefill += u64::from(len);
+                s.prefill += u64::from(span.end.saturating_sub(req.charged_kv.max(span.pos)));
             }
+            req.charged_kv = req.charged_kv.max(span.end);
             self.advance(span, (token, lp), t, &eos);
         }
         self.serve(service);

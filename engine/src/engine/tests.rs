@@ -142,12 +142,13 @@ fn chunked_prefill_respects_the_token_budget() {
 
 #[test]
 fn full_blocks_are_written_back_eagerly_and_rotation_copies_only_the_tail() {
-    let mut e = engine(PolicyKind::Lvf, 64, 128, 64);
+    // 12 HBM blocks: request 1 (40 prompt tokens) holds 3 of them.
+    let mut e = engine(PolicyKind::Lvf, 12, 128, 64);
     e.submit(request(1, 0, 40, 100)).unwrap();
     for _ in 0..3 {
         e.step().unwrap();
     }
-    // 40 prompt tokens + 2 decoded: blocks 0 and 1 are full and were written back.
+    // 40 prompt tokens + 2 decoded: blocks 0 and 1 are full, their writebacks were issued.
     let table = e.pool().table(RequestId(1));
     assert_eq!(table.len(), 3);
     assert!(
@@ -155,7 +156,39 @@ fn full_blocks_are_written_back_eagerly_and_rotation_copies_only_the_tail() {
         "{table:?}"
     );
     assert_eq!(table[2].state, BlockState::Dirty);
+    // The writebacks land: both full blocks become synced within a few more steps.
+    let mut steps = 0;
+    while !e.pool().table(RequestId(1))[..2]
+        .iter()
+        .all(|b| b.state == BlockState::Synced)
+    {
+        steps += 1;
+        assert!(
+            steps < 10,
+            "writebacks never landed: {:?}",
+            e.pool().table(RequestId(1))
+        );
+        e.step().unwrap();
+    }
     assert_eq!(e.pool().unsynced(RequestId(1)), 1);
+    // A second request of 10 blocks needs room: LVF rotates request 1 out, and the rotation
+    // copies only its dirty tail (one block), dropping the synced blocks' HBM slots.
+    let block_bytes = e.runner.geometry().block_bytes();
+    let before = e.stats().bytes_d2h;
+    e.submit(request(2, 0, 150, 10)).unwrap();
+    e.step().unwrap();
+    assert_eq!(e.stats().rotations_out, 1);
+    assert_eq!(e.stats().bytes_d2h - before, block_bytes);
+    let table = e.pool().table(RequestId(1));
+    assert!(
+        table[..2].iter().all(|b| b.state == BlockState::Parked),
+        "{table:?}"
+    );
+    assert!(
+        matches!(table[2].state, BlockState::Evicting | BlockState::Parked),
+        "{table:?}"
+    );
+    e.pool().check().unwrap();
 }
 
 #[test]
@@ -209,6 +242,14 @@ fn the_rotation_count_resets_only_after_progress_tokens_in_one_running_period() 
 /// The block and request invariants the randomized test checks after every step.
 fn check_requests(e: &TestEngine) {
     e.pool().check().unwrap();
+    let mut census = Census::default();
+    for r in e.requests.values() {
+        census.add(r.state);
+    }
+    assert_eq!(
+        census.0, e.census.0,
+        "the census drifted from the requests' states"
+    );
     for (id, r) in &e.requests {
         let table = e.pool().table(*id);
         match r.state {
@@ -299,5 +340,15 @@ fn randomized_operations_keep_every_invariant() {
     // 6 policies × 20,000 operations = 120,000 random submit/step/abort operations.
     for (i, kind) in PolicyKind::ALL.into_iter().enumerate() {
         random_ops(kind, 1000 + i as u64, 20_000);
+    }
+}
+
+/// The long run: 6 policies × 170,000 = 1,020,000 operations, invariants after each.
+/// `cargo test -p superinfer-engine --release --lib -- --ignored randomized_million`
+#[test]
+#[ignore = "about a minute in release; run with --ignored"]
+fn randomized_million_operations_keep_every_invariant() {
+    for (i, kind) in PolicyKind::ALL.into_iter().enumerate() {
+        random_ops(kind, 7000 + i as u64, 170_000);
     }
 }

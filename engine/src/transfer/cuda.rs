@@ -4,8 +4,10 @@
 //!
 //! Each `submit` issues the iteration's restores (H2D) and evictions/writebacks (D2H) at once
 //! on two dedicated streams, one batched copy call per direction over merged block ranges.
-//! `step_issued` records an event on the model's compute stream and makes the D2H stream
-//! wait on it, so a writeback never reads a block before the step that fills it is done.
+//! `step_issued` records an event on the model's compute stream and makes both copy streams
+//! wait on it, so a writeback never reads a block before the step that fills it is done, and
+//! a restore never overwrites a slot (freed by an abort or a recompute) that the step still
+//! reads.
 //! `poll` reads completion from events (`cuEventQuery`); nothing here synchronizes the device.
 //! A batch touching a block with a copy in flight is a bug in the caller (the KV pool never
 //! hands such a block out); debug builds assert it, and the kernels crate refuses it anyway.

@@ -110,13 +110,19 @@ impl DuplexEngine {
         &self.cfg
     }
 
-    /// The model step that may write blocks has been issued on the compute stream: evictions
-    /// and writebacks submitted from now on start only after it has finished.
+    /// The model step that may read or write blocks has been issued on the compute stream:
+    /// copies submitted from now on, in both directions, start only after it has finished.
+    /// Evictions and writebacks must not read a block before the step that fills it is done;
+    /// restores must not overwrite a slot the step still reads (an abort or a recompute frees
+    /// slots at once, and the engine does not wait for a step that sampled nothing).
     pub fn step_issued(&mut self) -> Result<()> {
         self.step_done
             .record(self.ctx_gpu.compute_stream())
             .map_err(driver("cuEventRecord"))?;
         self.d2h
+            .wait(&self.step_done)
+            .map_err(driver("cuStreamWaitEvent"))?;
+        self.h2d
             .wait(&self.step_done)
             .map_err(driver("cuStreamWaitEvent"))
     }

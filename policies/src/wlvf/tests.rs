@@ -155,6 +155,7 @@ fn the_rotation_cap_shields_a_request_rotated_out_too_often() {
     ];
     let cfg = WlvfConfig {
         max_consecutive_rotations: Some(3),
+        defer_late: false,
         ..Default::default()
     };
     assert_eq!(
@@ -174,6 +175,7 @@ fn a_tenant_whose_requests_are_all_mid_copy_keeps_its_counter() {
     // that service: its fresh request goes first although tenant 1's lags more.
     let cfg = WlvfConfig {
         fairness_quantum_tokens: 100.0,
+        defer_late: false,
         ..Default::default()
     };
     let mut w = Wlvf::new(cfg);
@@ -212,6 +214,7 @@ fn the_wait_cap_lead_comes_from_step_times_not_idle_time() {
     ];
     let mut w = Wlvf::new(WlvfConfig {
         max_wait_s: Some(10.0),
+        defer_late: false,
         ..Default::default()
     });
     w.plan(10.0, &[waiting(9, 0.0, 1)], cap(100, 0));
@@ -227,9 +230,11 @@ fn a_light_tenant_is_not_queued_behind_a_flood() {
     // Tenant 0 floods: twelve requests that have waited long (large VLT), 500 prompt tokens
     // each. Tenant 1 sends one fresh request (VLT 0). Both tie at the floor. With a band of
     // 1,024, tenant 0's virtual starts are 0, 500, 1000, 1500, ...: only its first three share
-    // the light tenant's band, so the light request is fourth, not thirteenth.
+    // the light tenant's band, so the light request is fourth, not thirteenth. (The flood's
+    // requests are past their TTFT deadline; `defer_late` would put the light one first.)
     let cfg = WlvfConfig {
         fairness_quantum_tokens: 1024.0,
+        defer_late: false,
         ..Default::default()
     };
     let mut view: Vec<ReqView> = (0..12)
@@ -259,4 +264,26 @@ fn a_light_tenant_is_not_queued_behind_a_flood() {
         ids(&Lvf::default().plan(100.0, &view, cap(4, 0)).admit),
         [0, 1, 2, 3]
     );
+}
+
+#[test]
+fn requests_that_can_still_meet_their_slo_go_first() {
+    // Request 1 arrived 8 s ago (TTFT 5 s: already late, VLT 5.5); request 2 arrived 3 s ago
+    // (VLT 0.5) and can still make it. Room for one: weighted LVF serves request 2, LVF the
+    // one that lags most.
+    let view = vec![waiting(1, 92.0, 10), waiting(2, 97.0, 10)];
+    let w = Wlvf::new(WlvfConfig::default()).plan(100.0, &view, cap(10, 0));
+    assert_eq!(ids(&w.admit), [2]);
+    assert_eq!(
+        ids(&Lvf::default().plan(100.0, &view, cap(10, 0)).admit),
+        [1]
+    );
+    // A late request does not displace a running one to start.
+    let view = vec![running(3, 0.0, 99.0, 10), waiting(1, 92.0, 10)];
+    let plan = Wlvf::new(WlvfConfig::default()).plan(100.0, &view, cap(0, 100));
+    assert!(plan.is_empty(), "{plan:?}");
+    // With room to spare, late or not, everyone starts (work-conserving).
+    let view = vec![waiting(1, 92.0, 10), waiting(2, 97.0, 10)];
+    let plan = Wlvf::new(WlvfConfig::default()).plan(100.0, &view, cap(20, 0));
+    assert_eq!(plan.admit.len(), 2);
 }

@@ -161,3 +161,75 @@ fn restore_and_eviction_in_one_batch_both_land() {
     assert_eq!(dram_mismatches(&t, 50..58, 0, 2), 0, "evicted blocks");
     assert_eq!(dram_mismatches(&t, 60..68, 30, 2), 0, "restored blocks");
 }
+
+/// Both copy streams wait for the step issued last: a restore into a slot that the step still
+/// reads (a slot freed by an abort or a recompute is handed out at once) lands after the step.
+/// The "step" is a chain of large matrix products followed by a copy of HBM slot 0, all on the
+/// compute stream; the restore into slot 0 is submitted right after `step_issued`. Without the
+/// wait the restore (microseconds) overtakes the chain (tens of milliseconds) and the step
+/// reads the new bytes.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_restore_never_overtakes_the_step_that_reads_its_slot() {
+    use candle_core::{DType, Device, Tensor};
+    let gpu = Gpu::new(0).expect("these tests need a CUDA GPU");
+    let dev = Device::Cuda(gpu.candle().clone());
+    let g = geometry();
+    let elems = g.block_bytes() as usize / 2;
+    let arena = Tensor::zeros((8, elems), DType::BF16, &dev).unwrap();
+    let cfg = CudaTransferConfig {
+        geometry: g,
+        hbm_blocks: 8,
+        dram_blocks: 8,
+        pinned_chunk_bytes: 1 << 30,
+    };
+    let mut t = CudaTransfer::with_arena(&gpu, cfg, &arena).expect("copy engine");
+    let bits = |x: &Tensor| -> Vec<u32> {
+        x.to_dtype(DType::F32)
+            .and_then(|x| x.flatten_all())
+            .and_then(|x| x.to_vec1::<f32>())
+            .unwrap()
+            .into_iter()
+            .map(f32::to_bits)
+            .collect()
+    };
+    for round in 0..5u32 {
+        fill_dram(&mut t, 0..2, 10 + round);
+        t.submit(
+            0.0,
+            CopyBatch {
+                h2d: h2d(0, 0, 1),
+                d2h: vec![],
+            },
+        );
+        assert_eq!(wait(&mut t, 1).len(), 1);
+        let before = bits(&arena.narrow(0, 0, 1).unwrap());
+        // The step: ~30 ms of products, then it reads slot 0.
+        let a = Tensor::randn(0f32, 0.01, (4096, 4096), &dev)
+            .and_then(|a| a.to_dtype(DType::BF16))
+            .unwrap();
+        let mut x = a.clone();
+        for _ in 0..100 {
+            x = x.matmul(&a).unwrap();
+        }
+        let seen = arena.narrow(0, 0, 1).unwrap().copy().unwrap();
+        t.step_issued();
+        // The restore of another block into slot 0, right away.
+        t.submit(
+            0.0,
+            CopyBatch {
+                h2d: h2d(1, 0, 1),
+                d2h: vec![],
+            },
+        );
+        assert_eq!(wait(&mut t, 1).len(), 1);
+        drop(x);
+        let after = bits(&arena.narrow(0, 0, 1).unwrap());
+        assert_ne!(before, after, "round {round}: the restore did not land");
+        assert_eq!(
+            bits(&seen),
+            before,
+            "round {round}: the step read bytes of a restore issued after it"
+        );
+    }
+}
