@@ -5,6 +5,7 @@
 
 mod apply;
 mod batch;
+mod shed;
 
 use crate::clock::Clock;
 use crate::error::EngineError;
@@ -37,6 +38,10 @@ pub struct EngineConfig {
     pub max_queue: usize,
     /// Write full blocks back to their DRAM mirror right away (DuplexKV).
     pub eager_writeback: bool,
+    /// Refuse a new request (`EngineError::WouldMissSlo`) when its tenant has requests waiting
+    /// and its recent requests waited more than this fraction of their TTFT SLO to be
+    /// admitted (`engine/src/engine/shed.rs`). `None`: never (the default).
+    pub shed_late: Option<f64>,
     /// Tokens a request must produce in one running period before its consecutive-rotation
     /// count resets (32: with weighted LVF's default cap of 1, a restored request runs at least
     /// this long; measured best on the H200, docs/BENCHMARKS.md).
@@ -55,6 +60,7 @@ impl Default for EngineConfig {
             max_queue: 100_000,
             eager_writeback: true,
             progress_tokens: 32,
+            shed_late: None,
         }
     }
 }
@@ -113,6 +119,8 @@ pub struct EngineStats {
     pub restores: u64,
     pub recomputes: u64,
     pub finished: u64,
+    /// Requests refused at submit because they would wait past their TTFT SLO.
+    pub shed: u64,
     pub steps: u64,
     pub bytes_h2d: u64,
     pub bytes_d2h: u64,
@@ -160,6 +168,7 @@ pub struct Engine<R, T, C> {
     events: Vec<EngineEvent>,
     counters: EngineStats,
     census: Census,
+    late: shed::LateGuard,
     /// Start of the previous step, if the engine still had live requests after it (so the
     /// time since is iteration time, not idle time).
     busy_since: Option<f64>,
@@ -198,6 +207,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             events: Vec::new(),
             counters: EngineStats::default(),
             census: Census::default(),
+            late: shed::LateGuard::default(),
             busy_since: None,
         })
     }
@@ -273,8 +283,18 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         if waiting >= self.cfg.max_queue {
             return Err(EngineError::QueueFull(waiting));
         }
+        if let Some(f) = self.cfg.shed_late {
+            if let Some(ratio) = self.late.refuse(spec.tenant, f) {
+                self.counters.shed += 1;
+                return Err(EngineError::WouldMissSlo {
+                    id,
+                    wait_s: ratio * spec.slo.ttft_s,
+                });
+            }
+        }
         let req = Request::new(spec, self.clock.now());
         self.policy.on_arrival(req.spec.tenant, req.spec.weight);
+        self.late.queued(req.spec.tenant);
         self.census.add(req.state);
         self.requests.insert(id, req);
         Ok(())
@@ -286,9 +306,15 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             .requests
             .get_mut(&id)
             .expect("caller checked it is live");
-        self.census.remove(req.state);
+        let (from, tenant) = (req.state, req.spec.tenant);
+        self.census.remove(from);
         req.set_state(to);
         self.census.add(to);
+        match (from == ReqState::Waiting, to == ReqState::Waiting) {
+            (true, false) => self.late.dequeued(tenant),
+            (false, true) => self.late.queued(tenant),
+            _ => {}
+        }
     }
 
     /// Ends a request now: its blocks are released (slots with a copy in flight are held back
@@ -303,6 +329,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             return;
         };
         self.census.remove(req.state);
+        if req.state == ReqState::Waiting {
+            self.late.dequeued(req.spec.tenant);
+        }
         self.policy.on_departure(req.spec.tenant);
         self.pool.free(id);
         self.transit.remove(&id);

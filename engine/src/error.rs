@@ -19,6 +19,12 @@ pub enum EngineError {
     Duplicate(RequestId),
     #[error("the engine queue is full ({0} requests waiting)")]
     QueueFull(usize),
+    /// Refused at admission: its tenant's queue would hold it past its TTFT SLO.
+    #[error(
+        "request {id:?} would miss its TTFT SLO: this tenant's requests wait {wait_s:.1} s to \
+         start now"
+    )]
+    WouldMissSlo { id: RequestId, wait_s: f64 },
     #[error("request {id:?}: weight must be positive and SLOs positive, got weight {weight}")]
     BadRequest { id: RequestId, weight: f64 },
     #[error("profile {name}: {msg}")]

@@ -87,6 +87,8 @@ pub struct EngineOptions {
     /// Tokens a request must produce in one running period before its consecutive-rotation
     /// count (weighted LVF's rotation cap) resets.
     pub progress_tokens: u32,
+    /// Refuse requests that would wait past their TTFT SLO (`EngineConfig::shed_late`).
+    pub shed_late: Option<f64>,
     /// Tokens per KV block.
     pub block_size: u32,
     pub dtype: ModelDtype,
@@ -111,6 +113,7 @@ impl Default for EngineOptions {
             max_num_seqs: 256,
             max_queue: 4096,
             progress_tokens: EngineConfig::default().progress_tokens,
+            shed_late: None,
             block_size: 16,
             dtype: ModelDtype::F32,
             seed: None,
@@ -131,6 +134,7 @@ impl EngineOptions {
             dram_blocks,
             max_queue: self.max_queue,
             progress_tokens: self.progress_tokens,
+            shed_late: self.shed_late,
             ..EngineConfig::default()
         }
     }

@@ -77,6 +77,8 @@ pub struct EngineOptions {
     pub max_batched_tokens: Option<u32>,
     /// Tokens of progress that reset a request's consecutive-rotation count.
     pub progress_tokens: Option<u32>,
+    /// Refuse requests that would wait past their TTFT SLO (503); `None`: never.
+    pub shed_late: Option<f64>,
     /// Requests waiting for admission beyond this are refused (503).
     pub max_queue: usize,
     /// Longest prompt + output of one request; capped by the KV capacity.
@@ -93,6 +95,7 @@ impl Default for EngineOptions {
             b_xfer: None,
             max_batched_tokens: None,
             progress_tokens: None,
+            shed_late: None,
             max_queue: 1024,
             max_model_len: 8192,
         }
@@ -168,6 +171,7 @@ fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptio
             .max_batched_tokens
             .unwrap_or(defaults.max_batched_tokens),
         progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),
+        shed_late: opts.shed_late,
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         ..defaults
@@ -310,6 +314,7 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
         hbm_blocks: opts.hbm_blocks.unwrap_or(hbm),
         dram_blocks: opts.dram_blocks.unwrap_or(dram),
         progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),
+        shed_late: opts.shed_late,
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         ..defaults

@@ -65,15 +65,20 @@ pub struct Settings {
     /// seconds is promoted ahead of everything else [default: none].
     #[arg(long, env = "SUPERINFER_MAX_WAIT_S")]
     pub max_wait_s: Option<f64>,
-    /// Weighted LVF starvation cap: after this many consecutive rotations without progress a
-    /// request is no longer rotated out (1 stops thrashing: see docs/BENCHMARKS.md) [default:
-    /// none].
+    /// Weighted LVF starvation cap: after this many consecutive rotations (or recomputes)
+    /// without progress a request is no longer rotated out (1 stops thrashing: see
+    /// docs/BENCHMARKS.md) [default: 1].
     #[arg(long, env = "SUPERINFER_MAX_ROTATIONS")]
     pub max_rotations: Option<u32>,
     /// Weighted LVF rotation cap: tokens a request must produce in one running period before
-    /// its consecutive-rotation count resets (larger: less rotation) [default: 16].
+    /// its consecutive-rotation count resets (larger: less rotation) [default: 32].
     #[arg(long, env = "SUPERINFER_PROGRESS_TOKENS")]
     pub progress_tokens: Option<u32>,
+    /// Refuse a request at once (503 with Retry-After) when its tenant has requests waiting
+    /// and its recent requests waited more than this fraction of their TTFT SLO to start
+    /// (docs/SCHEDULING.md, "Overload") [default: off].
+    #[arg(long, env = "SUPERINFER_SHED_LATE")]
+    pub shed_late: Option<f64>,
     /// HBM tier size in KV blocks [default: from the model and memory].
     #[arg(long, env = "SUPERINFER_HBM_BLOCKS")]
     pub hbm_blocks: Option<u32>,
@@ -140,6 +145,7 @@ impl Settings {
             max_wait_s: self.max_wait_s.or(lower.max_wait_s),
             max_rotations: self.max_rotations.or(lower.max_rotations),
             progress_tokens: self.progress_tokens.or(lower.progress_tokens),
+            shed_late: self.shed_late.or(lower.shed_late),
             hbm_blocks: self.hbm_blocks.or(lower.hbm_blocks),
             dram_blocks: self.dram_blocks.or(lower.dram_blocks),
             b_xfer: self.b_xfer.or(lower.b_xfer),
@@ -254,6 +260,12 @@ impl ServeConfig {
                 b_xfer: s.b_xfer,
                 max_batched_tokens: positive("max_batched_tokens", s.max_batched_tokens)?,
                 progress_tokens: positive("progress_tokens", s.progress_tokens)?,
+                shed_late: match s.shed_late {
+                    Some(f) if !(f.is_finite() && f > 0.0) => {
+                        bail!("shed_late must be a fraction of the TTFT SLO above 0, got {f}")
+                    }
+                    f => f,
+                },
                 max_queue: s.max_queue.unwrap_or(d.max_queue).max(1),
                 max_model_len: positive("max_model_len", s.max_model_len)?
                     .unwrap_or(d.max_model_len),

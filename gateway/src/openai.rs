@@ -127,9 +127,10 @@ async fn collect(mut gen: Generation, meta: ResponseMeta) -> Result<Response> {
 }
 
 /// The engine refused or failed a request after admission. A full queue discovered by the
-/// engine thread itself is overload (503), not a fault.
+/// engine thread itself, or a request refused because it would miss its TTFT SLO, is
+/// overload (503 with Retry-After), not a fault.
 pub fn engine_failure(err: String, tokens: u32) -> GatewayError {
-    if tokens == 0 && err.contains("queue is full") {
+    if tokens == 0 && (err.contains("queue is full") || err.contains("would miss its TTFT SLO")) {
         GatewayError::Overloaded {
             message: format!("{err}; retry after the Retry-After seconds"),
             retry_after_s: 1,

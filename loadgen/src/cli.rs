@@ -102,6 +102,11 @@ pub struct SimArgs {
     /// before its consecutive-rotation count resets.
     #[arg(long, default_value_t = EngineConfig::default().progress_tokens, value_parser = clap::value_parser!(u32).range(1..))]
     pub progress_tokens: u32,
+    /// Refuse a request at submit when its tenant has requests waiting and its recent
+    /// requests waited more than this fraction of their TTFT SLO to start (a refused request
+    /// counts as a miss). Off by default.
+    #[arg(long, value_parser = parse_positive)]
+    pub shed_late: Option<f64>,
     /// Weighted LVF: fairness band in cost units (prompt tokens) per unit of weight.
     #[arg(long, default_value_t = WlvfConfig::default().fairness_quantum_tokens, value_parser = parse_positive)]
     pub fairness_quantum: f64,
@@ -205,6 +210,7 @@ pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
         max_batched_tokens: args.max_batched_tokens,
         max_num_seqs: args.max_num_seqs,
         progress_tokens: args.progress_tokens,
+        shed_late: args.shed_late,
         policy: wlvf_config(args),
         drain_s: args.drain_s,
     }

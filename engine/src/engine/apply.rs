@@ -210,6 +210,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.counters.admitted += 1;
         self.move_req(id, ReqState::Running);
         let req = self.requests.get_mut(&id).expect("live");
+        if req.recomputes == 0 && req.t_first.is_none() {
+            let ratio = (now - req.t_arr) / req.spec.slo.ttft_s;
+            self.late.admitted(req.spec.tenant, ratio);
+        }
         req.t_run = Some(now);
         req.run_tokens = 0;
         true

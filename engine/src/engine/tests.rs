@@ -352,3 +352,50 @@ fn randomized_million_operations_keep_every_invariant() {
         random_ops(kind, 7000 + i as u64, 170_000);
     }
 }
+
+#[test]
+fn a_tenant_whose_queue_runs_late_is_refused_early_and_others_are_not() {
+    // Tenant 0 queues 30 requests on a node that starts about one at a time; each waits
+    // seconds to start. With shed_late 0.5, once its recent requests waited over half their
+    // 5 s TTFT SLO, its next request is refused at once; tenant 1's is accepted.
+    let mut e = engine_with(
+        PolicyKind::Wlvf,
+        EngineConfig {
+            hbm_blocks: 16,
+            dram_blocks: 64,
+            b_xfer: 16,
+            max_batched_tokens: 256,
+            max_num_seqs: 64,
+            shed_late: Some(0.5),
+            ..EngineConfig::default()
+        },
+    );
+    for i in 0..30 {
+        e.submit(request(i, 0, 100, 100)).unwrap();
+    }
+    let mut refused = None;
+    for k in 0..2000u64 {
+        e.clock_mut().advance(0.05);
+        e.step().unwrap();
+        e.take_events();
+        if let Err(err) = e.submit(request(1000 + k, 0, 100, 100)) {
+            refused = Some(err);
+            break;
+        }
+    }
+    let err = refused.expect("tenant 0 was never refused");
+    assert!(
+        matches!(err, EngineError::WouldMissSlo { wait_s, .. } if wait_s > 2.5),
+        "{err}"
+    );
+    assert!(e.stats().shed >= 1);
+    e.submit(request(5000, 1, 100, 100))
+        .expect("a tenant with nothing waiting is accepted");
+    // Without the setting nobody is refused.
+    let mut plain = engine(PolicyKind::Wlvf, 16, 64, 16);
+    for i in 0..60 {
+        plain.submit(request(i, 0, 100, 100)).unwrap();
+        plain.clock_mut().advance(0.05);
+        plain.step().unwrap();
+    }
+}

@@ -43,6 +43,8 @@ pub struct SimTargetConfig {
     pub max_num_seqs: u32,
     /// Tokens of progress that reset a request's consecutive-rotation count.
     pub progress_tokens: u32,
+    /// Refuse requests that would wait past their TTFT SLO (`EngineConfig::shed_late`).
+    pub shed_late: Option<f64>,
     /// VLT knobs and weighted-LVF caps (used by the policies that have them).
     pub policy: WlvfConfig,
     /// After the last arrival, keep serving for at most this long; requests not served by
@@ -62,6 +64,7 @@ impl Default for SimTargetConfig {
             max_batched_tokens: 16384,
             max_num_seqs: EngineConfig::default().max_num_seqs,
             progress_tokens: EngineConfig::default().progress_tokens,
+            shed_late: EngineConfig::default().shed_late,
             policy: WlvfConfig::default(),
             drain_s: 60.0,
         }
@@ -101,6 +104,7 @@ impl SimTarget {
             hbm_blocks,
             dram_blocks,
             progress_tokens: cfg.progress_tokens,
+            shed_late: cfg.shed_late,
             ..EngineConfig::default()
         };
         Ok(SimTarget {
