@@ -43,8 +43,10 @@ pub struct EngineConfig {
     /// admitted (`engine/src/engine/shed.rs`). `None`: never (the default).
     pub shed_late: Option<f64>,
     /// Tokens a request must produce in one running period before its consecutive-rotation
-    /// count resets (32: with weighted LVF's default cap of 1, a restored request runs at least
-    /// this long; measured best on the H200, docs/BENCHMARKS.md).
+    /// count resets. 80: with weighted LVF's default cap of 1, a restored request runs at least
+    /// this long; the smallest value that kept burst recovery under 3 rotations per request
+    /// and the 3-tenant SLO run 55 points over FCFS in the twin (docs/BENCHMARKS.md, "Choosing
+    /// the defaults").
     pub progress_tokens: u32,
 }
 
@@ -59,7 +61,7 @@ impl Default for EngineConfig {
             dram_blocks: 16384,
             max_queue: 100_000,
             eager_writeback: true,
-            progress_tokens: 32,
+            progress_tokens: 80,
             shed_late: None,
         }
     }

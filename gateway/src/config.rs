@@ -71,7 +71,7 @@ pub struct Settings {
     #[arg(long, env = "SUPERINFER_MAX_ROTATIONS")]
     pub max_rotations: Option<u32>,
     /// Weighted LVF rotation cap: tokens a request must produce in one running period before
-    /// its consecutive-rotation count resets (larger: less rotation) [default: 32].
+    /// its consecutive-rotation count resets (larger: less rotation) [default: 80].
     #[arg(long, env = "SUPERINFER_PROGRESS_TOKENS")]
     pub progress_tokens: Option<u32>,
     /// Refuse a request at once (503 with Retry-After) when its tenant has requests waiting
