@@ -90,9 +90,12 @@ for t in tomllib.load(open(sys.argv[1], "rb"))["tenant"]:
         done <<< "$specs"
         if [ -n "${WORKLOAD:-}" ]; then
           python3 - "$WORKLOAD" >> "$tenants" <<'PY'
-import sys
+import os, re, sys
 i = 0
+here = os.path.dirname(os.path.abspath(sys.argv[1]))
 for line in open(sys.argv[1]):
+    # Relative trace paths are relative to the workload's folder, not the copy's.
+    line = re.sub(r'path = "([^"/][^"]*)"', lambda m: 'path = "%s"' % os.path.join(here, m.group(1)), line)
     if line.strip() == "[[tenant]]":
         if i:
             print(f'api_key_env = "SLO_KEY_{i}"')
