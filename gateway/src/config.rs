@@ -74,6 +74,18 @@ pub struct Settings {
     /// its consecutive-rotation count resets (larger: less rotation) [default: 80].
     #[arg(long, env = "SUPERINFER_PROGRESS_TOKENS")]
     pub progress_tokens: Option<u32>,
+    /// Weighted LVF fairness band, in cost units (prompt tokens) per unit of weight: tenants
+    /// this close compete on VLT (docs/SCHEDULING.md §5) [default: 1024].
+    #[arg(long, env = "SUPERINFER_FAIRNESS_QUANTUM")]
+    pub fairness_quantum: Option<f64>,
+    /// Weighted LVF: cost of one generated token in prompt tokens, for the fairness counters
+    /// [default: 1].
+    #[arg(long, env = "SUPERINFER_DECODE_COST")]
+    pub decode_cost: Option<f64>,
+    /// Weighted LVF: serve first what can still meet its TTFT SLO (`false`: LVF's order inside
+    /// a band) [default: true].
+    #[arg(long, env = "SUPERINFER_DEFER_LATE")]
+    pub defer_late: Option<bool>,
     /// Refuse a request at once (503 with Retry-After) when its tenant has requests waiting
     /// and its recent requests waited more than this fraction of their TTFT SLO to start
     /// (docs/SCHEDULING.md, "Overload") [default: off].
@@ -146,6 +158,9 @@ impl Settings {
             max_rotations: self.max_rotations.or(lower.max_rotations),
             progress_tokens: self.progress_tokens.or(lower.progress_tokens),
             shed_late: self.shed_late.or(lower.shed_late),
+            fairness_quantum: self.fairness_quantum.or(lower.fairness_quantum),
+            decode_cost: self.decode_cost.or(lower.decode_cost),
+            defer_late: self.defer_late.or(lower.defer_late),
             hbm_blocks: self.hbm_blocks.or(lower.hbm_blocks),
             dram_blocks: self.dram_blocks.or(lower.dram_blocks),
             b_xfer: self.b_xfer.or(lower.b_xfer),
@@ -233,6 +248,27 @@ impl ServeConfig {
             Some(0) => bail!("{name} must be at least 1"),
             _ => Ok(v),
         };
+        let dw = WlvfConfig::default();
+        let wlvf = WlvfConfig {
+            vlt,
+            max_wait_s: match s.max_wait_s {
+                Some(w) if !(w.is_finite() && w > 0.0) => {
+                    bail!("max_wait_s must be a number of seconds above 0, got {w}")
+                }
+                w => w,
+            },
+            max_consecutive_rotations: positive("max_rotations", s.max_rotations)?
+                .or(dw.max_consecutive_rotations),
+            fairness_quantum_tokens: s.fairness_quantum.unwrap_or(dw.fairness_quantum_tokens),
+            decode_cost: s.decode_cost.unwrap_or(dw.decode_cost),
+            defer_late: s.defer_late.unwrap_or(dw.defer_late),
+        };
+        if let Err(e) = wlvf.validate() {
+            bail!(
+                "{}",
+                e.replace("fairness_quantum_tokens", "fairness_quantum")
+            );
+        }
         Ok(ServeConfig {
             listen: s
                 .listen
@@ -243,18 +279,7 @@ impl ServeConfig {
             model,
             engine: EngineOptions {
                 policy: s.policy.unwrap_or(d.policy),
-                wlvf: WlvfConfig {
-                    vlt,
-                    max_wait_s: match s.max_wait_s {
-                        Some(w) if !(w.is_finite() && w > 0.0) => {
-                            bail!("max_wait_s must be a number of seconds above 0, got {w}")
-                        }
-                        w => w,
-                    },
-                    max_consecutive_rotations: positive("max_rotations", s.max_rotations)?
-                        .or(WlvfConfig::default().max_consecutive_rotations),
-                    ..WlvfConfig::default()
-                },
+                wlvf,
                 hbm_blocks: positive("hbm_blocks", s.hbm_blocks)?,
                 dram_blocks: s.dram_blocks,
                 b_xfer: s.b_xfer,
@@ -411,6 +436,49 @@ mod tests {
                     ..Settings::default()
                 },
                 "beta_b must be a finite number",
+            ),
+        ] {
+            let e = ServeConfig::resolve(bad).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+    }
+
+    #[test]
+    fn fairness_knobs_and_shedding_reach_the_engine_and_bad_ones_are_refused() {
+        let s: Settings = toml::from_str(
+            "fairness_quantum = 256.0\ndecode_cost = 2.0\ndefer_late = false\nshed_late = 0.5\n",
+        )
+        .unwrap();
+        let c = ServeConfig::resolve(s).unwrap();
+        assert_eq!(c.engine.wlvf.fairness_quantum_tokens, 256.0);
+        assert_eq!(c.engine.wlvf.decode_cost, 2.0);
+        assert!(!c.engine.wlvf.defer_late);
+        assert_eq!(c.engine.shed_late, Some(0.5));
+        let d = ServeConfig::resolve(Settings::default()).unwrap();
+        assert_eq!(d.engine.wlvf.max_consecutive_rotations, Some(1));
+        assert!(d.engine.wlvf.defer_late);
+        assert_eq!(d.engine.shed_late, None);
+        for (bad, want) in [
+            (
+                Settings {
+                    fairness_quantum: Some(0.0),
+                    ..Settings::default()
+                },
+                "fairness_quantum must be a number above 0",
+            ),
+            (
+                Settings {
+                    decode_cost: Some(f64::NAN),
+                    ..Settings::default()
+                },
+                "decode_cost must be a number above 0",
+            ),
+            (
+                Settings {
+                    shed_late: Some(-1.0),
+                    ..Settings::default()
+                },
+                "shed_late must be a fraction",
             ),
         ] {
             let e = ServeConfig::resolve(bad).unwrap_err().to_string();
