@@ -383,8 +383,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.schedule(now, &mut copies);
         self.grow_and_write_back(&mut copies);
         if !copies.is_empty() {
-            let ticket = self.transfer.submit(now, copies);
-            self.pool.commit(ticket);
+            let tickets = self.transfer.submit(now, copies);
+            self.pool.commit(tickets);
         }
         self.counters.steps += 1;
         let report = self.run_batch();

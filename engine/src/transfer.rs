@@ -39,19 +39,29 @@ impl CopyBatch {
     }
 }
 
-/// Identifies one submitted batch; completes as a whole.
+/// Identifies one direction of one submitted batch; completes as a whole.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Ticket(pub u64);
+
+/// The tickets of one submitted batch, one per direction that has copies: each completes on
+/// its own, so an iteration's restores never wait for its writebacks (or the reverse).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tickets {
+    pub h2d: Option<Ticket>,
+    pub d2h: Option<Ticket>,
+}
 
 /// A copy engine between the HBM and DRAM tiers.
 ///
 /// Contract: `submit` never blocks on the copies; D2H copies of blocks written by the step
 /// that just ran start only after that step's writes are complete (a backend whose `step` is
 /// synchronous satisfies this trivially; the CUDA backend records an event after the step);
-/// a ticket is reported by `poll` exactly once, after all its copies have landed.
+/// each ticket is reported by `poll` exactly once, after all its copies (of its direction)
+/// have landed.
 pub trait Transfer: Send {
-    /// Starts the copies of one iteration at engine time `now` (seconds).
-    fn submit(&mut self, now: f64, batch: CopyBatch) -> Ticket;
+    /// Starts the copies of one iteration at engine time `now` (seconds): one ticket per
+    /// direction that has copies.
+    fn submit(&mut self, now: f64, batch: CopyBatch) -> Tickets;
     /// Tickets completed by engine time `now`, each reported once.
     fn poll(&mut self, now: f64) -> Vec<Ticket>;
     /// For backends on a virtual clock: the engine time at which the next ticket completes,

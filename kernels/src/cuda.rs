@@ -14,7 +14,7 @@ mod source;
 pub use candle_core::cuda_backend::cudarc;
 pub use copy::{Copier, CopyMode};
 pub use device::Gpu;
-pub use duplex::{DuplexConfig, DuplexEngine};
+pub use duplex::{Direction, DuplexConfig, DuplexEngine};
 pub use kernels::{Blocks, Kernels};
 pub use memory::{Arena, DeviceArena, PinnedArena};
 pub use model::{GpuSample, ModelKernels, StepMeta, GEMV_MAX_ROWS};

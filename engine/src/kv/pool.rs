@@ -15,7 +15,7 @@ mod check;
 
 use super::block::{DramBlock, HbmBlock};
 use super::lifecycle::{allowed, BlockState};
-use crate::transfer::{D2hCopy, H2dCopy, Ticket};
+use crate::transfer::{D2hCopy, H2dCopy, Ticket, Tickets};
 use std::collections::{BTreeMap, BTreeSet};
 use superinfer_policies::RequestId;
 
@@ -377,24 +377,29 @@ impl KvPool {
         true
     }
 
-    /// The batch just built was submitted as `ticket`: its blocks are now in flight.
-    pub fn commit(&mut self, ticket: Ticket) {
+    /// The batch just built was submitted as `tickets`: its blocks are now in flight, each
+    /// under the ticket of its direction (restores host-to-device, the rest device-to-host).
+    pub fn commit(&mut self, tickets: Tickets) {
         let pending = std::mem::take(&mut self.pending);
-        let mut blocks = (0, 0);
-        for &(id, i) in &pending {
-            if let Some(b) = self.tables.get_mut(&id).and_then(|t| t.blocks.get_mut(i)) {
-                b.inflight = Some(ticket);
-                match b.state {
-                    BlockState::Restoring => blocks.0 += 1,
-                    _ => blocks.1 += 1,
-                }
+        for (id, i) in pending {
+            let Some(b) = self.tables.get_mut(&id).and_then(|t| t.blocks.get_mut(i)) else {
+                continue;
+            };
+            let h2d = b.state == BlockState::Restoring;
+            let Some(ticket) = (if h2d { tickets.h2d } else { tickets.d2h }) else {
+                debug_assert!(false, "a copy without a ticket for its direction");
+                continue;
+            };
+            b.inflight = Some(ticket);
+            self.inflight.entry(ticket).or_default().push((id, i));
+            let n = self.ticket_blocks.entry(ticket).or_default();
+            if h2d {
+                n.0 += 1;
+                self.flight.0 += 1;
+            } else {
+                n.1 += 1;
+                self.flight.1 += 1;
             }
-        }
-        if !pending.is_empty() {
-            self.inflight.insert(ticket, pending);
-            self.ticket_blocks.insert(ticket, blocks);
-            self.flight.0 += blocks.0;
-            self.flight.1 += blocks.1;
         }
     }
 

@@ -18,10 +18,10 @@
 #[cfg(test)]
 mod tests;
 
-use superinfer_kernels::cuda::{CopyMode, DeviceArena, DuplexConfig, DuplexEngine, Gpu};
+use superinfer_kernels::cuda::{CopyMode, DeviceArena, Direction, DuplexConfig, DuplexEngine, Gpu};
 use superinfer_kernels::BlockCopy;
 
-use super::{CopyBatch, Ticket, Transfer};
+use super::{CopyBatch, Ticket, Tickets, Transfer};
 use crate::kv::block::BlockGeometry;
 
 /// Sizes of the two tiers.
@@ -37,6 +37,8 @@ pub struct CudaTransferConfig {
 /// The `cuda` [`Transfer`] backend.
 pub struct CudaTransfer {
     engine: DuplexEngine,
+    /// Tickets handed out and not yet reported (a batch's empty direction has none).
+    issued: std::collections::BTreeSet<Ticket>,
 }
 
 impl CudaTransfer {
@@ -44,7 +46,10 @@ impl CudaTransfer {
     /// stream) and creates the two copy streams.
     pub fn new(gpu: &Gpu, cfg: CudaTransferConfig) -> Result<Self, superinfer_kernels::Error> {
         let engine = DuplexEngine::new(gpu, Self::duplex_config(&cfg))?;
-        Ok(Self { engine })
+        Ok(Self {
+            engine,
+            issued: Default::default(),
+        })
     }
 
     /// As [`CudaTransfer::new`] over an existing HBM tier: the model runner's KV arena (a
@@ -57,7 +62,10 @@ impl CudaTransfer {
     ) -> Result<Self, superinfer_kernels::Error> {
         let hbm = DeviceArena::from_tensor(gpu, arena)?;
         let engine = DuplexEngine::with_hbm(gpu, Self::duplex_config(&cfg), hbm)?;
-        Ok(Self { engine })
+        Ok(Self {
+            engine,
+            issued: Default::default(),
+        })
     }
 
     fn duplex_config(cfg: &CudaTransferConfig) -> DuplexConfig {
@@ -104,7 +112,8 @@ fn copies(batch: &CopyBatch) -> (Vec<BlockCopy>, Vec<BlockCopy>) {
 }
 
 impl Transfer for CudaTransfer {
-    fn submit(&mut self, _now: f64, batch: CopyBatch) -> Ticket {
+    /// Batch `id`'s restores are ticket `2·id`, its evictions and writebacks `2·id + 1`.
+    fn submit(&mut self, _now: f64, batch: CopyBatch) -> Tickets {
         let (h2d, d2h) = copies(&batch);
         debug_assert!(
             self.engine.conflict(&h2d, &d2h).is_none(),
@@ -112,14 +121,26 @@ impl Transfer for CudaTransfer {
             self.engine.conflict(&h2d, &d2h)
         );
         match self.engine.submit(&h2d, &d2h) {
-            Ok(id) => Ticket(id),
+            Ok(id) => {
+                let tickets = Tickets {
+                    h2d: (!batch.h2d.is_empty()).then_some(Ticket(2 * id)),
+                    d2h: (!batch.d2h.is_empty()).then_some(Ticket(2 * id + 1)),
+                };
+                self.issued
+                    .extend(tickets.h2d.into_iter().chain(tickets.d2h));
+                tickets
+            }
             Err(e) => panic!("cuda transfer: submit failed: {e}"),
         }
     }
 
     fn poll(&mut self, _now: f64) -> Vec<Ticket> {
-        match self.engine.poll() {
-            Ok(done) => done.into_iter().map(Ticket).collect(),
+        match self.engine.poll_directions() {
+            Ok(done) => done
+                .into_iter()
+                .map(|(id, dir)| Ticket(2 * id + u64::from(dir == Direction::D2h)))
+                .filter(|t| self.issued.remove(t))
+                .collect(),
             Err(e) => panic!("cuda transfer: event query failed: {e}"),
         }
     }

@@ -11,7 +11,7 @@
 //! A failed copy is a fault the engine cannot recover from (its KV would be wrong): `poll`
 //! panics with the error, as the CUDA backend does for a device fault.
 
-use super::{CopyBatch, Ticket, Transfer};
+use super::{CopyBatch, Ticket, Tickets, Transfer};
 use crate::error::EngineError;
 use crate::model::KvArena;
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
@@ -104,9 +104,15 @@ impl HostTransfer {
 }
 
 impl Transfer for HostTransfer {
-    fn submit(&mut self, _now: f64, batch: CopyBatch) -> Ticket {
+    /// One worker job per batch (the worker copies serially, so the directions land together);
+    /// both directions' tickets are reported when it is done.
+    fn submit(&mut self, _now: f64, batch: CopyBatch) -> Tickets {
         let ticket = Ticket(self.next_ticket);
         self.next_ticket += 1;
+        let tickets = Tickets {
+            h2d: (!batch.h2d.is_empty()).then_some(ticket),
+            d2h: (!batch.d2h.is_empty()).then_some(ticket),
+        };
         let block = self.dram.geometry().block_bytes();
         self.bytes.0 += batch.h2d.len() as u64 * block;
         self.bytes.1 += batch.d2h.len() as u64 * block;
@@ -115,7 +121,7 @@ impl Transfer for HostTransfer {
             .as_ref()
             .is_some_and(|j| j.send(Job { ticket, batch }).is_ok());
         assert!(sent, "host transfer: the copy thread is gone");
-        ticket
+        tickets
     }
 
     fn poll(&mut self, _now: f64) -> Vec<Ticket> {
@@ -189,29 +195,35 @@ mod tests {
             src: HbmBlock(s),
             dst: DramBlock(d),
         };
-        let t0 = t.submit(
-            0.0,
-            CopyBatch {
-                h2d: vec![],
-                d2h: vec![d2h(1, 6), d2h(2, 7)],
-            },
-        );
+        let t0 = t
+            .submit(
+                0.0,
+                CopyBatch {
+                    h2d: vec![],
+                    d2h: vec![d2h(1, 6), d2h(2, 7)],
+                },
+            )
+            .d2h
+            .unwrap();
         let mut seen = Vec::new();
         while seen.is_empty() {
             seen = t.poll(0.0);
         }
         assert_eq!(seen, vec![t0]);
         assert_eq!(t.dram().block_to_vec(7).unwrap(), vec![2.5; rows * 2]);
-        let t1 = t.submit(
-            0.0,
-            CopyBatch {
-                h2d: vec![H2dCopy {
-                    src: DramBlock(6),
-                    dst: HbmBlock(3),
-                }],
-                d2h: vec![],
-            },
-        );
+        let t1 = t
+            .submit(
+                0.0,
+                CopyBatch {
+                    h2d: vec![H2dCopy {
+                        src: DramBlock(6),
+                        dst: HbmBlock(3),
+                    }],
+                    d2h: vec![],
+                },
+            )
+            .h2d
+            .unwrap();
         let mut seen = Vec::new();
         while seen.is_empty() {
             seen = t.poll(0.0);

@@ -2,7 +2,7 @@
 //! once (duplex ceiling), a fixed latency per batched copy call, queueing behind earlier
 //! copies in the same direction. Time is the engine clock's.
 
-use super::{CopyBatch, Ticket, Transfer};
+use super::{CopyBatch, Ticket, Tickets, Transfer};
 use crate::profile::HardwareProfile;
 
 /// Bandwidth model of the HBM ⇄ DRAM link.
@@ -49,7 +49,7 @@ impl SimTransfer {
 }
 
 impl Transfer for SimTransfer {
-    fn submit(&mut self, now: f64, batch: CopyBatch) -> Ticket {
+    fn submit(&mut self, now: f64, batch: CopyBatch) -> Tickets {
         let h = batch.h2d.len() as u64 * self.block_bytes;
         let d = batch.d2h.len() as u64 * self.block_bytes;
         let other_busy = |dir: usize| self.busy_until[dir] > now;
@@ -59,10 +59,18 @@ impl Transfer for SimTransfer {
         let end_d = self.schedule(1, d, self.d2h_bps, both_d, now);
         self.bytes.0 += h;
         self.bytes.1 += d;
-        let t = Ticket(self.next_ticket);
-        self.next_ticket += 1;
-        self.in_flight.push((t, end_h.max(end_d)));
-        t
+        let mut issue = |bytes: u64, end: f64| {
+            (bytes > 0).then(|| {
+                let t = Ticket(self.next_ticket);
+                self.next_ticket += 1;
+                self.in_flight.push((t, end));
+                t
+            })
+        };
+        Tickets {
+            h2d: issue(h, end_h),
+            d2h: issue(d, end_d),
+        }
     }
 
     fn poll(&mut self, now: f64) -> Vec<Ticket> {
@@ -121,7 +129,20 @@ mod tests {
         assert!((t_solo - 0.078).abs() < 0.001, "{t_solo}");
         assert!((t_both - 0.0893).abs() < 0.001, "{t_both}");
         assert!(both.poll(0.05).is_empty());
-        assert_eq!(both.poll(0.1), vec![Ticket(0)]);
+        assert_eq!(both.poll(0.1), vec![Ticket(0), Ticket(1)]);
         assert!(both.poll(1.0).is_empty(), "a ticket is reported once");
+    }
+
+    #[test]
+    fn each_direction_completes_on_its_own() {
+        let hw = Profile::builtin("h200-qwen2.5-32b").unwrap().hw;
+        let mut t = SimTransfer::new(&hw, 4u64 << 20);
+        // 64 MiB of restores beside 4 GiB of writebacks: the restores land long before.
+        let tickets = t.submit(0.0, batch(16, 1024));
+        let (h, d) = (tickets.h2d.unwrap(), tickets.d2h.unwrap());
+        assert_eq!(t.poll(0.01), vec![h]);
+        assert!(t.poll(0.05).is_empty());
+        assert_eq!(t.poll(0.1), vec![d]);
+        assert_eq!(t.submit(0.2, batch(0, 0)), Tickets::default());
     }
 }

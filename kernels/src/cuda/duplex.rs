@@ -36,6 +36,15 @@ struct Pending {
     id: u64,
     h2d_done: CudaEvent,
     d2h_done: CudaEvent,
+    /// Directions already reported by [`DuplexEngine::poll_directions`]: [h2d, d2h].
+    reported: [bool; 2],
+}
+
+/// One direction of a batch (for [`DuplexEngine::poll_directions`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    H2d,
+    D2h,
 }
 
 /// The duplex copy engine between one GPU's HBM tier and its pinned DRAM tier.
@@ -194,11 +203,15 @@ impl DuplexEngine {
             .map_err(driver("cuEventRecord"))?;
         let id = self.next_id;
         self.next_id += 1;
-        self.inflight.insert(id, h2d, d2h);
+        // Each direction is its own entry in the hazard tracker (2·id for H2D, 2·id + 1 for
+        // D2H), so `poll_directions` can release one direction while the other is in flight.
+        self.inflight.insert(2 * id, h2d, &[]);
+        self.inflight.insert(2 * id + 1, &[], d2h);
         self.pending.push_back(Pending {
             id,
             h2d_done,
             d2h_done,
+            reported: [false; 2],
         });
         self.bytes.0 += plan::total_bytes(&up);
         self.bytes.1 += plan::total_bytes(&down);
@@ -224,8 +237,41 @@ impl DuplexEngine {
                 break;
             }
             if let Some(p) = self.pending.pop_front() {
-                self.inflight.complete(p.id);
+                self.inflight.complete(2 * p.id);
+                self.inflight.complete(2 * p.id + 1);
                 done.push(p.id);
+                self.spare_events.push(p.h2d_done);
+                self.spare_events.push(p.d2h_done);
+            }
+        }
+        Ok(done)
+    }
+
+    /// Each direction of each batch whose copies have landed since the last call, each once:
+    /// a batch's restores are reported as soon as they land, without waiting for its
+    /// writebacks (or the other way round). A batch is retired (its blocks released for new
+    /// copies) once both directions have landed. Use either this or [`Self::poll`], not both.
+    pub fn poll_directions(&mut self) -> Result<Vec<(u64, Direction)>> {
+        let mut done = Vec::new();
+        for p in self.pending.iter_mut() {
+            for (k, dir) in [(0, Direction::H2d), (1, Direction::D2h)] {
+                if p.reported[k] {
+                    continue;
+                }
+                let event = if k == 0 { &p.h2d_done } else { &p.d2h_done };
+                if event.try_is_complete().map_err(driver("cuEventQuery"))? {
+                    p.reported[k] = true;
+                    self.inflight.complete(2 * p.id + k as u64);
+                    done.push((p.id, dir));
+                }
+            }
+        }
+        while self
+            .pending
+            .front()
+            .is_some_and(|p| p.reported == [true; 2])
+        {
+            if let Some(p) = self.pending.pop_front() {
                 self.spare_events.push(p.h2d_done);
                 self.spare_events.push(p.d2h_done);
             }

@@ -97,13 +97,16 @@ fn round_trip_through_hbm_preserves_every_byte() {
     let mut t = transfer();
     let bb = geometry().block_bytes();
     fill_dram(&mut t, 0..8, 1);
-    let a = t.submit(
-        0.0,
-        CopyBatch {
-            h2d: h2d(0, 10, 8),
-            d2h: vec![],
-        },
-    );
+    let a = t
+        .submit(
+            0.0,
+            CopyBatch {
+                h2d: h2d(0, 10, 8),
+                d2h: vec![],
+            },
+        )
+        .h2d
+        .unwrap();
     assert_eq!(wait(&mut t, 1), vec![a]);
     assert_eq!(
         t.engine().last_segments(),
@@ -111,13 +114,16 @@ fn round_trip_through_hbm_preserves_every_byte() {
         "8 adjacent blocks merge into one copy"
     );
     t.step_issued();
-    let b = t.submit(
-        0.0,
-        CopyBatch {
-            h2d: vec![],
-            d2h: d2h(10, 20, 8),
-        },
-    );
+    let b = t
+        .submit(
+            0.0,
+            CopyBatch {
+                h2d: vec![],
+                d2h: d2h(10, 20, 8),
+            },
+        )
+        .d2h
+        .unwrap();
     assert_eq!(wait(&mut t, 1), vec![b]);
     assert_eq!(dram_mismatches(&t, 20..28, 0, 1), 0);
     assert_eq!(t.bytes_moved(), (8 * bb, 8 * bb));
@@ -131,13 +137,16 @@ fn restore_and_eviction_in_one_batch_both_land() {
     let mut t = transfer();
     fill_dram(&mut t, 0..8, 2);
     fill_dram(&mut t, 30..38, 2);
-    let first = t.submit(
-        0.0,
-        CopyBatch {
-            h2d: h2d(0, 0, 8),
-            d2h: vec![],
-        },
-    );
+    let first = t
+        .submit(
+            0.0,
+            CopyBatch {
+                h2d: h2d(0, 0, 8),
+                d2h: vec![],
+            },
+        )
+        .h2d
+        .unwrap();
     assert_eq!(wait(&mut t, 1), vec![first]);
     // Restore DRAM 30..38 into HBM 40..48 while HBM 0..8 is evicted to DRAM 50..58.
     t.step_issued();
@@ -148,15 +157,21 @@ fn restore_and_eviction_in_one_batch_both_land() {
             d2h: d2h(0, 50, 8),
         },
     );
-    assert_eq!(wait(&mut t, 1), vec![both]);
+    // Two tickets, one per direction, each reported once.
+    let mut landed = wait(&mut t, 2);
+    landed.sort();
+    assert_eq!(landed, vec![both.h2d.unwrap(), both.d2h.unwrap()]);
     t.step_issued();
-    let back = t.submit(
-        0.0,
-        CopyBatch {
-            h2d: vec![],
-            d2h: d2h(40, 60, 8),
-        },
-    );
+    let back = t
+        .submit(
+            0.0,
+            CopyBatch {
+                h2d: vec![],
+                d2h: d2h(40, 60, 8),
+            },
+        )
+        .d2h
+        .unwrap();
     assert_eq!(wait(&mut t, 1), vec![back]);
     assert_eq!(dram_mismatches(&t, 50..58, 0, 2), 0, "evicted blocks");
     assert_eq!(dram_mismatches(&t, 60..68, 30, 2), 0, "restored blocks");
