@@ -109,6 +109,14 @@ impl Metrics {
             ),
             ("superinfer_rotations_total", "Requests rotated out of HBM."),
             (
+                "superinfer_recomputes_total",
+                "Requests whose KV was dropped to be prefilled again.",
+            ),
+            (
+                "superinfer_shed_total",
+                "Requests refused at submit because they would miss their TTFT SLO (--shed-late).",
+            ),
+            (
                 "superinfer_transfer_bytes_total",
                 "Bytes copied between the tiers (h2d, d2h).",
             ),
@@ -169,6 +177,8 @@ impl Metrics {
             metrics::gauge!("superinfer_kv_usage_ratio", "tier" => "dram")
                 .set(ratio(engine.dram_used, engine.dram_capacity));
             metrics::counter!("superinfer_rotations_total").absolute(engine.rotations_out);
+            metrics::counter!("superinfer_recomputes_total").absolute(engine.recomputes);
+            metrics::counter!("superinfer_shed_total").absolute(engine.shed);
             metrics::counter!("superinfer_transfer_bytes_total", "direction" => "h2d")
                 .absolute(engine.bytes_h2d);
             metrics::counter!("superinfer_transfer_bytes_total", "direction" => "d2h")

@@ -187,3 +187,31 @@ fn response_id(prefix: &str) -> String {
 }
 
 static SALT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+#[cfg(test)]
+mod tests {
+    use super::engine_failure;
+    use crate::error::GatewayError;
+    use superinfer_engine::EngineError;
+    use superinfer_policies::RequestId;
+
+    #[test]
+    fn a_request_refused_for_its_slo_is_overload_not_a_fault() {
+        let refused = EngineError::WouldMissSlo {
+            id: RequestId(7),
+            wait_s: 3.2,
+        };
+        assert!(matches!(
+            engine_failure(refused.to_string(), 0),
+            GatewayError::Overloaded { .. }
+        ));
+        assert!(matches!(
+            engine_failure(EngineError::QueueFull(3).to_string(), 0),
+            GatewayError::Overloaded { .. }
+        ));
+        assert!(matches!(
+            engine_failure("model runner: boom".into(), 0),
+            GatewayError::Engine(_)
+        ));
+    }
+}

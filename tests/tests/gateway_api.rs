@@ -448,6 +448,8 @@ async fn models_health_and_metrics() {
         "superinfer_kv_usage_ratio{tier=\"hbm\"}",
         "superinfer_kv_usage_ratio{tier=\"dram\"}",
         "superinfer_rotations_total",
+        "superinfer_recomputes_total 0",
+        "superinfer_shed_total 0",
         "superinfer_transfer_bytes_total{direction=\"h2d\"}",
     ] {
         assert!(text.contains(needle), "missing {needle} in\n{text}");
