@@ -188,8 +188,9 @@ pub trait Policy: Send {
 /// Work done for one tenant in one step, in tokens.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Service {
-    /// Prompt (or recomputed) tokens prefilled.
+    /// Prompt tokens prefilled (the engine reports tokens a request was never charged for:
+    /// a recomputed request's prefill is not service again).
     pub prefill: u64,
-    /// Tokens generated.
+    /// Tokens generated (likewise, once each).
     pub decode: u64,
 }

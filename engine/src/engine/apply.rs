@@ -170,26 +170,33 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             if self.resident() >= max {
                 break;
             }
-            let need = match self.state_of(id) {
-                Some(ReqState::Rotary) => self.pool.parked(id),
-                Some(ReqState::Waiting) => self.blocks_for(self.requests[&id].tokens.len() as u32),
+            let restore = match self.state_of(id) {
+                Some(ReqState::Rotary) => true,
+                Some(ReqState::Waiting) => false,
                 _ => continue,
+            };
+            let need = if restore {
+                self.pool.parked(id)
+            } else {
+                self.blocks_for(self.requests[&id].tokens.len() as u32)
             };
             if self.pool.hbm_free() < reserved + need {
                 reserved += need;
                 continue;
             }
-            let taken = match self.state_of(id) {
-                Some(ReqState::Rotary) => self.take_restore(id, now, copies),
-                _ => self.take_admission(id, now),
-            };
-            debug_assert!(taken, "{id:?} fit the free blocks but was not taken");
+            if restore {
+                self.take_restore(id, now, copies);
+            } else {
+                self.take_admission(id, now, need);
+            }
         }
     }
 
-    fn take_restore(&mut self, id: RequestId, now: f64, copies: &mut CopyBatch) -> bool {
+    /// Restores a rotary request whose parked blocks fit the free HBM blocks.
+    fn take_restore(&mut self, id: RequestId, now: f64, copies: &mut CopyBatch) {
         if !self.pool.restore(id, &mut copies.h2d) {
-            return false;
+            debug_assert!(false, "{id:?} fit the free blocks but was not restored");
+            return;
         }
         self.counters.restores += 1;
         if self.pool.any_in_flight(id) {
@@ -199,13 +206,13 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             self.move_req(id, ReqState::Running);
             self.requests.get_mut(&id).expect("live").t_run = Some(now);
         }
-        true
     }
 
-    fn take_admission(&mut self, id: RequestId, now: f64) -> bool {
-        let need = self.blocks_for(self.requests[&id].tokens.len() as u32) as usize;
-        if !self.pool.grow_to(id, need) {
-            return false;
+    /// Admits a waiting request whose `need` blocks fit the free HBM blocks.
+    fn take_admission(&mut self, id: RequestId, now: f64, need: u32) {
+        if !self.pool.grow_to(id, need as usize) {
+            debug_assert!(false, "{id:?} fit the free blocks but was not admitted");
+            return;
         }
         self.counters.admitted += 1;
         self.move_req(id, ReqState::Running);
@@ -216,7 +223,6 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
         req.t_run = Some(now);
         req.run_tokens = 0;
-        true
     }
 
     /// Drops a running request's KV; it waits to prefill its whole sequence again.

@@ -5,7 +5,7 @@
 use super::{Engine, EngineEvent, StepReport};
 use crate::clock::Clock;
 use crate::error::EngineError;
-use crate::request::{FinishReason, ReqState};
+use crate::request::{FinishReason, ReqState, Request};
 use crate::runner::{BatchEntry, ModelRunner, StepBatch};
 use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
@@ -117,40 +117,31 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let mut service: BTreeMap<TenantId, (f64, Service)> = BTreeMap::new();
         for (span, token) in spans.into_iter().zip(out.tokens) {
             let lp = logprobs.next().flatten();
-            let len = span.end - span.pos;
-            let req = self.requests.get_mut(&span.id).expect("batch ids are live");
-            let r = &req.spec;
-            let s = &mut service
-                .entry(r.tenant)
-                .or_insert((r.weight, Service::default()))
-                .1;
-            // A one-token span of a request past its prompt is a decode step; anything else
-            // (prompt chunks, a recomputed request's tokens) is prefill. The tenant is charged
-            // only for tokens it was never charged for: recomputing is the scheduler's choice.
-            if span.sample && len == 1 && span.pos >= r.prompt.len() as u32 {
+            let c = self.advance(span, (token, lp), t, &eos);
+            if c.decode_step {
                 report.decode_tokens += 1;
-                if span.end > req.charged_kv {
-                    s.decode += 1;
-                }
             } else {
-                report.prefill_tokens += len;
-                s.prefill += u64::from(span.end.saturating_sub(req.charged_kv.max(span.pos)));
+                report.prefill_tokens += span.end - span.pos;
             }
-            req.charged_kv = req.charged_kv.max(span.end);
-            self.advance(span, (token, lp), t, &eos);
+            let s = &mut service
+                .entry(c.tenant)
+                .or_insert((c.weight, Service::default()))
+                .1;
+            s.prefill += c.service.prefill;
+            s.decode += c.service.decode;
         }
         self.serve(service);
         Ok(report)
     }
 
-    /// Applies one entry's result at engine time `t`.
+    /// Applies one entry's result at engine time `t`; returns what the step did for it.
     fn advance(
         &mut self,
         span: Span,
         out: (Option<u32>, Option<TokenLogprobs>),
         t: f64,
         eos: &[u32],
-    ) {
+    ) -> Charge {
         let (token, logprobs) = out;
         let bs = self.cfg.block_size;
         for i in span.pos / bs..span.end.div_ceil(bs) {
@@ -158,6 +149,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
         let progress = self.cfg.progress_tokens;
         let req = self.requests.get_mut(&span.id).expect("batch ids are live");
+        let charge = Charge::of(req, span);
         req.kv_len = span.end;
         let mut finished = None;
         if let (true, Some(tok)) = (span.sample, token) {
@@ -185,6 +177,44 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
         if let Some(reason) = finished {
             self.finish(span.id, reason, t);
+        }
+        charge
+    }
+}
+
+/// What one batch entry did: a decode step or prefill, and the service its tenant is charged.
+struct Charge {
+    decode_step: bool,
+    tenant: TenantId,
+    weight: f64,
+    service: Service,
+}
+
+impl Charge {
+    /// A one-token span of a request past its prompt is a decode step; anything else (prompt
+    /// chunks, a recomputed request's tokens) is prefill. The tenant is charged only for
+    /// tokens it was never charged for: recomputing is the scheduler's choice, not its work.
+    fn of(req: &mut Request, span: Span) -> Charge {
+        let decode_step =
+            span.sample && span.end - span.pos == 1 && span.pos >= req.spec.prompt.len() as u32;
+        let fresh = span.end.saturating_sub(req.charged_kv.max(span.pos));
+        req.charged_kv = req.charged_kv.max(span.end);
+        let service = if decode_step {
+            Service {
+                prefill: 0,
+                decode: u64::from(fresh),
+            }
+        } else {
+            Service {
+                prefill: u64::from(fresh),
+                decode: 0,
+            }
+        };
+        Charge {
+            decode_step,
+            tenant: req.spec.tenant,
+            weight: req.spec.weight,
+            service,
         }
     }
 }
