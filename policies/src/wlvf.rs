@@ -149,10 +149,14 @@ impl Wlvf {
                 by_tenant.entry(r.tenant).or_default().push(i);
             }
         }
+        // Running requests: their tenant's band (candidates are keyed per tenant below).
         let mut keys: Vec<Key> = view
             .iter()
             .zip(&vlt)
-            .map(|(r, &v)| Key::new(self.tier(self.band(start(r), v0), r, now), v))
+            .map(|(r, &v)| match r.phase {
+                Phase::Running => Key::new(self.tier(self.band(start(r), v0), r, now), v),
+                _ => Key::new(0, v),
+            })
             .collect();
         for (tenant, mut cands) in by_tenant {
             // The tenant's own LVF order: highest VLT, then earliest arrival, then lowest id.
