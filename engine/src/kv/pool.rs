@@ -289,22 +289,37 @@ impl KvPool {
                 if *budget == 0 {
                     break;
                 }
-                let (mirror, hbm) = (b.dram, b.hbm.expect("dirty blocks are in HBM"));
+                let mirror = b.dram;
                 let Some(dram) = mirror.or_else(|| self.dram_free.take().map(DramBlock)) else {
                     break;
                 };
-                self.block_mut(id, i).dram = Some(dram);
-                self.set(id, i, BlockState::WritingBack);
-                self.pending.push((id, i));
-                out.push(D2hCopy {
-                    src: hbm,
-                    dst: dram,
-                });
+                self.copy_out(id, i, dram, BlockState::WritingBack, out);
                 *budget -= 1;
             }
             i += 1;
             self.tables.get_mut(&id).expect("exists").clean_below = i;
         }
+    }
+
+    /// Copies dirty block `i` of `id` to its mirror `dram` (writeback or eviction, as `to`
+    /// says): the copy joins the batch being built.
+    fn copy_out(
+        &mut self,
+        id: RequestId,
+        i: usize,
+        dram: DramBlock,
+        to: BlockState,
+        out: &mut Vec<D2hCopy>,
+    ) {
+        let b = self.block_mut(id, i);
+        let hbm = b.hbm.expect("dirty blocks are in HBM");
+        b.dram = Some(dram);
+        self.set(id, i, to);
+        self.pending.push((id, i));
+        out.push(D2hCopy {
+            src: hbm,
+            dst: dram,
+        });
     }
 
     /// DRAM blocks that rotating `id` out would newly need.
@@ -332,18 +347,11 @@ impl KvPool {
                     self.set(id, i, BlockState::Parked);
                 }
                 BlockState::Dirty => {
-                    let hbm = b.hbm.expect("dirty blocks are in HBM");
                     let dram = match b.dram {
                         Some(d) => d,
                         None => DramBlock(self.dram_free.take().expect("checked enough DRAM")),
                     };
-                    self.block_mut(id, i).dram = Some(dram);
-                    self.set(id, i, BlockState::Evicting);
-                    self.pending.push((id, i));
-                    out.push(D2hCopy {
-                        src: hbm,
-                        dst: dram,
-                    });
+                    self.copy_out(id, i, dram, BlockState::Evicting, out);
                 }
                 BlockState::WritingBack => self.set(id, i, BlockState::Evicting),
                 s => debug_assert!(false, "evicting a block in state {s:?}"),
