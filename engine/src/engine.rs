@@ -6,6 +6,9 @@
 mod apply;
 mod batch;
 mod shed;
+mod xfer;
+
+pub use xfer::measure_duplex_rate;
 
 use crate::clock::Clock;
 use crate::error::EngineError;
@@ -28,8 +31,13 @@ pub struct EngineConfig {
     pub max_batched_tokens: u32,
     /// At most this many requests resident (running or restoring) at once.
     pub max_num_seqs: u32,
-    /// Rotation budget `B_xfer`: blocks moved per iteration per direction.
-    pub b_xfer: u32,
+    /// Rotation budget `B_xfer`: blocks moved per iteration per direction. `None` (the
+    /// default): derived every iteration from the link's rate and the recent iteration time
+    /// (`engine/src/engine/xfer.rs`).
+    pub b_xfer: Option<u32>,
+    /// With the automatic `B_xfer`: the share of one iteration's link capacity the scheduler
+    /// may plan.
+    pub b_xfer_link_share: f64,
     /// HBM tier size in blocks.
     pub hbm_blocks: u32,
     /// DRAM tier size in blocks.
@@ -56,7 +64,8 @@ impl Default for EngineConfig {
             block_size: 16,
             max_batched_tokens: 16384,
             max_num_seqs: 1024,
-            b_xfer: 2400,
+            b_xfer: None,
+            b_xfer_link_share: 1.0,
             hbm_blocks: 4096,
             dram_blocks: 16384,
             max_queue: 100_000,
@@ -126,6 +135,11 @@ pub struct EngineStats {
     pub steps: u64,
     pub bytes_h2d: u64,
     pub bytes_d2h: u64,
+    /// The rotation budget of the latest plan, blocks per direction.
+    pub b_xfer: u32,
+    /// The link's rate the automatic budget uses: blocks per second per direction with both
+    /// directions busy (measured at start, or the twin's profile); 0 with a fixed budget.
+    pub link_blocks_per_s: f64,
 }
 
 /// Live requests per state, kept as they move (so no step counts them by scanning).
@@ -174,6 +188,10 @@ pub struct Engine<R, T, C> {
     /// Start of the previous step, if the engine still had live requests after it (so the
     /// time since is iteration time, not idle time).
     busy_since: Option<f64>,
+    xfer: xfer::XferBudget,
+    /// Requests that may have full blocks not yet written back (a block filled since their
+    /// last complete writeback), oldest first: eager writeback visits only these.
+    writeback_due: BTreeSet<RequestId>,
 }
 
 impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
@@ -196,6 +214,24 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 cfg.block_size
             )));
         }
+        let share = cfg.b_xfer_link_share;
+        if !(share.is_finite() && share > 0.0) {
+            return Err(EngineError::Config(format!(
+                "b_xfer_link_share must be positive, got {share}"
+            )));
+        }
+        let mut transfer = transfer;
+        let rate = match cfg.b_xfer {
+            Some(_) => 0.0,
+            None => measure_duplex_rate(&mut transfer, cfg.hbm_blocks, cfg.dram_blocks).map_err(
+                |e| {
+                    EngineError::Config(format!(
+                        "automatic B_xfer: {e} (set a fixed budget with --b-xfer)"
+                    ))
+                },
+            )?,
+        };
+        let xfer = xfer::XferBudget::new(cfg.b_xfer, share, rate);
         let pool = KvPool::new(cfg.hbm_blocks, cfg.dram_blocks);
         Ok(Engine {
             cfg,
@@ -211,6 +247,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             census: Census::default(),
             late: shed::LateGuard::default(),
             busy_since: None,
+            xfer,
+            writeback_due: BTreeSet::new(),
         })
     }
 
@@ -250,7 +288,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
 
     /// Takes the events produced since the last call.
     pub fn take_events(&mut self) -> Vec<EngineEvent> {
-        std::mem::take(&mut self.events)
+        // The next batch of events is about as large as this one: allocate once for it.
+        let next = Vec::with_capacity(self.events.len());
+        std::mem::replace(&mut self.events, next)
     }
 
     /// Accepts a request. Refuses (and keeps nothing of) an empty prompt, one that could never
@@ -337,6 +377,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.policy.on_departure(req.spec.tenant);
         self.pool.free(id);
         self.transit.remove(&id);
+        self.writeback_due.remove(&id);
         self.counters.finished += 1;
         self.events.push(EngineEvent::Finished {
             id,
@@ -361,6 +402,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         s.hbm_used = s.hbm_capacity - self.pool.hbm_free();
         s.dram_used = s.dram_capacity - self.pool.dram_free();
         (s.bytes_h2d, s.bytes_d2h) = self.transfer.bytes_moved();
+        s.b_xfer = self.xfer.last();
+        s.link_blocks_per_s = self.xfer.rate();
         s
     }
 
@@ -377,11 +420,12 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         if let Some(t) = self.busy_since {
             // One iteration: the batch, the copies it waited for, the host work around them.
             self.policy.on_step(now - t);
+            self.xfer.observe(now - t);
         }
         self.ingest_copies(now);
         let mut copies = crate::transfer::CopyBatch::default();
-        self.schedule(now, &mut copies);
-        self.grow_and_write_back(&mut copies);
+        let grown = self.schedule(now, &mut copies);
+        self.grow_and_write_back(grown, &mut copies);
         if !copies.is_empty() {
             let tickets = self.transfer.submit(now, copies);
             self.pool.commit(tickets);

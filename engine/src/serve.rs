@@ -77,8 +77,9 @@ pub struct EngineOptions {
     pub policy: PolicyKind,
     /// Knobs of LVF / weighted LVF.
     pub wlvf: WlvfConfig,
-    /// Rotation budget: blocks moved per iteration per direction.
-    pub b_xfer: u32,
+    /// Rotation budget: blocks moved per iteration per direction; `None`: automatic (measured
+    /// link rate × iteration time, `EngineConfig::b_xfer`).
+    pub b_xfer: Option<u32>,
     /// Token budget per iteration (decode tokens + prefill chunks).
     pub max_batched_tokens: u32,
     pub max_num_seqs: u32,
@@ -108,7 +109,7 @@ impl Default for EngineOptions {
             dram_bytes: 1 << 30,
             policy: PolicyKind::Wlvf,
             wlvf: WlvfConfig::default(),
-            b_xfer: 256,
+            b_xfer: None,
             max_batched_tokens: 2048,
             max_num_seqs: 256,
             max_queue: 4096,

@@ -22,8 +22,9 @@ pub struct SimSettings {
     pub gpu_memory_utilization: f64,
     /// DRAM tier size in GiB (the paper used 400).
     pub dram_gib: f64,
-    /// Rotation budget in blocks per iteration (paper: 2400).
-    pub b_xfer: u32,
+    /// Rotation budget in blocks per iteration (paper: 2400); `None`: automatic, from the
+    /// profile's link rate and the iteration time.
+    pub b_xfer: Option<u32>,
     pub max_batched_tokens: u32,
     pub block_size: u32,
 }
@@ -34,7 +35,7 @@ impl Default for SimSettings {
             profile: "gh200-qwen2.5-32b".into(),
             gpu_memory_utilization: 0.9,
             dram_gib: 400.0,
-            b_xfer: 2400,
+            b_xfer: None,
             max_batched_tokens: 16384,
             block_size: 16,
         }

@@ -74,4 +74,12 @@ pub trait Transfer: Send {
     fn step_issued(&mut self) {}
     /// Bytes copied so far per direction: (host-to-device, device-to-host).
     fn bytes_moved(&self) -> (u64, u64);
+    /// Bytes of one block (one copy unit).
+    fn block_bytes(&self) -> u64;
+    /// For a modelled link (the twin): blocks per second per direction while both directions
+    /// copy at once. Real backends return `None`; the engine measures them at start
+    /// (`engine::measure_duplex_rate`).
+    fn modelled_rate(&self) -> Option<f64> {
+        None
+    }
 }

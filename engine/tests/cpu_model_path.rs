@@ -263,7 +263,7 @@ fn two_hundred_requests_under_rotation_complete_with_correct_outputs() {
     let want = drain(&mut e);
     // 40 blocks of HBM for 200 requests of 1 to 4 blocks each: constant rotation.
     let tight = EngineOptions {
-        b_xfer: 16,
+        b_xfer: Some(16),
         ..opts(40, 2048)
     };
     let (mut e, _) = cpu_engine(dir.path(), &tight).unwrap();

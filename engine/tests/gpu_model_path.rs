@@ -280,7 +280,7 @@ fn run_engine(
         hbm_blocks: Some(hbm_blocks),
         dram_blocks: Some(4096),
         max_batched_tokens: 256,
-        b_xfer: 16,
+        b_xfer: Some(16),
         policy,
         dtype: ModelDtype::Bf16,
         seed: Some(1),

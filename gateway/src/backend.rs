@@ -166,7 +166,7 @@ fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptio
         dram_blocks: opts.dram_blocks,
         policy: opts.policy,
         wlvf: opts.wlvf,
-        b_xfer: opts.b_xfer.unwrap_or(defaults.b_xfer),
+        b_xfer: opts.b_xfer,
         max_batched_tokens: opts
             .max_batched_tokens
             .unwrap_or(defaults.max_batched_tokens),
@@ -215,6 +215,14 @@ where
         .config()
         .hbm_blocks
         .saturating_mul(engine.config().block_size);
+    match engine.config().b_xfer {
+        Some(blocks) => tracing::info!(blocks, "rotation budget B_xfer fixed"),
+        None => tracing::info!(
+            link_blocks_per_s = engine.stats().link_blocks_per_s,
+            share = engine.config().b_xfer_link_share,
+            "rotation budget B_xfer automatic: link rate x mean iteration time, at least the largest live request"
+        ),
+    }
     let handle_cfg = HandleConfig {
         inbox_capacity: opts.max_queue.max(1),
         pace,
@@ -310,7 +318,7 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
         max_batched_tokens: opts
             .max_batched_tokens
             .unwrap_or(defaults.max_batched_tokens),
-        b_xfer: opts.b_xfer.unwrap_or(defaults.b_xfer),
+        b_xfer: opts.b_xfer,
         hbm_blocks: opts.hbm_blocks.unwrap_or(hbm),
         dram_blocks: opts.dram_blocks.unwrap_or(dram),
         progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),

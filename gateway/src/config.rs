@@ -97,7 +97,8 @@ pub struct Settings {
     /// DRAM tier size in KV blocks [default: from the model and memory].
     #[arg(long, env = "SUPERINFER_DRAM_BLOCKS")]
     pub dram_blocks: Option<u32>,
-    /// Rotation budget: KV blocks moved per iteration per direction [default: 2400].
+    /// Rotation budget: KV blocks moved per iteration per direction [default: automatic, the
+    /// copy rate measured at start × the mean iteration time, at least the largest request].
     #[arg(long, env = "SUPERINFER_B_XFER")]
     pub b_xfer: Option<u32>,
     /// Token budget per iteration [default: 16384].
@@ -282,7 +283,7 @@ impl ServeConfig {
                 wlvf,
                 hbm_blocks: positive("hbm_blocks", s.hbm_blocks)?,
                 dram_blocks: s.dram_blocks,
-                b_xfer: s.b_xfer,
+                b_xfer: positive("b_xfer", s.b_xfer)?,
                 max_batched_tokens: positive("max_batched_tokens", s.max_batched_tokens)?,
                 progress_tokens: positive("progress_tokens", s.progress_tokens)?,
                 shed_late: match s.shed_late {

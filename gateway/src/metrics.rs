@@ -120,6 +120,14 @@ impl Metrics {
                 "superinfer_transfer_bytes_total",
                 "Bytes copied between the tiers (h2d, d2h).",
             ),
+            (
+                "superinfer_b_xfer_blocks",
+                "Rotation budget B_xfer of the latest plan: blocks per iteration per direction.",
+            ),
+            (
+                "superinfer_link_blocks_per_second",
+                "Copy rate the automatic B_xfer uses: blocks/s per direction, both busy (0: fixed).",
+            ),
         ];
         for (name, text) in help {
             r.describe_gauge((*name).into(), None, (*text).into());
@@ -183,6 +191,8 @@ impl Metrics {
                 .absolute(engine.bytes_h2d);
             metrics::counter!("superinfer_transfer_bytes_total", "direction" => "d2h")
                 .absolute(engine.bytes_d2h);
+            metrics::gauge!("superinfer_b_xfer_blocks").set(f64::from(engine.b_xfer));
+            metrics::gauge!("superinfer_link_blocks_per_second").set(engine.link_blocks_per_s);
         });
         self.handle.run_upkeep();
         self.handle.render()

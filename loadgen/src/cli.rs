@@ -73,9 +73,14 @@ pub struct SimArgs {
     /// TOML file of [[tenant]] tables (docs/WORKLOADS.md).
     #[arg(long)]
     pub tenants: Option<PathBuf>,
-    /// Rotation budget in KV blocks per iteration (default: the profile's).
+    /// Rotation budget in KV blocks per iteration [default: automatic, the profile's link rate
+    /// × the mean iteration time, at least the largest live request].
     #[arg(long)]
     pub b_xfer: Option<u32>,
+    /// With the automatic budget: the share of one iteration's link capacity the scheduler
+    /// may plan.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_positive)]
+    pub b_xfer_share: f64,
     /// TTFT SLO of the single default tenant, seconds (ignored with --tenants).
     #[arg(long, default_value_t = 5.0, value_parser = parse_positive)]
     pub ttft_slo_s: f64,
@@ -203,6 +208,7 @@ pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
     SimTargetConfig {
         profile: args.profile.clone(),
         b_xfer: args.b_xfer,
+        b_xfer_share: args.b_xfer_share,
         dram_gib: args.dram_gib,
         dram_gb: args.dram_gb,
         gpu_memory_utilization: args.gpu_memory_utilization,
@@ -427,7 +433,9 @@ fn meta(args: &SimArgs, target: &SimTarget, command: String) -> ReportMeta {
     let e = target.engine_config();
     let b_xfer = args
         .b_xfer
-        .map_or("profile default".to_string(), |b| b.to_string());
+        .map_or("automatic (link rate × iteration time)".to_string(), |b| {
+            b.to_string()
+        });
     ReportMeta {
         command,
         context: vec![

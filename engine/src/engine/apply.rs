@@ -75,22 +75,26 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// Blocks one direction may still start this iteration: `B_xfer` less the blocks in
     /// flight (including eager writebacks) and those already queued in `queued`.
     fn xfer_left(&self, in_flight: u32, queued: usize) -> u32 {
-        self.cfg
-            .b_xfer
+        self.xfer
+            .last()
             .saturating_sub(in_flight)
             .saturating_sub(queued as u32)
     }
 
     /// Asks the policy for a plan and applies it, adding the copies it needs to `copies`.
-    pub(super) fn schedule(&mut self, now: f64, copies: &mut CopyBatch) {
-        let view: Vec<ReqView> = self
-            .requests
-            .values()
-            .filter_map(|r| r.phase().map(|p| self.view_of(r, p)))
-            .collect();
+    /// Returns whether a plan was applied (and with it the running requests' growth).
+    pub(super) fn schedule(&mut self, now: f64, copies: &mut CopyBatch) -> bool {
+        let mut view: Vec<ReqView> = Vec::with_capacity(self.requests.len());
+        view.extend(
+            self.requests
+                .values()
+                .filter_map(|r| r.phase().map(|p| self.view_of(r, p))),
+        );
         if view.is_empty() {
-            return;
+            return false;
         }
+        let largest = view.iter().map(|r| r.blocks).max().unwrap_or(0);
+        let b_xfer = self.xfer.budget(largest);
         // Blocks held by evictions in flight are free as soon as their copy lands: count them,
         // so the policy does not pick more victims for room already on its way. Copies still
         // in flight use up the rotation budget of their direction: B_xfer is what the link
@@ -106,7 +110,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let cap = Capacity {
             free_hbm: self.pool.hbm_free() + landing,
             free_dram: self.pool.dram_free(),
-            b_xfer: self.cfg.b_xfer,
+            b_xfer,
             h2d: self.xfer_left(h2d, copies.h2d.len()),
             d2h: self.xfer_left(d2h, copies.d2h.len()),
             prefill_tokens: self.prefill_budget(),
@@ -114,6 +118,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         };
         let plan = self.policy.plan(now, &view, cap);
         self.apply(plan, now, copies);
+        true
     }
 
     /// Tokens of this step's budget left for new prefills: decode tokens and the prefills
@@ -204,7 +209,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             self.transit.insert(id);
         } else {
             self.move_req(id, ReqState::Running);
-            self.requests.get_mut(&id).expect("live").t_run = Some(now);
+            let req = self.requests.get_mut(&id).expect("live");
+            req.t_run = Some(now);
+            // The block its next token needs, as its view counted (when HBM has it).
+            let next = (req.kv_len + 1).div_ceil(self.cfg.block_size) as usize;
+            self.pool.grow_to(id, next);
         }
     }
 
@@ -265,10 +274,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// step out when there is none (the policy sees the shortage next iteration).
     fn grow_running(&mut self) {
         let bs = self.cfg.block_size;
+        // Only a request whose blocks are exactly full needs one more for its next token.
         let growing: Vec<(RequestId, u32)> = self
             .requests
             .values()
-            .filter(|r| r.state == ReqState::Running && !r.prefilling())
+            .filter(|r| r.state == ReqState::Running && !r.prefilling() && r.kv_len % bs == 0)
             .map(|r| (r.spec.id, r.kv_len))
             .collect();
         for (id, kv_len) in growing {
@@ -276,28 +286,37 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
     }
 
-    /// Growth for requests that were not planned for (no plan ran), then eager writeback of
+    /// Growth when no plan ran (`grown` false), then eager writeback of
     /// the full dirty blocks of the running requests, within what the plan's rotations left of
     /// the device-to-host budget (oldest requests first; the rest wait for a later iteration).
-    pub(super) fn grow_and_write_back(&mut self, copies: &mut CopyBatch) {
-        self.grow_running();
+    pub(super) fn grow_and_write_back(&mut self, grown: bool, copies: &mut CopyBatch) {
+        if !grown {
+            self.grow_running();
+        }
         if !self.cfg.eager_writeback {
             return;
         }
         let mut budget = self.xfer_left(self.pool.blocks_in_flight().1, copies.d2h.len());
         let bs = self.cfg.block_size;
-        let running: Vec<(RequestId, u32)> = self
-            .requests
-            .values()
-            .filter(|r| r.state == ReqState::Running)
-            .map(|r| (r.spec.id, r.kv_len))
-            .collect();
-        for (id, kv_len) in running {
+        let due: Vec<RequestId> = self.writeback_due.iter().copied().collect();
+        for id in due {
             if budget == 0 {
                 break;
             }
-            self.pool
-                .writeback(id, (kv_len / bs) as usize, &mut copies.d2h, &mut budget);
+            let kv_len = match self.requests.get(&id) {
+                Some(r) if r.state == ReqState::Running => r.kv_len,
+                // Finished, or its blocks left HBM (evicted or dropped): nothing to write back.
+                _ => {
+                    self.writeback_due.remove(&id);
+                    continue;
+                }
+            };
+            let done =
+                self.pool
+                    .writeback(id, (kv_len / bs) as usize, &mut copies.d2h, &mut budget);
+            if done {
+                self.writeback_due.remove(&id);
+            }
         }
     }
 }

@@ -2,9 +2,11 @@
 //! then prefill chunks in admission order), run it, and turn its output into tokens, finishes
 //! and service accounting.
 
-use super::{Engine, EngineEvent, StepReport};
+use super::{Engine, EngineConfig, EngineEvent, StepReport};
 use crate::clock::Clock;
 use crate::error::EngineError;
+use crate::kv::pool::LogicalBlock;
+use crate::kv::KvPool;
 use crate::request::{FinishReason, ReqState, Request};
 use crate::runner::{BatchEntry, ModelRunner, StepBatch};
 use crate::sampling::TokenLogprobs;
@@ -21,79 +23,80 @@ struct Span {
     sample: bool,
 }
 
-impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
-    fn plan_spans(&self) -> Vec<Span> {
-        let bs = self.cfg.block_size;
-        let mut budget = self.cfg.max_batched_tokens;
-        let mut spans = Vec::new();
-        let mut prefills = Vec::new();
-        for r in self
-            .requests
-            .values()
-            .filter(|r| r.state == ReqState::Running)
-        {
-            let id = r.spec.id;
-            if r.prefilling() {
-                prefills.push((r.t_run.unwrap_or(r.t_arr), id));
-                continue;
-            }
-            let room = self.pool.table(id).len() as u32 * bs;
-            if budget > 0 && room > r.kv_len {
-                spans.push(Span {
-                    id,
-                    pos: r.kv_len,
-                    end: r.kv_len + 1,
-                    sample: true,
-                });
-                budget -= 1;
-            }
+/// The batch under the token budget: decode tokens first (in request order), then prefill
+/// chunks in admission order; one lookup of each request's block table.
+fn plan_batch<'a>(
+    requests: &'a BTreeMap<RequestId, Request>,
+    pool: &'a KvPool,
+    cfg: &EngineConfig,
+    running: usize,
+) -> (Vec<Span>, Vec<BatchEntry<'a>>) {
+    let bs = cfg.block_size;
+    let mut budget = cfg.max_batched_tokens;
+    let mut spans = Vec::with_capacity(running);
+    let mut entries = Vec::with_capacity(running);
+    let mut prefills = Vec::new();
+    let mut push = |r: &'a Request, blocks: &'a [LogicalBlock], span: Span| {
+        spans.push(span);
+        entries.push(BatchEntry {
+            id: span.id,
+            tokens: &r.tokens,
+            prompt_len: r.spec.prompt.len() as u32,
+            pos: span.pos,
+            end: span.end,
+            blocks,
+            sample: span.sample,
+            sampling: &r.spec.sampling,
+        });
+    };
+    for r in requests.values().filter(|r| r.state == ReqState::Running) {
+        if r.prefilling() {
+            prefills.push((r.t_run.unwrap_or(r.t_arr), r));
+            continue;
         }
-        prefills.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (_, id) in prefills {
-            if budget == 0 {
-                break;
-            }
-            let r = &self.requests[&id];
-            let total = r.tokens.len() as u32;
-            let end = (r.kv_len + budget).min(total);
-            budget -= end - r.kv_len;
-            spans.push(Span {
-                id,
+        let blocks = pool.table(r.spec.id);
+        if budget > 0 && blocks.len() as u32 * bs > r.kv_len {
+            let span = Span {
+                id: r.spec.id,
                 pos: r.kv_len,
-                end,
-                sample: end == total,
-            });
+                end: r.kv_len + 1,
+                sample: true,
+            };
+            push(r, blocks, span);
+            budget -= 1;
         }
-        spans
     }
+    prefills.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.spec.id.cmp(&b.1.spec.id)));
+    for (_, r) in prefills {
+        if budget == 0 {
+            break;
+        }
+        let total = r.tokens.len() as u32;
+        let end = (r.kv_len + budget).min(total);
+        budget -= end - r.kv_len;
+        let span = Span {
+            id: r.spec.id,
+            pos: r.kv_len,
+            end,
+            sample: end == total,
+        };
+        push(r, pool.table(r.spec.id), span);
+    }
+    (spans, entries)
+}
 
+impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// Runs one batch, if anything can run.
     pub(super) fn run_batch(&mut self) -> Result<StepReport, EngineError> {
-        let spans = self.plan_spans();
+        let running = self.census.count(ReqState::Running);
+        let (spans, entries) = plan_batch(&self.requests, &self.pool, &self.cfg, running);
         if spans.is_empty() {
             return Ok(StepReport {
                 idle_until: self.transfer.next_completion(),
                 ..Default::default()
             });
         }
-        let batch = StepBatch {
-            entries: spans
-                .iter()
-                .map(|s| {
-                    let r = &self.requests[&s.id];
-                    BatchEntry {
-                        id: s.id,
-                        tokens: &r.tokens,
-                        prompt_len: r.spec.prompt.len() as u32,
-                        pos: s.pos,
-                        end: s.end,
-                        blocks: self.pool.table(s.id),
-                        sample: s.sample,
-                        sampling: &r.spec.sampling,
-                    }
-                })
-                .collect(),
-        };
+        let batch = StepBatch { entries };
         let out = self.runner.step(&batch);
         self.transfer.step_issued();
         let out = out?;
@@ -151,6 +154,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let req = self.requests.get_mut(&span.id).expect("batch ids are live");
         let charge = Charge::of(req, span);
         req.kv_len = span.end;
+        if span.end / bs > span.pos / bs {
+            // A block filled: it is due for eager writeback.
+            self.writeback_due.insert(span.id);
+        }
         let mut finished = None;
         if let (true, Some(tok)) = (span.sample, token) {
             req.tokens.push(tok);

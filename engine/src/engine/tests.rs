@@ -18,7 +18,7 @@ fn engine(kind: PolicyKind, hbm: u32, dram: u32, b_xfer: u32) -> TestEngine {
         EngineConfig {
             hbm_blocks: hbm,
             dram_blocks: dram,
-            b_xfer,
+            b_xfer: Some(b_xfer),
             max_batched_tokens: 256,
             max_num_seqs: 64,
             ..EngineConfig::default()
@@ -203,7 +203,7 @@ fn the_rotation_count_resets_only_after_progress_tokens_in_one_running_period() 
         EngineConfig {
             hbm_blocks: 48,
             dram_blocks: 2048,
-            b_xfer: 64,
+            b_xfer: Some(64),
             max_batched_tokens: 256,
             max_num_seqs: 64,
             progress_tokens: progress,
@@ -363,7 +363,7 @@ fn a_tenant_whose_queue_runs_late_is_refused_early_and_others_are_not() {
         EngineConfig {
             hbm_blocks: 16,
             dram_blocks: 64,
-            b_xfer: 16,
+            b_xfer: Some(16),
             max_batched_tokens: 256,
             max_num_seqs: 64,
             shed_late: Some(0.5),
@@ -398,4 +398,52 @@ fn a_tenant_whose_queue_runs_late_is_refused_early_and_others_are_not() {
         plain.clock_mut().advance(0.05);
         plain.step().unwrap();
     }
+}
+
+#[test]
+fn the_automatic_rotation_budget_follows_the_link_and_the_iteration_time() {
+    let cfg = |b_xfer| EngineConfig {
+        hbm_blocks: 400,
+        dram_blocks: 4000,
+        b_xfer,
+        max_batched_tokens: 256,
+        max_num_seqs: 64,
+        ..EngineConfig::default()
+    };
+    let mut auto = engine_with(PolicyKind::Wlvf, cfg(None));
+    let mut fixed = engine_with(PolicyKind::Wlvf, cfg(Some(48)));
+    for e in [&mut auto, &mut fixed] {
+        for i in 0..40 {
+            e.submit(request(i, (i % 2) as u32, 200, 300)).unwrap();
+        }
+    }
+    let profile = Profile::builtin("h200-llama-3-8b").unwrap();
+    let rate = profile.hw.duplex_each_gbps * 1e9 / profile.model.geometry(16).block_bytes() as f64;
+    let mut seen = Vec::new();
+    for _ in 0..400 {
+        auto.step().unwrap();
+        fixed.step().unwrap();
+        let (a, f) = (auto.stats(), fixed.stats());
+        assert_eq!(f.b_xfer, 48, "a fixed budget stays fixed");
+        assert_eq!(f.link_blocks_per_s, 0.0);
+        assert!((a.link_blocks_per_s - rate).abs() < 1e-6 * rate);
+        // Never below the largest live request's current need: a waiting one's prompt (200
+        // tokens = 13 blocks) at least, a whole request (500 tokens = 32 blocks) at most.
+        if !auto.is_empty() {
+            assert!(a.b_xfer >= 13, "{a:?}");
+        }
+        if let Some(t) = auto.xfer.iteration_s() {
+            let link = (rate * t).round() as u32;
+            assert!(
+                a.b_xfer == link || (a.b_xfer > link && a.b_xfer <= 32),
+                "{a:?}"
+            );
+        }
+        seen.push(a.b_xfer);
+    }
+    seen.dedup();
+    assert!(
+        seen.len() > 1,
+        "the budget never moved with the iteration time: {seen:?}"
+    );
 }

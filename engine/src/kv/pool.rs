@@ -16,6 +16,7 @@ mod check;
 use super::block::{DramBlock, HbmBlock};
 use super::lifecycle::{allowed, BlockState};
 use crate::transfer::{D2hCopy, H2dCopy, Ticket, Tickets};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use superinfer_policies::RequestId;
 
@@ -46,11 +47,29 @@ struct Table {
     counts: [u32; BlockState::COUNT],
     /// No block below this index is dirty (eager writeback resumes here).
     clean_below: usize,
+    /// A restore landed since the last write: the block the next write goes to may be synced
+    /// (a restored partial tail). Full blocks are never written again, so only the first
+    /// write after a restore can hit a synced block; `wrote` looks at the block only then.
+    restored: bool,
 }
 
 impl Table {
     fn count(&self, s: BlockState) -> u32 {
         self.counts[s.index()]
+    }
+
+    /// Moves block `i` to `to`, keeping the counts; a transition the table does not allow is
+    /// recorded in `illegal`.
+    fn set(&mut self, i: usize, to: BlockState, illegal: &mut Vec<(BlockState, BlockState)>) {
+        let b = &mut self.blocks[i];
+        let from = b.state;
+        if !allowed(from, to) {
+            illegal.push((from, to));
+            debug_assert!(false, "illegal block transition {from:?} -> {to:?}");
+        }
+        b.state = to;
+        self.counts[from.index()] -= 1;
+        self.counts[to.index()] += 1;
     }
 }
 
@@ -94,7 +113,8 @@ pub struct KvPool {
     hbm_free: FreeSlots,
     dram_free: FreeSlots,
     quarantine: Vec<(Ticket, Slot)>,
-    tables: BTreeMap<RequestId, Table>,
+    /// Hashed: every step looks each running request's table up several times.
+    tables: FxHashMap<RequestId, Table>,
     inflight: BTreeMap<Ticket, Vec<(RequestId, usize)>>,
     /// Blocks each ticket copies: (host-to-device, device-to-host), until it completes.
     ticket_blocks: BTreeMap<Ticket, (u32, u32)>,
@@ -113,7 +133,7 @@ impl KvPool {
             hbm_free: FreeSlots::all(hbm_blocks),
             dram_free: FreeSlots::all(dram_blocks),
             quarantine: Vec::new(),
-            tables: BTreeMap::new(),
+            tables: FxHashMap::default(),
             inflight: BTreeMap::new(),
             ticket_blocks: BTreeMap::new(),
             flight: (0, 0),
@@ -213,19 +233,10 @@ impl KvPool {
     }
 
     fn set(&mut self, id: RequestId, i: usize, to: BlockState) {
-        let t = self
-            .tables
+        self.tables
             .get_mut(&id)
-            .expect("caller checked the table exists");
-        let b = &mut t.blocks[i];
-        let from = b.state;
-        if !allowed(from, to) {
-            self.illegal.push((from, to));
-            debug_assert!(false, "illegal block transition {from:?} -> {to:?}");
-        }
-        b.state = to;
-        t.counts[from.index()] -= 1;
-        t.counts[to.index()] += 1;
+            .expect("caller checked the table exists")
+            .set(i, to, &mut self.illegal);
     }
 
     fn block(&self, id: RequestId, i: usize) -> &LogicalBlock {
@@ -240,6 +251,9 @@ impl KvPool {
     pub fn grow_to(&mut self, id: RequestId, n: usize) -> bool {
         let have = self.table(id).len();
         let need = n.saturating_sub(have);
+        if need == 0 {
+            return true;
+        }
         if need > self.hbm_free.len() {
             return false;
         }
@@ -259,13 +273,17 @@ impl KvPool {
 
     /// The runner wrote tokens into block `i` of `id`: a synced tail becomes dirty again.
     pub fn wrote(&mut self, id: RequestId, i: usize) {
-        if self
-            .table(id)
+        let Some(t) = self.tables.get_mut(&id) else {
+            return;
+        };
+        if !std::mem::take(&mut t.restored) {
+            return;
+        }
+        if t.blocks
             .get(i)
             .is_some_and(|b| b.state == BlockState::Synced)
         {
-            self.set(id, i, BlockState::Dirty);
-            let t = self.tables.get_mut(&id).expect("exists");
+            t.set(i, BlockState::Dirty, &mut self.illegal);
             t.clean_below = t.clean_below.min(i);
         }
     }
@@ -273,16 +291,20 @@ impl KvPool {
     /// Eager writeback: D2H copies for the dirty blocks among the first `full` blocks of `id`
     /// (full blocks are immutable), each into its DRAM mirror (allocated now), at most
     /// `*budget` of them (decremented). Stops when DRAM or the budget runs out (the blocks stay
-    /// dirty). The copies join the batch being built.
+    /// dirty). The copies join the batch being built. Returns whether every one of the first
+    /// `full` blocks is clean or on its way (nothing left to write back).
     pub fn writeback(
         &mut self,
         id: RequestId,
         full: usize,
         out: &mut Vec<D2hCopy>,
         budget: &mut u32,
-    ) {
-        let n = full.min(self.table(id).len());
-        let mut i = self.tables.get(&id).map_or(n, |t| t.clean_below);
+    ) -> bool {
+        let Some(t) = self.tables.get(&id) else {
+            return true;
+        };
+        let n = full.min(t.blocks.len());
+        let mut i = t.clean_below;
         while i < n {
             let b = self.block(id, i);
             if b.state == BlockState::Dirty {
@@ -299,6 +321,7 @@ impl KvPool {
             i += 1;
             self.tables.get_mut(&id).expect("exists").clean_below = i;
         }
+        i >= n
     }
 
     /// Copies dirty block `i` of `id` to its mirror `dram` (writeback or eviction, as `to`
@@ -435,6 +458,9 @@ impl KvPool {
                 BlockState::Evicting => BlockState::Parked,
                 _ => continue,
             };
+            if b.state == BlockState::Restoring {
+                self.tables.get_mut(&id).expect("exists").restored = true;
+            }
             let b = self.block_mut(id, i);
             b.inflight = None;
             if to == BlockState::Parked {

@@ -39,6 +39,7 @@ pub struct CudaTransfer {
     engine: DuplexEngine,
     /// Tickets handed out and not yet reported (a batch's empty direction has none).
     issued: std::collections::BTreeSet<Ticket>,
+    block_bytes: u64,
 }
 
 impl CudaTransfer {
@@ -49,6 +50,7 @@ impl CudaTransfer {
         Ok(Self {
             engine,
             issued: Default::default(),
+            block_bytes: cfg.geometry.block_bytes(),
         })
     }
 
@@ -65,6 +67,7 @@ impl CudaTransfer {
         Ok(Self {
             engine,
             issued: Default::default(),
+            block_bytes: cfg.geometry.block_bytes(),
         })
     }
 
@@ -157,5 +160,9 @@ impl Transfer for CudaTransfer {
 
     fn bytes_moved(&self) -> (u64, u64) {
         self.engine.bytes_moved()
+    }
+
+    fn block_bytes(&self) -> u64 {
+        self.block_bytes
     }
 }

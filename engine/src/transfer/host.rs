@@ -150,6 +150,10 @@ impl Transfer for HostTransfer {
     fn bytes_moved(&self) -> (u64, u64) {
         self.bytes
     }
+
+    fn block_bytes(&self) -> u64 {
+        self.dram.geometry().block_bytes()
+    }
 }
 
 impl Drop for HostTransfer {

@@ -49,6 +49,14 @@ impl SimTransfer {
 }
 
 impl Transfer for SimTransfer {
+    fn block_bytes(&self) -> u64 {
+        self.block_bytes
+    }
+
+    fn modelled_rate(&self) -> Option<f64> {
+        Some(self.duplex_bps / self.block_bytes.max(1) as f64)
+    }
+
     fn submit(&mut self, now: f64, batch: CopyBatch) -> Tickets {
         let h = batch.h2d.len() as u64 * self.block_bytes;
         let d = batch.d2h.len() as u64 * self.block_bytes;

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use superinfer_engine::clock::Clock;
 use superinfer_engine::kv::whole_blocks;
 use superinfer_engine::profile::Profile;
-use superinfer_engine::sim::{sim_engine_with, SimEngine, SimSettings};
+use superinfer_engine::sim::{sim_engine_with, SimEngine};
 use superinfer_engine::{EngineConfig, EngineEvent, EngineRequest, SamplingParams};
 use superinfer_policies::{PolicyKind, RequestId, Slo, TenantId, WlvfConfig};
 
@@ -27,8 +27,11 @@ const GIB: f64 = (1u64 << 30) as f64;
 pub struct SimTargetConfig {
     /// Built-in profile name, e.g. `gh200-qwen2.5-32b`.
     pub profile: String,
-    /// Rotation budget in blocks per iteration; `None`: the paper's 2400.
+    /// Rotation budget in blocks per iteration; `None`: automatic (the profile's link rate ×
+    /// the mean iteration time).
     pub b_xfer: Option<u32>,
+    /// With the automatic budget: the share of an iteration's link capacity planned.
+    pub b_xfer_share: f64,
     /// DRAM tier size in GiB (2^30 bytes); ignored when `dram_gb` is set.
     pub dram_gib: f64,
     /// DRAM tier size in GB (10^9 bytes); overrides `dram_gib`.
@@ -57,6 +60,7 @@ impl Default for SimTargetConfig {
         SimTargetConfig {
             profile: "gh200-qwen2.5-32b".into(),
             b_xfer: None,
+            b_xfer_share: EngineConfig::default().b_xfer_link_share,
             dram_gib: 400.0,
             dram_gb: None,
             gpu_memory_utilization: 0.9,
@@ -100,7 +104,8 @@ impl SimTarget {
             block_size: BLOCK_SIZE,
             max_batched_tokens: cfg.max_batched_tokens,
             max_num_seqs: cfg.max_num_seqs,
-            b_xfer: cfg.b_xfer.unwrap_or(SimSettings::default().b_xfer),
+            b_xfer: cfg.b_xfer,
+            b_xfer_link_share: cfg.b_xfer_share,
             hbm_blocks,
             dram_blocks,
             progress_tokens: cfg.progress_tokens,
