@@ -122,6 +122,10 @@ pub struct SimArgs {
     /// Weighted LVF: serve first what can still meet its TTFT SLO (`false`: LVF's order).
     #[arg(long, default_value_t = WlvfConfig::default().defer_late, action = clap::ArgAction::Set)]
     pub defer_late: bool,
+    /// Weighted LVF: let a candidate displace running requests for a seat (max_num_seqs)
+    /// while HBM has room, as LVF does.
+    #[arg(long, default_value_t = WlvfConfig::default().preempt_for_seats, action = clap::ArgAction::Set)]
+    pub preempt_for_seats: bool,
     /// Host DRAM tier size in GiB (2^30 bytes).
     #[arg(long, default_value_t = 400.0, value_parser = parse_non_negative)]
     pub dram_gib: f64,
@@ -200,6 +204,7 @@ pub fn wlvf_config(args: &SimArgs) -> WlvfConfig {
         fairness_quantum_tokens: args.fairness_quantum,
         decode_cost: args.decode_cost,
         defer_late: args.defer_late,
+        preempt_for_seats: args.preempt_for_seats,
     }
 }
 

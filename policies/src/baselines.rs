@@ -42,6 +42,7 @@ const NO_PREEMPT: Rules = Rules {
     per_phase_queues: false,
     recompute_victims: false,
     tokens_block_lower_tiers: false,
+    preempt_for_seats: true,
 };
 
 impl Policy for Fcfs {
@@ -92,6 +93,7 @@ impl Policy for WaitingFirst {
             per_phase_queues: false,
             recompute_victims: false,
             tokens_block_lower_tiers: false,
+            preempt_for_seats: true,
         };
         plan_greedy(view, cap, &keys, rules)
     }
@@ -110,6 +112,7 @@ impl Policy for Edf {
             per_phase_queues: false,
             recompute_victims: false,
             tokens_block_lower_tiers: false,
+            preempt_for_seats: true,
         };
         plan_greedy(view, cap, &keys, rules)
     }

@@ -65,6 +65,10 @@ pub struct Rules {
     /// LVF's tiers are fairness bands: without this a tenant ahead could be restored past a
     /// least-served tenant's admission that waits for compute.
     pub tokens_block_lower_tiers: bool,
+    /// Candidates may push lower-ranked running requests out to get a seat (`max_num_seqs`)
+    /// when HBM has room. Seats are a compute limit, not a memory one: without this, a
+    /// candidate displaces running requests only for HBM room.
+    pub preempt_for_seats: bool,
 }
 
 struct Budget {
@@ -78,6 +82,8 @@ struct Budget {
     dram: u32,
     /// Requests that may still become resident.
     seats: u32,
+    /// Victims may be chosen to free a seat (`Rules::preempt_for_seats`).
+    seat_victims: bool,
     prefill: Prefill,
 }
 
@@ -124,6 +130,7 @@ pub fn plan_greedy(view: &[ReqView], cap: Capacity, keys: &[Key], rules: Rules) 
         d2h: cap.d2h,
         dram: cap.free_dram,
         seats: cap.seats,
+        seat_victims: rules.preempt_for_seats,
         prefill: Prefill::new(&cap),
     };
     let mut plan = Plan::default();
@@ -215,7 +222,7 @@ fn take_one(
         return Take::NoTokens;
     }
     let no_seat = budget.seats == 0;
-    if no_seat && budget.over == 0 {
+    if no_seat && (budget.over == 0 || !budget.seat_victims) {
         return Take::NoSeat;
     }
     let short = need - budget.hbm;

@@ -20,6 +20,7 @@ impl Lvf {
         per_phase_queues: false,
         recompute_victims: false,
         tokens_block_lower_tiers: false,
+        preempt_for_seats: true,
     };
 }
 

@@ -31,6 +31,11 @@ pub struct WlvfConfig {
     /// passed ranks below every other request of its band (it is still served, after them,
     /// and the wait cap still promotes it). Off: plain LVF's order inside a band.
     pub defer_late: bool,
+    /// A candidate may displace running requests to get a seat (`max_num_seqs`) while HBM has
+    /// room, as plain LVF does. Off (the default): running requests are displaced only for HBM
+    /// room; seats are a compute limit, and rotating for one only trades a victim's TBT for a
+    /// candidate's TTFT (docs/SCHEDULING.md, "Compute-bound overload").
+    pub preempt_for_seats: bool,
 }
 
 impl Default for WlvfConfig {
@@ -44,6 +49,7 @@ impl Default for WlvfConfig {
             fairness_quantum_tokens: 1024.0,
             decode_cost: 1.0,
             defer_late: true,
+            preempt_for_seats: false,
         }
     }
 }
@@ -73,8 +79,8 @@ impl WlvfConfig {
     }
 }
 
-/// Weighted LVF with starvation caps. With one tenant, no caps and `defer_late` off it plans
-/// exactly as [`crate::Lvf`].
+/// Weighted LVF with starvation caps. With one tenant, no caps, `defer_late` off and
+/// `preempt_for_seats` on it plans exactly as [`crate::Lvf`].
 #[derive(Clone, Debug, Default)]
 pub struct Wlvf {
     pub cfg: WlvfConfig,
@@ -207,6 +213,7 @@ impl Policy for Wlvf {
         let rules = Rules {
             max_consecutive_rotations: self.cfg.max_consecutive_rotations,
             tokens_block_lower_tiers: !lone_tenant,
+            preempt_for_seats: self.cfg.preempt_for_seats,
             ..crate::lvf::Lvf::RULES
         };
         plan_greedy(view, cap, &keys, rules)

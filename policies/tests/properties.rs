@@ -358,6 +358,7 @@ proptest! {
             max_consecutive_rotations: None,
             fairness_quantum_tokens: quantum,
             defer_late: false,
+            preempt_for_seats: true,
             ..WlvfConfig::default()
         });
         for (round, (view, cap, service)) in rounds.into_iter().enumerate() {

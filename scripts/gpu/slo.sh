@@ -6,7 +6,7 @@
 #   on the GPU: scripts/gpu/slo.sh run [VAR=value …] # with carry [".gpu-bin/slo"]
 # Settings (environment or VAR=value arguments), defaults in brackets:
 #   POLICIES [fcfs,lvf,wlvf]  RPS [22]  DURATION [120]  HBM_KV_GB [4]  DRAM_KV_GB [48]
-#   MAX_BATCHED_TOKENS [2048]  B_XFER [512]  TENANTS [3: weights 1,2,4, equal Poisson shares of RPS]
+#   MAX_BATCHED_TOKENS [2048]  B_XFER [auto: the server's automatic budget; a number fixes it]  TENANTS [3: weights 1,2,4, equal Poisson shares of RPS]
 #   DATASET [sharegpt]  SEED [42]  DRAIN [60]  MAX_ROTATIONS [unset: the server's 1; weighted
 #   LVF's cap on consecutive rotations of one request]  PROGRESS_TOKENS [unset: the server's
 #   32; tokens of one running period that reset the count]  WORKLOAD [unset: a loadgen
@@ -35,9 +35,10 @@ case "${1:-}" in
     shift
     for kv in "$@"; do export "${kv?}"; done
     POLICIES=${POLICIES:-fcfs,lvf,wlvf}; RPS=${RPS:-22}; DURATION=${DURATION:-120}
-    B_XFER=${B_XFER:-512}
+    B_XFER=${B_XFER:-auto}
     caps=()
-    if [ -n "${MAX_ROTATIONS:-}" ]; then caps=(--max-rotations "$MAX_ROTATIONS"); fi
+    if [ "$B_XFER" != auto ]; then caps+=(--b-xfer "$B_XFER"); fi
+    if [ -n "${MAX_ROTATIONS:-}" ]; then caps+=(--max-rotations "$MAX_ROTATIONS"); fi
     if [ -n "${PROGRESS_TOKENS:-}" ]; then caps+=(--progress-tokens "$PROGRESS_TOKENS"); fi
     HBM_KV_GB=${HBM_KV_GB:-4}; DRAM_KV_GB=${DRAM_KV_GB:-48}; MBT=${MAX_BATCHED_TOKENS:-2048}
     DATASET=${DATASET:-sharegpt}; SEED=${SEED:-42}; DRAIN=${DRAIN:-60}
@@ -109,7 +110,7 @@ PY
         port=$((port + 1))
         "$bins/superinfer" serve --device cuda --model random:llama-3-8b --policy "$policy" \
           --hbm-kv-gb "$HBM_KV_GB" --dram-kv-gb "$DRAM_KV_GB" --max-batched-tokens "$MBT" \
-          --b-xfer "$B_XFER" "${caps[@]}" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
+          "${caps[@]}" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
           > "$out/$run.server.log" 2>&1 &
         server=$!
         for _ in $(seq 1 300); do
@@ -122,6 +123,7 @@ PY
           kill $server 2>/dev/null; continue
         fi
         echo "== $run: server up ($(grep -m1 'model on the GPU' "$out/$run.server.log" | sed 's/.*INFO //'))"
+        grep -m1 'rotation budget' "$out/$run.server.log" | sed 's/.*INFO /   /'
         "$bins/superinfer-loadgen" http --target "http://127.0.0.1:$port" --tenants "$tenants" \
           "${rps_args[@]}" --duration "$DURATION" --seed "$SEED" --drain-s "$DRAIN" --policy "$policy" \
           --no-progress --out "$out/$run" 2>&1 | tail -30

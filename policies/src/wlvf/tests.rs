@@ -287,3 +287,46 @@ fn requests_that_can_still_meet_their_slo_go_first() {
     let plan = Wlvf::new(WlvfConfig::default()).plan(100.0, &view, cap(20, 0));
     assert_eq!(plan.admit.len(), 2);
 }
+
+#[test]
+fn running_requests_are_displaced_for_room_but_not_for_a_seat_unless_asked() {
+    // HBM has room for the first waiting request (not for both, so LVF ranks them rather
+    // than admitting all as FCFS); what is short is a seat (max_num_seqs).
+    let view = vec![
+        running(1, 0.0, 99.99, 10),
+        // Waiting 3 s of a 5 s TTFT SLO: lagging (LVF takes it) but not yet late.
+        waiting(2, 97.0, 10),
+        waiting(3, 99.0, 10),
+    ];
+    let no_seat = Capacity {
+        seats: 0,
+        ..cap(15, 100)
+    };
+    let lvf = Lvf::default().plan(100.0, &view, no_seat);
+    assert_eq!((ids(&lvf.rotate_out), ids(&lvf.admit)), (vec![1], vec![2]));
+    let mut w = Wlvf::new(WlvfConfig::default());
+    let plan = w.plan(100.0, &view, no_seat);
+    assert!(
+        plan.rotate_out.is_empty() && plan.admit.is_empty(),
+        "{plan:?}"
+    );
+    let mut seats = Wlvf::new(WlvfConfig {
+        preempt_for_seats: true,
+        ..Default::default()
+    });
+    let plan = seats.plan(100.0, &view, no_seat);
+    assert_eq!(
+        (ids(&plan.rotate_out), ids(&plan.admit)),
+        (vec![1], vec![2])
+    );
+    // Short of HBM room (not of seats), the default still displaces.
+    let room = Capacity {
+        seats: 1,
+        ..cap(0, 100)
+    };
+    let plan = w.plan(100.0, &view, room);
+    assert_eq!(
+        (ids(&plan.rotate_out), ids(&plan.admit)),
+        (vec![1], vec![2])
+    );
+}
