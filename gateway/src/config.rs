@@ -86,6 +86,10 @@ pub struct Settings {
     /// a band) [default: true].
     #[arg(long, env = "SUPERINFER_DEFER_LATE")]
     pub defer_late: Option<bool>,
+    /// Weighted LVF: a request may displace running ones to get a seat (max_num_seqs) while
+    /// HBM has room, as LVF does (`false`: only for HBM room) [default: false].
+    #[arg(long, env = "SUPERINFER_PREEMPT_FOR_SEATS")]
+    pub preempt_for_seats: Option<bool>,
     /// Refuse a request at once (503 with Retry-After) when its tenant has requests waiting
     /// and its recent requests waited more than this fraction of their TTFT SLO to start
     /// (docs/SCHEDULING.md, "Overload") [default: off].
@@ -162,6 +166,7 @@ impl Settings {
             fairness_quantum: self.fairness_quantum.or(lower.fairness_quantum),
             decode_cost: self.decode_cost.or(lower.decode_cost),
             defer_late: self.defer_late.or(lower.defer_late),
+            preempt_for_seats: self.preempt_for_seats.or(lower.preempt_for_seats),
             hbm_blocks: self.hbm_blocks.or(lower.hbm_blocks),
             dram_blocks: self.dram_blocks.or(lower.dram_blocks),
             b_xfer: self.b_xfer.or(lower.b_xfer),
@@ -263,6 +268,7 @@ impl ServeConfig {
             fairness_quantum_tokens: s.fairness_quantum.unwrap_or(dw.fairness_quantum_tokens),
             decode_cost: s.decode_cost.unwrap_or(dw.decode_cost),
             defer_late: s.defer_late.unwrap_or(dw.defer_late),
+            preempt_for_seats: s.preempt_for_seats.unwrap_or(dw.preempt_for_seats),
         };
         if let Err(e) = wlvf.validate() {
             bail!(
@@ -447,17 +453,19 @@ mod tests {
     #[test]
     fn fairness_knobs_and_shedding_reach_the_engine_and_bad_ones_are_refused() {
         let s: Settings = toml::from_str(
-            "fairness_quantum = 256.0\ndecode_cost = 2.0\ndefer_late = false\nshed_late = 0.5\n",
+            "fairness_quantum = 256.0\ndecode_cost = 2.0\ndefer_late = false\nshed_late = 0.5\npreempt_for_seats = true\n",
         )
         .unwrap();
         let c = ServeConfig::resolve(s).unwrap();
         assert_eq!(c.engine.wlvf.fairness_quantum_tokens, 256.0);
         assert_eq!(c.engine.wlvf.decode_cost, 2.0);
         assert!(!c.engine.wlvf.defer_late);
+        assert!(c.engine.wlvf.preempt_for_seats);
         assert_eq!(c.engine.shed_late, Some(0.5));
         let d = ServeConfig::resolve(Settings::default()).unwrap();
         assert_eq!(d.engine.wlvf.max_consecutive_rotations, Some(1));
         assert!(d.engine.wlvf.defer_late);
+        assert!(!d.engine.wlvf.preempt_for_seats);
         assert_eq!(d.engine.shed_late, None);
         for (bad, want) in [
             (
