@@ -1,6 +1,8 @@
 //! Host time of one whole `Engine::step` (poll copies, view, plan, apply, writeback, batch,
 //! events) over 2,000 live decoding requests, with the simulated runner and copy engine on a
-//! virtual clock, so only the engine's own work is timed. Goals (issue 11): under 300 µs
+//! virtual clock, so only the engine's own work is timed. `wlvf-queued`: 100 more requests
+//! wait for a seat, so every step builds the view and plans (a decode-only step skips both).
+//! Goals (issue 11): under 300 µs
 //! with 2,000-token contexts, and within 1.5x of the same step with 200-token contexts (the
 //! per-step cost must not grow with context length).
 //!
@@ -20,8 +22,9 @@ const LIVE: u64 = 2000;
 
 type SimEngine = Engine<SimRunner, SimTransfer, VirtualClock>;
 
-/// 2,000 requests of `context` prompt tokens, all prefilled and decoding, three tenants.
-fn warmed(policy: PolicyKind, context: u32) -> SimEngine {
+/// 2,000 requests of `context` prompt tokens, all prefilled and decoding, three tenants;
+/// with `queued`, 100 more wait for a seat (every seat is taken), so every step plans.
+fn warmed(policy: PolicyKind, context: u32, queued: bool) -> SimEngine {
     let profile = Profile::builtin("h200-llama-3-8b").expect("built-in profile");
     let transfer = SimTransfer::new(&profile.hw, profile.model.geometry(16).block_bytes());
     let runner = SimRunner::new(profile, 16);
@@ -69,6 +72,23 @@ fn warmed(policy: PolicyKind, context: u32) -> SimEngine {
         e.step().expect("step");
         e.take_events();
     }
+    if queued {
+        for i in LIVE..LIVE + 100 {
+            e.submit(EngineRequest {
+                id: RequestId(i),
+                tenant: TenantId((i % 3) as u32),
+                weight: 1.0,
+                slo: Slo::default(),
+                prompt: vec![7; context as usize],
+                max_tokens,
+                ignore_eos: true,
+                stop_token_ids: vec![],
+                sampling: SamplingParams::default(),
+                arrival: None,
+            })
+            .expect("submit");
+        }
+    }
     e
 }
 
@@ -78,10 +98,19 @@ fn bench_step(c: &mut Criterion) {
         .sample_size(30)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(4));
-    for policy in [PolicyKind::Wlvf, PolicyKind::Fcfs] {
+    for (policy, queued) in [
+        (PolicyKind::Wlvf, false),
+        (PolicyKind::Fcfs, false),
+        (PolicyKind::Wlvf, true),
+    ] {
         for context in [200u32, 2000] {
-            let mut e = warmed(policy, context);
-            group.bench_function(BenchmarkId::new(policy.as_str(), context), |b| {
+            let mut e = warmed(policy, context, queued);
+            let name = if queued {
+                format!("{}-queued", policy.as_str())
+            } else {
+                policy.as_str().to_string()
+            };
+            group.bench_function(BenchmarkId::new(name, context), |b| {
                 b.iter(|| {
                     let r = e.step().expect("step");
                     e.take_events();

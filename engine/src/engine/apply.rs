@@ -84,6 +84,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// Asks the policy for a plan and applies it, adding the copies it needs to `copies`.
     /// Returns whether a plan was applied (and with it the running requests' growth).
     pub(super) fn schedule(&mut self, now: f64, copies: &mut CopyBatch) -> bool {
+        if self.nothing_to_plan() {
+            return false;
+        }
         let mut view: Vec<ReqView> = Vec::with_capacity(self.requests.len());
         view.extend(
             self.requests
@@ -119,6 +122,19 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let plan = self.policy.plan(now, &view, cap);
         self.apply(plan, now, copies);
         true
+    }
+
+    /// A decode-only step: nothing waits or is parked, and HBM has the block each running
+    /// request may need next (one at most: prompts hold their blocks from admission). Every
+    /// policy's plan is then empty (no candidates, no shortage), so the view is not built.
+    /// Weighted LVF's counters lose nothing: they are charged per step through `on_service`,
+    /// and its monotone floor, raised at the next plan, ends where raising it every step
+    /// would have (counters only grow).
+    fn nothing_to_plan(&self) -> bool {
+        let running = self.census.count(ReqState::Running);
+        self.census.count(ReqState::Waiting) == 0
+            && self.census.count(ReqState::Rotary) == 0
+            && self.pool.hbm_free() as usize >= running
     }
 
     /// Tokens of this step's budget left for new prefills: decode tokens and the prefills
