@@ -86,8 +86,11 @@ fn resolve(store: &TenantStore, key: &str) -> Result<Tenant> {
     found.ok_or_else(|| GatewayError::TenantNotFound(key.to_string()))
 }
 
-fn parse<T: DeserializeOwned>(body: std::result::Result<Bytes, BytesRejection>) -> Result<T> {
-    let bytes = body.map_err(|e| GatewayError::bad_request(e.body_text()))?;
+fn parse<T: DeserializeOwned>(
+    state: &Shared,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Result<T> {
+    let bytes = body.map_err(|e| GatewayError::from_body(&e, state))?;
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -107,7 +110,7 @@ async fn create(
     State(state): State<Shared>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
-    let new: NewTenant = parse(body)?;
+    let new: NewTenant = parse(&state, body)?;
     let (tenant, key) = blocking(&state, move |s| Ok(s.create(new)?)).await?;
     state.registry.refresh().await?;
     tracing::info!(tenant = %tenant.name, id = tenant.id.0, "tenant created");
@@ -125,7 +128,7 @@ async fn patch(
     Path(key): Path<String>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
-    let p: TenantPatch = parse(body)?;
+    let p: TenantPatch = parse(&state, body)?;
     let tenant = blocking(&state, move |s| {
         let t = resolve(s, &key)?;
         Ok(s.patch(t.id, p)?)

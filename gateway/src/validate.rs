@@ -105,8 +105,8 @@ pub fn validate(
     sampling.logprobs = logprobs;
     let stop = stop_strings(body.stop)?;
     let prompt = match endpoint {
-        Endpoint::Completions => prompt_tokens(body.prompt, text)?,
-        Endpoint::Chat => chat_tokens(body.messages, text)?,
+        Endpoint::Completions => prompt_tokens(body.prompt, text, tenant)?,
+        Endpoint::Chat => chat_tokens(body.messages, text, tenant)?,
     };
     let prompt_len = prompt.len() as u32;
     let q = &tenant.quotas;
@@ -351,7 +351,29 @@ fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>> {
     Ok(v)
 }
 
-fn prompt_tokens(prompt: Option<Prompt>, text: &Text) -> Result<Vec<u32>> {
+/// Refuses text that cannot fit the tenant's `max_prompt_tokens` by its length in bytes alone,
+/// before any of it is tokenized (a token covers at most [`Text::max_prompt_bytes`] bytes).
+fn check_bytes(field: &str, bytes: usize, text: &Text, tenant: &Tenant) -> Result<()> {
+    let tokens = tenant.quotas.max_prompt_tokens;
+    match text.max_prompt_bytes(tokens) {
+        Some(max) if bytes > max => Err(GatewayError::invalid(
+            field,
+            format!(
+                "the prompt is {bytes} bytes long; this tenant's limit of {tokens} tokens \
+                 (max_prompt_tokens) fits at most {max} bytes of text: shorten the prompt"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn prompt_tokens(prompt: Option<Prompt>, text: &Text, tenant: &Tenant) -> Result<Vec<u32>> {
+    if let Some(Prompt::Text(s)) = &prompt {
+        check_bytes("prompt", s.len(), text, tenant)?;
+    }
+    if let Some(Prompt::Texts(v)) = &prompt {
+        check_bytes("prompt", v.iter().map(String::len).sum(), text, tenant)?;
+    }
     let one = "send one prompt per request (batched prompts are not supported)";
     let ids = match prompt {
         None => {
@@ -393,7 +415,7 @@ fn encode(text: &Text, s: &str) -> Result<Vec<u32>> {
 
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
-fn chat_tokens(messages: Option<Vec<Message>>, text: &Text) -> Result<Vec<u32>> {
+fn chat_tokens(messages: Option<Vec<Message>>, text: &Text, tenant: &Tenant) -> Result<Vec<u32>> {
     let messages = messages.unwrap_or_default();
     if messages.is_empty() {
         return Err(GatewayError::invalid(
@@ -431,6 +453,9 @@ fn chat_tokens(messages: Option<Vec<Message>>, text: &Text) -> Result<Vec<u32>> 
             content,
         });
     }
+    // The template only adds text, so the contents alone must fit.
+    let bytes = parsed.iter().map(|m| m.content.len()).sum();
+    check_bytes("messages", bytes, text, tenant)?;
     let ids = text.encode_chat(&parsed).map_err(|e| {
         GatewayError::invalid("messages", format!("cannot apply the chat template: {e}"))
     })?;

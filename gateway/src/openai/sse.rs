@@ -13,6 +13,7 @@ use std::convert::Infallible;
 
 use super::response::{event, ChunkKind, ResponseMeta, Usage, DONE};
 use crate::generate::{Generation, Piece};
+use crate::metrics::Metrics;
 use crate::validate::Endpoint;
 
 enum State {
@@ -22,46 +23,51 @@ enum State {
     Tail(Vec<Bytes>),
 }
 
-pub fn respond(gen: Generation, meta: ResponseMeta) -> Response {
+pub fn respond(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> Response {
     let first = match meta.endpoint {
         Endpoint::Chat => State::Open(gen),
         Endpoint::Completions => State::Running(gen),
     };
-    let events = stream::unfold((first, meta), |(state, meta)| async move {
-        match state {
-            State::Open(gen) => {
-                let b = meta.chunk(ChunkKind::Open);
-                Some((Ok::<_, Infallible>(b), (State::Running(gen), meta)))
-            }
-            State::Running(mut gen) => match gen.next().await {
-                Some(Piece::Text(t)) => {
-                    let lp = gen.take_logprobs();
-                    let b = meta.chunk(ChunkKind::Text(&t, &lp));
-                    Some((Ok(b), (State::Running(gen), meta)))
+    let events = stream::unfold((first, meta), move |(state, meta)| {
+        let metrics = metrics.clone();
+        async move {
+            match state {
+                State::Open(gen) => {
+                    let b = meta.chunk(ChunkKind::Open);
+                    Some((Ok::<_, Infallible>(b), (State::Running(gen), meta)))
                 }
-                Some(Piece::Done(o)) => {
-                    let mut tail = Vec::with_capacity(3);
-                    match o.error {
-                        Some(err) => {
-                            let e = super::engine_failure(err, o.completion_tokens);
-                            tail.push(event(&serde_json::to_vec(&e.body()).unwrap_or_default()));
+                State::Running(mut gen) => match gen.next().await {
+                    Some(Piece::Text(t)) => {
+                        let lp = gen.take_logprobs();
+                        let b = meta.chunk(ChunkKind::Text(&t, &lp));
+                        Some((Ok(b), (State::Running(gen), meta)))
+                    }
+                    Some(Piece::Done(o)) => {
+                        let mut tail = Vec::with_capacity(3);
+                        match o.error {
+                            Some(err) => {
+                                let e = super::engine_failure(err, o.completion_tokens, &metrics);
+                                tail.push(event(
+                                    &serde_json::to_vec(&e.body()).unwrap_or_default(),
+                                ));
+                            }
+                            None => tail.push(meta.chunk(ChunkKind::Finish(o.finish_reason))),
                         }
-                        None => tail.push(meta.chunk(ChunkKind::Finish(o.finish_reason))),
+                        if meta.include_usage {
+                            let usage = Usage::new(o.prompt_tokens, o.completion_tokens);
+                            tail.push(meta.chunk(ChunkKind::Usage(usage)));
+                        }
+                        tail.push(Bytes::from_static(DONE));
+                        tail.reverse();
+                        let b = tail.pop()?;
+                        Some((Ok(b), (State::Tail(tail), meta)))
                     }
-                    if meta.include_usage {
-                        let usage = Usage::new(o.prompt_tokens, o.completion_tokens);
-                        tail.push(meta.chunk(ChunkKind::Usage(usage)));
-                    }
-                    tail.push(Bytes::from_static(DONE));
-                    tail.reverse();
-                    let b = tail.pop()?;
-                    Some((Ok(b), (State::Tail(tail), meta)))
+                    None => None,
+                },
+                State::Tail(mut rest) => {
+                    let b = rest.pop()?;
+                    Some((Ok(b), (State::Tail(rest), meta)))
                 }
-                None => None,
-            },
-            State::Tail(mut rest) => {
-                let b = rest.pop()?;
-                Some((Ok(b), (State::Tail(rest), meta)))
             }
         }
     });

@@ -1,0 +1,267 @@
+//! The HTTP edge under hostile clients, on real sockets: slowloris connections, oversized and
+//! slow bodies, connection floods, half-closed clients, and every answer of the HTTP layer in
+//! OpenAI's error shape. Timing bounds are generous (a shared 2-core machine): they separate
+//! "at once" from "after a timeout", not fast from slow.
+
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use superinfer_gateway::Settings;
+use superinfer_tests::{error_message, raw, read_response, TestOptions, TestServer, ADMIN_TOKEN};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn server(settings: Settings) -> TestServer {
+    TestServer::start_with(TestOptions {
+        settings,
+        ..TestOptions::default()
+    })
+    .await
+}
+
+/// Whether the server closes `stream` within `within` (EOF or reset).
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let read = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(within, read).await.is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowloris_connections_are_closed_after_the_header_timeout() {
+    let s = server(Settings {
+        header_timeout_s: Some(1.0),
+        ..Settings::default()
+    })
+    .await;
+    let t0 = Instant::now();
+    let mut conns = Vec::new();
+    for i in 0..40 {
+        let mut c = TcpStream::connect(s.addr()).await.unwrap();
+        if i % 2 == 0 {
+            // Headers started, never finished.
+            c.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: 1")
+                .await
+                .unwrap();
+        }
+        conns.push(c);
+    }
+    for c in &mut conns {
+        assert!(
+            closed_within(c, Duration::from_secs(15)).await,
+            "a connection without complete headers stayed open"
+        );
+    }
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(900),
+        "closed before the timeout: {took:?}"
+    );
+    // A keep-alive connection that goes idle after its answer is closed the same way.
+    let mut c = TcpStream::connect(s.addr()).await.unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(read_response(&mut c).await.unwrap().status, 200);
+    assert!(closed_within(&mut c, Duration::from_secs(15)).await);
+    // The server still serves, and shuts down without waiting for the drain deadline.
+    assert_eq!(s.complete(&s.key, 2).await.0, 200);
+    let t0 = Instant::now();
+    s.shutdown().await;
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_content_length_over_the_limit_is_refused_before_the_body() {
+    let s = server(Settings {
+        max_body_bytes: Some(1000),
+        ..Settings::default()
+    })
+    .await;
+    let mut c = TcpStream::connect(s.addr()).await.unwrap();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n",
+        s.key
+    );
+    let t0 = Instant::now();
+    c.write_all(head.as_bytes()).await.unwrap();
+    let r = read_response(&mut c).await.expect("an answer");
+    let took = t0.elapsed();
+    assert_eq!(r.status, 413, "{:?}", String::from_utf8_lossy(&r.body));
+    assert!(error_message(&r.json()).contains("larger than 1000 bytes"));
+    // The body was never sent: the answer cannot have waited for it (the old path waited for
+    // the 60 s body timeout). 100 ms on a quiet machine; generous here.
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    // A chunked body over the limit is cut off at the limit, also with 413.
+    let body = format!("{{\"prompt\": \"{}\"}}", "a ".repeat(1000));
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+        s.key,
+        body.len()
+    );
+    let r = raw(s.addr(), req.as_bytes()).await.unwrap();
+    assert_eq!(r.status, 413);
+    error_message(&r.json());
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_of_the_http_layer_is_an_openai_error() {
+    let s = server(Settings {
+        body_timeout_s: Some(1.0),
+        max_headers: Some(20),
+        ..Settings::default()
+    })
+    .await;
+    let key = s.key.clone();
+    let admin = format!("Authorization: Bearer {ADMIN_TOKEN}\r\n");
+    let many: String = (0..30).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let cases: Vec<(u16, String)> = vec![
+        (404, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n".into()),
+        (
+            405,
+            "DELETE /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+        ),
+        (
+            400,
+            format!("GET /admin/v1/tenants/%zz%ff HTTP/1.1\r\nHost: x\r\n{admin}\r\n"),
+        ),
+        (
+            400,
+            format!("GET /admin/v1/tenants/%C3%28 HTTP/1.1\r\nHost: x\r\n{admin}\r\n"),
+        ),
+        (
+            431,
+            format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{many}\r\n"),
+        ),
+        (
+            400,
+            format!(
+                "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+                 Authorization: Bearer sk-other\r\n\r\n"
+            ),
+        ),
+        (
+            401,
+            "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \u{e9}t\u{e9}\r\n\r\n"
+                .into(),
+        ),
+        (
+            400,
+            format!(
+                "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+                 Content-Length: 5\r\n\r\n{{\"pro"
+            ),
+        ),
+        (
+            400,
+            format!(
+                "POST /admin/v1/tenants HTTP/1.1\r\nHost: x\r\n{admin}Content-Length: 3\r\n\r\n[1]"
+            ),
+        ),
+    ];
+    for (want, req) in &cases {
+        let r = raw(s.addr(), req.as_bytes()).await.expect("an answer");
+        assert_eq!(
+            r.status,
+            *want,
+            "{req:?}: {:?}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/json"),
+            "{req:?}"
+        );
+        error_message(&r.json());
+    }
+    // A body that stops arriving: 408 after the body timeout.
+    let mut c = TcpStream::connect(s.addr()).await.unwrap();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+         Content-Length: 100\r\n\r\n{{\"prompt\""
+    );
+    c.write_all(head.as_bytes()).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), read_response(&mut c))
+        .await
+        .expect("answered within the body timeout")
+        .expect("an answer");
+    assert_eq!(r.status, 408, "{:?}", String::from_utf8_lossy(&r.body));
+    assert!(error_message(&r.json()).contains("did not arrive within 1 s"));
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_limits_get_an_answer_and_the_rest_are_served() {
+    let s = server(Settings {
+        max_connections: Some(3),
+        max_connections_per_ip: Some(2),
+        ..Settings::default()
+    })
+    .await;
+    let idle: Vec<TcpStream> =
+        futures_util::future::join_all((0..2).map(|_| TcpStream::connect(s.addr())))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+    // Let the server accept them before the third arrives.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = raw(s.addr(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("an answer");
+    assert_eq!(r.status, 429);
+    assert!(r.header("retry-after").is_some());
+    let msg = error_message(&r.json());
+    assert!(msg.contains("from this address (limit 2)"), "{msg}");
+    drop(idle);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(s.complete(&s.key, 2).await.0, 200);
+    let text = s
+        .client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("superinfer_requests_shed_total{reason=\"connections\"} 1"),
+        "{text}"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_half_closes_after_its_request_gets_the_answer() {
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: Some("h200-llama-3-8b".into()),
+        ..TestOptions::default()
+    })
+    .await;
+    let body = json!({"prompt": "hello there", "max_tokens": 64, "ignore_eos": true}).to_string();
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        s.key,
+        body.len()
+    );
+    let mut c = TcpStream::connect(s.addr()).await.unwrap();
+    c.write_all(req.as_bytes()).await.unwrap();
+    c.shutdown().await.unwrap(); // our side: no more bytes
+    let r = read_response(&mut c)
+        .await
+        .expect("an answer after the half-close");
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
+    let v: Value = r.json();
+    assert_eq!(v["usage"]["completion_tokens"], 64, "{v}");
+    s.shutdown().await;
+}
