@@ -63,7 +63,8 @@ pub enum GatewayError {
     AdminDisabled,
     #[error("invalid admin token: send `Authorization: Bearer <admin token>`")]
     AdminUnauthorized,
-    #[error("no tenant `{0}`")]
+    /// `{0}` says how the tenant was named: "with id 7", "named `acme`".
+    #[error("no tenant {0}")]
     TenantNotFound(String),
     /// A tenant-store operation failed (admin API).
     #[error(transparent)]

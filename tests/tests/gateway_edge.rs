@@ -368,3 +368,26 @@ async fn long_prompts_of_one_tenant_stall_neither_health_checks_nor_another_tena
     );
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_names_never_read_as_ids() {
+    let s = server(Settings::default()).await;
+    let (id, _) = s.create_tenant(json!({"name": "acme"})).await;
+    let other = id + 1;
+    for bad in [other.to_string(), "007".into()] {
+        let (status, body) = s.admin("POST", "", Some(json!({"name": bad}))).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["param"], "name", "{body}");
+        assert!(error_message(&body).contains("all digits"), "{body}");
+        let (status, body) = s.admin("PATCH", "/acme", Some(json!({"name": bad}))).await;
+        assert_eq!(status, 400, "{body}");
+    }
+    // By id and by name, the same tenant; a number too large for an id is no tenant.
+    let (_, by_id) = s.admin("GET", &format!("/{id}"), None).await;
+    let (_, by_name) = s.admin("GET", "/acme", None).await;
+    assert_eq!(by_id, by_name);
+    let (status, body) = s.admin("DELETE", "/99999999999", None).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(error_message(&body).contains("no tenant with id 99999999999"));
+    s.shutdown().await;
+}
