@@ -117,7 +117,9 @@ fn builder(cfg: &EdgeConfig) -> http1::Builder {
 }
 
 /// One listener's accept loop, until `stop` resolves; then a graceful drain of at most
-/// `drain`: idle connections close at once, busy ones after their current response.
+/// `drain`: idle connections close at once, busy ones after their current response, and
+/// connections that arrive meanwhile are served one request each (which the draining state
+/// answers with 503).
 pub struct Accept {
     pub listener: TcpListener,
     pub app: Router,
@@ -178,17 +180,49 @@ impl Accept {
                 Err(refusal) => self.refuse(&limits, &builder, stream, peer, refusal, &mut tasks),
             }
         }
-        drop(self.listener);
-        if tokio::time::timeout(self.drain, graceful.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "drain deadline of {:?} passed; closing the remaining connections",
-                self.drain
-            );
-        }
+        self.drain_phase(graceful, &limits, &builder, &mut tasks)
+            .await;
         Remaining(tasks)
+    }
+
+    /// Draining: the open connections finish their requests (idle ones close now); the
+    /// listener stays open so that probes and new requests get a clear 503 (`/readyz`
+    /// "draining", generation "shutting down"), each on a connection closed after it.
+    async fn drain_phase(
+        &self,
+        graceful: GracefulShutdown,
+        limits: &ConnLimits,
+        builder: &http1::Builder,
+        tasks: &mut JoinSet<()>,
+    ) {
+        let drained = graceful.shutdown();
+        let deadline = tokio::time::sleep(self.drain);
+        tokio::pin!(drained, deadline);
+        let mut once = builder.clone();
+        once.keep_alive(false);
+        loop {
+            tokio::select! {
+                () = &mut drained => break,
+                () = &mut deadline => {
+                    tracing::warn!(
+                        "drain deadline of {:?} passed; closing the remaining connections",
+                        self.drain
+                    );
+                    break;
+                }
+                accepted = self.listener.accept() => {
+                    let Ok((stream, peer)) = accepted else { continue };
+                    while tasks.try_join_next().is_some() {}
+                    let Ok(guard) = limits.admit(peer.ip()) else { continue };
+                    let svc = TowerToHyperService::new(self.app.clone());
+                    let conn = once.serve_connection(TokioIo::new(stream), svc);
+                    tasks.spawn(async move {
+                        let _guard = guard;
+                        let _ = conn.await;
+                    });
+                }
+            }
+        }
     }
 
     /// Answers a connection over a limit once, then closes it.

@@ -391,3 +391,49 @@ async fn tenant_names_never_read_as_ids() {
     assert!(error_message(&body).contains("no tenant with id 99999999999"));
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_draining_readyz_answers_503_and_in_flight_streams_finish() {
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: Some("h200-llama-3-8b".into()),
+        ..TestOptions::default()
+    })
+    .await;
+    let body = json!({"prompt": "hi", "max_tokens": 200, "stream": true, "ignore_eos": true});
+    let stream = s.post("/v1/completions", &s.key, &body).await;
+    assert_eq!(stream.status(), 200);
+    let TestServer {
+        server,
+        base,
+        key,
+        client,
+        dir: _dir,
+    } = s;
+    let stopping = tokio::spawn(server.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A fresh client: new connections are answered while the stream drains.
+    let fresh = reqwest::Client::new();
+    let r = fresh.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "draining");
+    let r = fresh
+        .post(format!("{base}/v1/completions"))
+        .bearer_auth(&key)
+        .json(&json!({"prompt": "hi", "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().get("retry-after").is_some());
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "shutting_down"
+    );
+    // The stream admitted before the drain ends normally.
+    let text = stream.text().await.unwrap();
+    let events = superinfer_tests::sse_events(&text);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{text}");
+    assert!(!text.contains("\"error\""), "{text}");
+    stopping.await.unwrap().unwrap();
+    drop(client);
+}
