@@ -101,10 +101,12 @@ pub struct Settings {
     /// DRAM tier size in KV blocks [default: from the model and memory].
     #[arg(long, env = "SUPERINFER_DRAM_BLOCKS")]
     pub dram_blocks: Option<u32>,
-    /// Rotation budget: KV blocks moved per iteration per direction [default: 2400].
+    /// Rotation budget: KV blocks moved per iteration per direction [default: 256 with a
+    /// model (CPU or GPU), 2400 with --sim-profile].
     #[arg(long, env = "SUPERINFER_B_XFER")]
     pub b_xfer: Option<u32>,
-    /// Token budget per iteration [default: 16384].
+    /// Token budget per iteration [default: 2048 with a model (CPU or GPU), 16384 with
+    /// --sim-profile].
     #[arg(long, env = "SUPERINFER_MAX_BATCHED_TOKENS")]
     pub max_batched_tokens: Option<u32>,
     /// Requests waiting in the engine beyond this get 503 [default: 1024].

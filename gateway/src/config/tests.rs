@@ -235,3 +235,39 @@ fn edge_limits_have_defaults_and_bad_ones_are_refused() {
         assert!(e.contains(want), "{bad}: {e}");
     }
 }
+
+#[test]
+fn serve_help_gives_the_engine_defaults_that_docs_operations_gives() {
+    use clap::CommandFactory;
+    let mut cmd = crate::cli::Cli::command();
+    let help = cmd
+        .find_subcommand_mut("serve")
+        .expect("a serve command")
+        .render_long_help()
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let model = superinfer_engine::serve::EngineOptions::default();
+    let sim = superinfer_engine::EngineConfig::default();
+    let ops = include_str!("../../../docs/OPERATIONS.md");
+    for (flag, m, s) in [
+        ("b-xfer", model.b_xfer, sim.b_xfer),
+        (
+            "max-batched-tokens",
+            model.max_batched_tokens,
+            sim.max_batched_tokens,
+        ),
+    ] {
+        let want = format!("{m} with a model (CPU or GPU), {s} with --sim-profile");
+        assert!(
+            help.contains(&want),
+            "--{flag}: `{want}` not in serve --help"
+        );
+        let row = ops
+            .lines()
+            .find(|l| l.starts_with(&format!("| `--{flag}`")))
+            .expect("a row in docs/OPERATIONS.md");
+        assert!(row.contains(&format!("model {m}, sim {s}")), "{row}");
+    }
+}

@@ -236,3 +236,61 @@ fn a_prompt_too_long_in_bytes_is_refused_before_it_is_tokenized() {
     );
     assert!(msg.contains("tokens; this tenant's limit is 10"), "{msg}");
 }
+
+#[test]
+fn duplicate_keys_and_out_of_range_numbers_say_so() {
+    let e = check(
+        Endpoint::Completions,
+        r#"{"prompt":"a","max_tokens":2,"prompt":"b"}"#,
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("`prompt` appears more than once"), "{msg}");
+    assert_eq!(param_of(Err(e)), "prompt");
+    let e = check(
+        Endpoint::Chat,
+        r#"{"messages":[{"role":"user","role":"user","content":"x"}]}"#,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("appears more than once"), "{e}");
+    for (body, field) in [
+        (r#"{"prompt":"a","max_tokens":99999999999}"#, "max_tokens"),
+        (r#"{"prompt":"a","max_tokens":-1}"#, "max_tokens"),
+        (r#"{"prompt":"a","top_k":3000000000}"#, "top_k"),
+    ] {
+        let e = check(Endpoint::Completions, body).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("is out of range: a whole number from"),
+            "{msg}"
+        );
+        assert!(!msg.contains("wrong type"), "{msg}");
+        assert_eq!(param_of(Err(e)), field);
+    }
+}
+
+#[test]
+fn the_prompt_limit_is_the_smaller_of_the_tenants_and_the_models_context() {
+    let text = tiny_text();
+    let mut t = tenant();
+    t.quotas.max_prompt_tokens = 8192;
+    let small_model = ModelInfo {
+        id: "m".into(),
+        max_model_len: 50,
+    };
+    let max = text.max_prompt_bytes(49).unwrap();
+    let body = format!(r#"{{"prompt":"{}"}}"#, "a".repeat(max + 1));
+    let e = validate(
+        Endpoint::Completions,
+        parse(body.as_bytes()).unwrap(),
+        &t,
+        &small_model,
+        &text,
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("the model's context (max_model_len - 1) of 49 tokens"),
+        "{msg}"
+    );
+}
