@@ -138,6 +138,14 @@ pub struct Settings {
     /// Header fields in one request; more get 431 [default: 64].
     #[arg(long, env = "SUPERINFER_MAX_HEADERS")]
     pub max_headers: Option<usize>,
+    /// Events of one stream buffered in the gateway while its client does not read
+    /// [default: 64].
+    #[arg(long, env = "SUPERINFER_STREAM_BUFFER")]
+    pub stream_buffer: Option<usize>,
+    /// A stream whose client has read nothing for this many seconds while its buffer is full
+    /// is aborted and its connection closed [default: 30].
+    #[arg(long, env = "SUPERINFER_STREAM_STALL_TIMEOUT_S")]
+    pub stream_stall_timeout_s: Option<f64>,
     /// Threads that parse and tokenize requests at once [default: the number of CPUs].
     #[arg(long, env = "SUPERINFER_TEXT_WORKERS")]
     pub text_workers: Option<usize>,
@@ -203,6 +211,8 @@ impl Settings {
             max_connections: self.max_connections.or(lower.max_connections),
             max_connections_per_ip: self.max_connections_per_ip.or(lower.max_connections_per_ip),
             max_headers: self.max_headers.or(lower.max_headers),
+            stream_buffer: self.stream_buffer.or(lower.stream_buffer),
+            stream_stall_timeout_s: self.stream_stall_timeout_s.or(lower.stream_stall_timeout_s),
             text_workers: self.text_workers.or(lower.text_workers),
             text_queue: self.text_queue.or(lower.text_queue),
             device: self.device.or(lower.device),

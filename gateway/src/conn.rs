@@ -19,16 +19,66 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use tower::ServiceExt;
 
 use crate::config::EdgeConfig;
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
+
+/// Closes the connection a request came on (put in every request's extensions): for a stream
+/// whose client stopped reading, where an error in the body would never be seen because
+/// hyper no longer polls it.
+#[derive(Clone, Debug, Default)]
+pub struct ConnKill(Arc<Notify>);
+
+impl ConnKill {
+    pub fn close(&self) {
+        self.0.notify_one();
+    }
+
+    async fn closed(&self) {
+        self.0.notified().await;
+    }
+}
+
+type Conn = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Serves one connection with `app` (watched by `graceful` when given), closing it early if
+/// one of its requests asks ([`ConnKill`]).
+fn serve_conn(
+    builder: &http1::Builder,
+    app: &Router,
+    stream: TcpStream,
+    graceful: Option<&GracefulShutdown>,
+) -> Conn {
+    let kill = ConnKill::default();
+    let k = kill.clone();
+    let svc = TowerToHyperService::new(app.clone().map_request(
+        move |mut req: axum::http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(k.clone());
+            req
+        },
+    ));
+    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let conn: Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>> = match graceful {
+        Some(g) => Box::pin(g.watch(conn)),
+        None => Box::pin(conn),
+    };
+    Box::pin(async move {
+        tokio::select! {
+            _ = conn => {}
+            () = kill.closed() => {}
+        }
+    })
+}
 
 /// Connections being answered with a refusal at once, at most.
 pub const MAX_REFUSING: usize = 256;
@@ -169,12 +219,10 @@ impl Accept {
             while tasks.try_join_next().is_some() {}
             match limits.admit(peer.ip()) {
                 Ok(guard) => {
-                    let svc = TowerToHyperService::new(self.app.clone());
-                    let conn = builder.serve_connection(TokioIo::new(stream), svc);
-                    let conn = graceful.watch(conn);
+                    let conn = serve_conn(&builder, &self.app, stream, Some(&graceful));
                     tasks.spawn(async move {
                         let _guard = guard;
-                        let _ = conn.await;
+                        conn.await;
                     });
                 }
                 Err(refusal) => self.refuse(&limits, &builder, stream, peer, refusal, &mut tasks),
@@ -214,11 +262,10 @@ impl Accept {
                     let Ok((stream, peer)) = accepted else { continue };
                     while tasks.try_join_next().is_some() {}
                     let Ok(guard) = limits.admit(peer.ip()) else { continue };
-                    let svc = TowerToHyperService::new(self.app.clone());
-                    let conn = once.serve_connection(TokioIo::new(stream), svc);
+                    let conn = serve_conn(&once, &self.app, stream, None);
                     tasks.spawn(async move {
                         let _guard = guard;
-                        let _ = conn.await;
+                        conn.await;
                     });
                 }
             }

@@ -25,6 +25,7 @@ pub const GENERATION_TOKENS: &str = "superinfer_generation_tokens_total";
 pub const TTFT_ATTAINMENT: &str = "superinfer_ttft_slo_attainment_ratio";
 pub const TBT_ATTAINMENT: &str = "superinfer_tbt_slo_attainment_ratio";
 pub const SHED: &str = "superinfer_requests_shed_total";
+pub const STREAMS_ABORTED: &str = "superinfer_streams_aborted_total";
 
 /// At most one WARN summary of shed requests per this period.
 pub const SHED_LOG_PERIOD: Duration = Duration::from_secs(10);
@@ -109,6 +110,11 @@ impl Metrics {
                 SHED,
                 "Requests shed on purpose under overload, by reason (queue_full, inbox_full, \
                  slo, text_pool, connections, draining).",
+            ),
+            (
+                STREAMS_ABORTED,
+                "Streams aborted by the gateway, by reason (slow_reader: the client stopped \
+                 reading for --stream-stall-timeout-s).",
             ),
             (
                 TBT_ATTAINMENT,
@@ -202,6 +208,11 @@ impl Metrics {
             w.counts.clear();
             w.since = Instant::now();
         }
+    }
+
+    /// Counts a stream the gateway aborted (`slow_reader`: its client stopped reading).
+    pub fn stream_aborted(&self, reason: &'static str) {
+        self.with(|| metrics::counter!(STREAMS_ABORTED, "reason" => reason).increment(1));
     }
 
     /// The Prometheus text, with the engine gauges as of `engine`.

@@ -6,6 +6,8 @@
 mod response;
 mod sse;
 
+pub use sse::StreamLimits;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
@@ -17,6 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::admission;
+use crate::conn::ConnKill;
 use crate::error::{GatewayError, Result};
 use crate::generate::{Generation, Piece, StopMatcher};
 use crate::metrics::Metrics;
@@ -30,9 +33,11 @@ pub async fn completions(
     State(state): State<Shared>,
     Extension(ctx): Extension<Arc<TenantCtx>>,
     Extension(slot): Extension<Slot>,
+    kill: Option<Extension<ConnKill>>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
-    generate(state, ctx, slot, Endpoint::Completions, body)
+    let kill = kill.map(|Extension(k)| k);
+    generate(state, ctx, slot, kill, Endpoint::Completions, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -41,9 +46,11 @@ pub async fn chat_completions(
     State(state): State<Shared>,
     Extension(ctx): Extension<Arc<TenantCtx>>,
     Extension(slot): Extension<Slot>,
+    kill: Option<Extension<ConnKill>>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
-    generate(state, ctx, slot, Endpoint::Chat, body)
+    let kill = kill.map(|Extension(k)| k);
+    generate(state, ctx, slot, kill, Endpoint::Chat, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -52,6 +59,7 @@ async fn generate(
     state: Shared,
     ctx: Arc<TenantCtx>,
     slot: Slot,
+    kill: Option<ConnKill>,
     endpoint: Endpoint,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
@@ -104,7 +112,12 @@ async fn generate(
         valid.logprobs.is_some(),
     );
     if valid.stream {
-        Ok(sse::respond(gen, meta, state.metrics.clone()))
+        let out = sse::Out {
+            metrics: state.metrics.clone(),
+            limits: state.stream,
+            kill,
+        };
+        Ok(sse::respond(gen, meta, out))
     } else {
         collect(gen, meta, &state.metrics).await
     }

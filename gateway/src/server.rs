@@ -103,6 +103,10 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         max_body_bytes: cfg.max_body_bytes,
         body_timeout_s: cfg.edge.body_timeout.as_secs().max(1),
         max_headers: cfg.edge.max_headers,
+        stream: openai::StreamLimits {
+            buffer: cfg.edge.stream_buffer,
+            stall_timeout: cfg.edge.stream_stall_timeout,
+        },
         text_pool: TextPool::new(cfg.edge.text_pool),
         draining: AtomicBool::new(false),
         started_unix_s: SystemTime::now()

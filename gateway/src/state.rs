@@ -29,6 +29,8 @@ pub struct AppState {
     pub body_timeout_s: u64,
     /// Header fields in one request, at most.
     pub max_headers: usize,
+    /// Slow readers: how much of a stream waits for its client, and for how long.
+    pub stream: crate::openai::StreamLimits,
     /// Set when shutdown began: new requests get 503, `/readyz` fails.
     pub draining: AtomicBool,
     /// Unix seconds when the server started (the model's `created`).

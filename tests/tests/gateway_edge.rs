@@ -437,3 +437,77 @@ async fn while_draining_readyz_answers_503_and_in_flight_streams_finish() {
     stopping.await.unwrap().unwrap();
     drop(client);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_client_stops_reading_is_aborted_and_frees_its_kv() {
+    let s = server(Settings {
+        stream_buffer: Some(4),
+        stream_stall_timeout_s: Some(1.0),
+        max_model_len: Some(32_768),
+        ..Settings::default()
+    })
+    .await;
+    // Long events (20 alternatives per token), more of them than the sockets hold, a small
+    // receive window, and no reading.
+    let (_, key) = s
+        .create_tenant(json!({"name": "reader", "quotas": {"max_output_tokens": 30000}}))
+        .await;
+    let body = json!({"prompt": "hello", "max_tokens": 30000, "ignore_eos": true, "stream": true,
+                      "logprobs": 20})
+    .to_string();
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut c = sock.connect(s.addr()).await.unwrap();
+    c.write_all(req.as_bytes()).await.unwrap();
+    // The answer's head says the request was admitted (more tokens than the sockets hold).
+    let mut head = [0u8; 12];
+    c.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let stats = |s: &TestServer| s.server.state.engine.stats();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The server gave up: the request left the engine and its blocks are free.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (stats(&s).running > 0 || stats(&s).hbm_used > 0) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(stats(&s).running, 0);
+    assert_eq!(
+        stats(&s).hbm_used,
+        0,
+        "KV still held by a stream nobody reads"
+    );
+    // Reading now gets what was buffered, then the connection ends without `[DONE]`.
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), c.read_to_end(&mut got)).await;
+    assert!(
+        read.is_ok(),
+        "the connection of the aborted stream is still open"
+    );
+    assert!(
+        !String::from_utf8_lossy(&got).contains("[DONE]"),
+        "the whole stream ({} bytes) was delivered",
+        got.len()
+    );
+    let text = s
+        .client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("superinfer_streams_aborted_total{reason=\"slow_reader\"} 1"),
+        "{text}"
+    );
+    // The tenant's concurrency slot came back too.
+    let (_, v) = s.admin("GET", "/reader/stats", None).await;
+    assert_eq!(v["in_flight"], 0, "{v}");
+    s.shutdown().await;
+}

@@ -18,6 +18,10 @@ pub struct EdgeConfig {
     pub max_connections: usize,
     pub max_connections_per_ip: usize,
     pub max_headers: usize,
+    /// Events of one stream buffered while its client does not read.
+    pub stream_buffer: usize,
+    /// A stream whose buffer stayed full this long is aborted (a client that stopped reading).
+    pub stream_stall_timeout: Duration,
     pub text_pool: TextPoolConfig,
 }
 
@@ -26,6 +30,8 @@ pub const DEFAULT_BODY_TIMEOUT_S: f64 = 60.0;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 256;
 pub const DEFAULT_MAX_HEADERS: usize = 64;
+pub const DEFAULT_STREAM_BUFFER: usize = 64;
+pub const DEFAULT_STREAM_STALL_TIMEOUT_S: f64 = 30.0;
 
 impl Default for EdgeConfig {
     fn default() -> Self {
@@ -35,6 +41,8 @@ impl Default for EdgeConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             max_headers: DEFAULT_MAX_HEADERS,
+            stream_buffer: DEFAULT_STREAM_BUFFER,
+            stream_stall_timeout: Duration::from_secs_f64(DEFAULT_STREAM_STALL_TIMEOUT_S),
             text_pool: TextPoolConfig::default(),
         }
     }
@@ -77,6 +85,12 @@ impl EdgeConfig {
             max_connections,
             max_connections_per_ip: per_ip,
             max_headers,
+            stream_buffer: at_least_one("stream_buffer", s.stream_buffer, d.stream_buffer)?,
+            stream_stall_timeout: secs(
+                "stream_stall_timeout_s",
+                s.stream_stall_timeout_s,
+                d.stream_stall_timeout,
+            )?,
             text_pool: TextPoolConfig {
                 workers: at_least_one("text_workers", s.text_workers, d.text_pool.workers)?,
                 queue: s.text_queue.unwrap_or(d.text_pool.queue),
