@@ -511,3 +511,58 @@ async fn a_stream_whose_client_stops_reading_is_aborted_and_frees_its_kv() {
     assert_eq!(v["in_flight"], 0, "{v}");
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_usage_returns_to_zero_after_streams_are_reset_mid_way() {
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: Some("h200-llama-3-8b".into()),
+        ..TestOptions::default()
+    })
+    .await;
+    let body = json!({"prompt": "hello there", "max_tokens": 2000, "ignore_eos": true,
+                      "stream": true})
+    .to_string();
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        s.key,
+        body.len()
+    );
+    let mut conns = Vec::new();
+    for _ in 0..30 {
+        let mut c = TcpStream::connect(s.addr()).await.unwrap();
+        c.write_all(req.as_bytes()).await.unwrap();
+        conns.push(c);
+    }
+    for c in &mut conns {
+        let mut first = [0u8; 256];
+        c.read_exact(&mut first).await.unwrap();
+    }
+    assert!(s.server.state.engine.stats().hbm_used > 0);
+    for c in conns {
+        // RST instead of FIN: linger 0.
+        c.set_zero_linger().unwrap();
+        drop(c);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let stats = || s.server.state.engine.stats();
+    while (stats().hbm_used > 0 || stats().running > 0) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let st = stats();
+    assert_eq!((st.running, st.waiting, st.hbm_used), (0, 0, 0), "{st:?}");
+    let text = s
+        .client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("superinfer_kv_usage_ratio{tier=\"hbm\"} 0\n"),
+        "{text}"
+    );
+    s.shutdown().await;
+}
