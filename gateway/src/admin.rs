@@ -1,6 +1,6 @@
 //! The admin API under `/admin/v1/tenants`, behind its own token (`--admin-token` or
 //! `SUPERINFER_ADMIN_TOKEN`; without one the admin API answers 403). Tenants are named in
-//! paths by id or by name. Every write returns once it is durable, and the request path sees
+//! paths by id (all digits) or by name (never all digits). Every write returns once it is durable, and the request path sees
 //! it before the response is sent (the directory is rebuilt right after the write).
 //!
 //! | method | path | does |
@@ -23,7 +23,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use superinfer_tenants::{KeyHash, NewTenant, Tenant, TenantId, TenantPatch, TenantStore};
+use superinfer_tenants::{KeyHash, NewTenant, Tenant, TenantPatch, TenantRef, TenantStore};
 
 use crate::auth::bearer;
 use crate::error::{GatewayError, Result};
@@ -77,17 +77,20 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| GatewayError::Internal(format!("store task: {e}")))?
 }
 
-/// A tenant named in a path: a number is an id, anything else a name.
+/// A tenant named in a path: all digits is an id, anything else a name (names cannot be all
+/// digits, so a path never means two tenants).
 fn resolve(store: &TenantStore, key: &str) -> Result<Tenant> {
-    let found = match key.parse::<u32>() {
-        Ok(id) => store.get(TenantId(id))?,
-        Err(_) => store.get_by_name(key)?,
-    };
-    found.ok_or_else(|| GatewayError::TenantNotFound(key.to_string()))
+    let r = TenantRef::parse(key);
+    store
+        .resolve(&r)?
+        .ok_or_else(|| GatewayError::TenantNotFound(r.to_string()))
 }
 
-fn parse<T: DeserializeOwned>(body: std::result::Result<Bytes, BytesRejection>) -> Result<T> {
-    let bytes = body.map_err(|e| GatewayError::bad_request(e.body_text()))?;
+fn parse<T: DeserializeOwned>(
+    state: &Shared,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> Result<T> {
+    let bytes = body.map_err(|e| GatewayError::from_body(&e, state))?;
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -107,7 +110,7 @@ async fn create(
     State(state): State<Shared>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
-    let new: NewTenant = parse(body)?;
+    let new: NewTenant = parse(&state, body)?;
     let (tenant, key) = blocking(&state, move |s| Ok(s.create(new)?)).await?;
     state.registry.refresh().await?;
     tracing::info!(tenant = %tenant.name, id = tenant.id.0, "tenant created");
@@ -125,7 +128,7 @@ async fn patch(
     Path(key): Path<String>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
-    let p: TenantPatch = parse(body)?;
+    let p: TenantPatch = parse(&state, body)?;
     let tenant = blocking(&state, move |s| {
         let t = resolve(s, &key)?;
         Ok(s.patch(t.id, p)?)
@@ -164,6 +167,6 @@ async fn stats(State(state): State<Shared>, Path(key): Path<String>) -> Result<R
     let ctx = state
         .registry
         .get(tenant.id)
-        .ok_or_else(|| GatewayError::TenantNotFound(tenant.name.clone()))?;
+        .ok_or_else(|| GatewayError::TenantNotFound(format!("named `{}`", tenant.name)))?;
     Ok(Json(crate::openai::stats_body(&ctx)).into_response())
 }

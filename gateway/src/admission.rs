@@ -30,25 +30,34 @@ pub fn engine_request(tenant: &Tenant, v: &ValidRequest) -> EngineRequest {
     }
 }
 
+/// Submits, or refuses; every refusal for load is counted as shed (`Metrics::shed`).
 pub fn submit(state: &AppState, tenant: &Tenant, v: &ValidRequest) -> Result<RequestStream> {
+    let shed = |reason: &'static str, e: GatewayError| {
+        state.metrics.shed(reason);
+        e
+    };
     if state.is_draining() {
-        return Err(GatewayError::ShuttingDown);
+        return Err(shed("draining", GatewayError::ShuttingDown));
     }
     let waiting = state.engine.stats().waiting;
     if waiting >= state.max_queue {
-        return Err(overloaded(format!(
-            "the engine queue is full ({waiting} requests waiting); retry after the \
-             Retry-After seconds"
-        )));
+        return Err(shed(
+            "queue_full",
+            overloaded(format!(
+                "the engine queue is full ({waiting} requests waiting); retry after the \
+                 Retry-After seconds"
+            )),
+        ));
     }
     state
         .engine
         .submit(engine_request(tenant, v))
         .map_err(|e| match e {
-            EngineError::QueueFull(_) => {
-                overloaded("the engine inbox is full; retry after the Retry-After seconds".into())
-            }
-            EngineError::Stopped => GatewayError::ShuttingDown,
+            EngineError::QueueFull(_) => shed(
+                "inbox_full",
+                overloaded("the engine inbox is full; retry after the Retry-After seconds".into()),
+            ),
+            EngineError::Stopped => shed("draining", GatewayError::ShuttingDown),
             other => GatewayError::Engine(other.to_string()),
         })
 }

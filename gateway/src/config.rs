@@ -16,6 +16,10 @@ use superinfer_policies::{PolicyKind, VltConfig, WlvfConfig};
 
 use crate::backend::{gpu_options, EngineOptions, ModelSource};
 
+mod edge;
+
+pub use edge::EdgeConfig;
+
 /// Every `serve` setting; each is optional so the sources can be layered.
 #[derive(Args, Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -105,7 +109,8 @@ pub struct Settings {
     /// copy rate measured at start × the mean iteration time, at least the largest request].
     #[arg(long, env = "SUPERINFER_B_XFER")]
     pub b_xfer: Option<u32>,
-    /// Token budget per iteration [default: 16384].
+    /// Token budget per iteration [default: 2048 with a model (CPU or GPU), 16384 with
+    /// --sim-profile].
     #[arg(long, env = "SUPERINFER_MAX_BATCHED_TOKENS")]
     pub max_batched_tokens: Option<u32>,
     /// Requests waiting in the engine beyond this get 503 [default: 1024].
@@ -120,6 +125,37 @@ pub struct Settings {
     /// On SIGTERM, let in-flight requests finish for at most this many seconds [default: 30].
     #[arg(long, env = "SUPERINFER_DRAIN_TIMEOUT_S")]
     pub drain_timeout_s: Option<f64>,
+    /// Close a connection whose request headers are not complete this many seconds after it
+    /// opened or after its previous response (also the keep-alive idle time) [default: 10].
+    #[arg(long, env = "SUPERINFER_HEADER_TIMEOUT_S")]
+    pub header_timeout_s: Option<f64>,
+    /// Answer 408 when a request body has not arrived this many seconds after its headers
+    /// [default: 60].
+    #[arg(long, env = "SUPERINFER_BODY_TIMEOUT_S")]
+    pub body_timeout_s: Option<f64>,
+    /// Connections open at once, all clients together; more get 503 [default: 4096].
+    #[arg(long, env = "SUPERINFER_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Connections open at once from one IP address; more get 429 [default: 256].
+    #[arg(long, env = "SUPERINFER_MAX_CONNECTIONS_PER_IP")]
+    pub max_connections_per_ip: Option<usize>,
+    /// Header fields in one request; more get 431 [default: 64].
+    #[arg(long, env = "SUPERINFER_MAX_HEADERS")]
+    pub max_headers: Option<usize>,
+    /// Events of one stream buffered in the gateway while its client does not read
+    /// [default: 64].
+    #[arg(long, env = "SUPERINFER_STREAM_BUFFER")]
+    pub stream_buffer: Option<usize>,
+    /// A stream whose client has read nothing for this many seconds while its buffer is full
+    /// is aborted and its connection closed [default: 30].
+    #[arg(long, env = "SUPERINFER_STREAM_STALL_TIMEOUT_S")]
+    pub stream_stall_timeout_s: Option<f64>,
+    /// Threads that parse and tokenize requests at once [default: the number of CPUs].
+    #[arg(long, env = "SUPERINFER_TEXT_WORKERS")]
+    pub text_workers: Option<usize>,
+    /// Requests that may wait for a tokenizer thread; more get 503 [default: 64].
+    #[arg(long, env = "SUPERINFER_TEXT_QUEUE")]
+    pub text_queue: Option<usize>,
     /// Where the model runs: `cpu` (the default) or `cuda` (a build with `--features cuda`).
     /// On `cuda`, `--model` also takes `random:NAME` (`llama-3-8b`, `qwen2.5-7b`,
     /// `qwen2.5-32b`): random weights at real size, built in GPU memory.
@@ -175,6 +211,15 @@ impl Settings {
             max_model_len: self.max_model_len.or(lower.max_model_len),
             max_body_bytes: self.max_body_bytes.or(lower.max_body_bytes),
             drain_timeout_s: self.drain_timeout_s.or(lower.drain_timeout_s),
+            header_timeout_s: self.header_timeout_s.or(lower.header_timeout_s),
+            body_timeout_s: self.body_timeout_s.or(lower.body_timeout_s),
+            max_connections: self.max_connections.or(lower.max_connections),
+            max_connections_per_ip: self.max_connections_per_ip.or(lower.max_connections_per_ip),
+            max_headers: self.max_headers.or(lower.max_headers),
+            stream_buffer: self.stream_buffer.or(lower.stream_buffer),
+            stream_stall_timeout_s: self.stream_stall_timeout_s.or(lower.stream_stall_timeout_s),
+            text_workers: self.text_workers.or(lower.text_workers),
+            text_queue: self.text_queue.or(lower.text_queue),
             device: self.device.or(lower.device),
             gpu_memory_utilization: self.gpu_memory_utilization.or(lower.gpu_memory_utilization),
             hbm_kv_gb: self.hbm_kv_gb.or(lower.hbm_kv_gb),
@@ -201,6 +246,8 @@ pub struct ServeConfig {
     pub engine: EngineOptions,
     pub max_body_bytes: usize,
     pub drain_timeout: Duration,
+    /// Connection limits and timeouts of the HTTP edge, and the text pool.
+    pub edge: EdgeConfig,
 }
 
 impl ServeConfig {
@@ -208,6 +255,7 @@ impl ServeConfig {
     pub fn resolve(s: Settings) -> anyhow::Result<ServeConfig> {
         let d = EngineOptions::default();
         let vlt = vlt_config(&s)?;
+        let edge = EdgeConfig::resolve(&s)?;
         let data_dir = s
             .data_dir
             .unwrap_or_else(|| PathBuf::from("superinfer-data"));
@@ -298,12 +346,18 @@ impl ServeConfig {
                     }
                     f => f,
                 },
-                max_queue: s.max_queue.unwrap_or(d.max_queue).max(1),
+                max_queue: match s.max_queue {
+                    Some(0) => bail!(
+                        "max_queue must be at least 1 (0 would refuse every request with 503)"
+                    ),
+                    q => q.unwrap_or(d.max_queue),
+                },
                 max_model_len: positive("max_model_len", s.max_model_len)?
                     .unwrap_or(d.max_model_len),
             },
             max_body_bytes: s.max_body_bytes.unwrap_or(4 << 20),
             drain_timeout: Duration::from_secs_f64(drain),
+            edge,
         })
     }
 }
@@ -321,207 +375,4 @@ fn vlt_config(s: &Settings) -> anyhow::Result<VltConfig> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn no_settings_give_the_documented_defaults() {
-        let c = ServeConfig::resolve(Settings::default()).unwrap();
-        assert_eq!(c.listen.to_string(), "127.0.0.1:8000");
-        assert_eq!(c.data_dir, PathBuf::from("superinfer-data"));
-        assert_eq!(
-            c.model,
-            ModelSource::Tiny(PathBuf::from("superinfer-data/model"))
-        );
-        assert_eq!(c.engine.policy, PolicyKind::Wlvf);
-        assert!(c.admin_token.is_none());
-    }
-
-    #[test]
-    fn higher_sources_win_field_by_field() {
-        let file: Settings =
-            toml::from_str("listen = \"127.0.0.1:9000\"\nmax_queue = 7\npolicy = \"lvf\"\n")
-                .unwrap();
-        let flags = Settings {
-            max_queue: Some(9),
-            ..Settings::default()
-        };
-        let c = ServeConfig::resolve(flags.or(file)).unwrap();
-        assert_eq!(c.listen.port(), 9000);
-        assert_eq!(c.engine.max_queue, 9);
-        assert_eq!(c.engine.policy, PolicyKind::Lvf);
-    }
-
-    #[test]
-    fn unknown_file_keys_and_bad_values_are_refused() {
-        assert!(toml::from_str::<Settings>("listn = \"x\"").is_err());
-        let s = Settings {
-            admin_token: Some("short".into()),
-            ..Settings::default()
-        };
-        assert!(ServeConfig::resolve(s)
-            .unwrap_err()
-            .to_string()
-            .contains("16"));
-    }
-
-    #[test]
-    fn gpu_settings_need_device_cuda_and_sane_values() {
-        let err = |s: Settings| ServeConfig::resolve(s).unwrap_err().to_string();
-        let on_cpu = Settings {
-            hbm_kv_gb: Some(4.0),
-            ..Settings::default()
-        };
-        assert!(err(on_cpu).contains("hbm_kv_gb"));
-        let random_on_cpu = Settings {
-            model_dir: Some("random:llama-3-8b".into()),
-            ..Settings::default()
-        };
-        assert!(err(random_on_cpu).contains("--device cuda"));
-        let no_model = Settings {
-            device: Some(ComputeDevice::Cuda),
-            ..Settings::default()
-        };
-        assert!(err(no_model).contains("needs a model"));
-        let bad = Settings {
-            device: Some(ComputeDevice::Cuda),
-            model_dir: Some("random:llama-3-8b".into()),
-            gpu_memory_utilization: Some(1.5),
-            ..Settings::default()
-        };
-        assert!(err(bad).contains("gpu_memory_utilization"));
-        let file: Settings = toml::from_str(
-            "device = \"cuda\"\nmodel_dir = \"random:llama-3-8b\"\nhbm_kv_gb = 4.0\n",
-        )
-        .unwrap();
-        let c = ServeConfig::resolve(file).unwrap();
-        assert_eq!(
-            c.model,
-            ModelSource::Gpu {
-                model: "random:llama-3-8b".into(),
-                gpu: crate::backend::GpuOptions {
-                    gpu_memory_utilization: 0.9,
-                    hbm_kv_gb: Some(4.0),
-                    dram_kv_gb: 32.0,
-                    ..crate::backend::GpuOptions::default()
-                },
-            }
-        );
-    }
-
-    #[test]
-    fn vlt_knobs_reach_the_policy_and_bad_ones_are_refused() {
-        let c = ServeConfig::resolve(Settings::default()).unwrap();
-        assert_eq!(c.engine.wlvf.vlt, VltConfig::default());
-        let s = Settings {
-            alpha: Some(2.0),
-            beta_b: Some(-0.5),
-            beta_f: Some(0.0),
-            ..Settings::default()
-        };
-        let c = ServeConfig::resolve(s).unwrap();
-        let v = c.engine.wlvf.vlt;
-        assert_eq!((v.alpha, v.beta_b, v.beta_f), (2.0, -0.5, 0.0));
-        for (bad, want) in [
-            (
-                Settings {
-                    alpha: Some(0.0),
-                    ..Settings::default()
-                },
-                "alpha must be a number above 0",
-            ),
-            (
-                Settings {
-                    beta_f: Some(f64::NAN),
-                    ..Settings::default()
-                },
-                "beta_f must be a finite number",
-            ),
-            (
-                Settings {
-                    beta_b: Some(f64::INFINITY),
-                    ..Settings::default()
-                },
-                "beta_b must be a finite number",
-            ),
-        ] {
-            let e = ServeConfig::resolve(bad).unwrap_err().to_string();
-            assert!(e.contains(want), "{e}");
-        }
-    }
-
-    #[test]
-    fn fairness_knobs_and_shedding_reach_the_engine_and_bad_ones_are_refused() {
-        let s: Settings = toml::from_str(
-            "fairness_quantum = 256.0\ndecode_cost = 2.0\ndefer_late = false\nshed_late = 0.5\npreempt_for_seats = true\n",
-        )
-        .unwrap();
-        let c = ServeConfig::resolve(s).unwrap();
-        assert_eq!(c.engine.wlvf.fairness_quantum_tokens, 256.0);
-        assert_eq!(c.engine.wlvf.decode_cost, 2.0);
-        assert!(!c.engine.wlvf.defer_late);
-        assert!(c.engine.wlvf.preempt_for_seats);
-        assert_eq!(c.engine.shed_late, Some(0.5));
-        let d = ServeConfig::resolve(Settings::default()).unwrap();
-        assert_eq!(d.engine.wlvf.max_consecutive_rotations, Some(1));
-        assert!(d.engine.wlvf.defer_late);
-        assert!(!d.engine.wlvf.preempt_for_seats);
-        assert_eq!(d.engine.shed_late, None);
-        for (bad, want) in [
-            (
-                Settings {
-                    fairness_quantum: Some(0.0),
-                    ..Settings::default()
-                },
-                "fairness_quantum must be a number above 0",
-            ),
-            (
-                Settings {
-                    decode_cost: Some(f64::NAN),
-                    ..Settings::default()
-                },
-                "decode_cost must be a number above 0",
-            ),
-            (
-                Settings {
-                    shed_late: Some(-1.0),
-                    ..Settings::default()
-                },
-                "shed_late must be a fraction",
-            ),
-        ] {
-            let e = ServeConfig::resolve(bad).unwrap_err().to_string();
-            assert!(e.contains(want), "{e}");
-        }
-    }
-
-    #[test]
-    fn starvation_caps_reach_the_policy_and_bad_ones_are_refused() {
-        let s = Settings {
-            max_rotations: Some(1),
-            max_wait_s: Some(10.0),
-            progress_tokens: Some(32),
-            ..Settings::default()
-        };
-        let c = ServeConfig::resolve(s).unwrap();
-        assert_eq!(c.engine.wlvf.max_consecutive_rotations, Some(1));
-        assert_eq!(c.engine.wlvf.max_wait_s, Some(10.0));
-        assert_eq!(c.engine.progress_tokens, Some(32));
-        for bad in [
-            Settings {
-                max_rotations: Some(0),
-                ..Settings::default()
-            },
-            Settings {
-                progress_tokens: Some(0),
-                ..Settings::default()
-            },
-            Settings {
-                max_wait_s: Some(-1.0),
-                ..Settings::default()
-            },
-        ] {
-            assert!(ServeConfig::resolve(bad).is_err());
-        }
-    }
-}
+mod tests;

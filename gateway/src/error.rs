@@ -2,10 +2,13 @@
 //! `Retry-After` where waiting helps, and OpenAI's error body
 //! `{"error": {"message", "type", "param", "code"}}`.
 
+use axum::extract::rejection::BytesRejection;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use superinfer_tenants::TenantError;
+
+use crate::state::AppState;
 
 /// Everything a request can fail with. Every message says what to change.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +37,22 @@ pub enum GatewayError {
     Overloaded { message: String, retry_after_s: u64 },
     #[error("the server is shutting down; retry on another replica")]
     ShuttingDown,
+    #[error(
+        "too many connections {} (limit {limit}); close idle connections or retry after the \
+         Retry-After seconds",
+        if *per_address { "from this address" } else { "to this server" }
+    )]
+    TooManyConnections { limit: usize, per_address: bool },
+    #[error("the request body did not arrive within {seconds} s; send it without pauses")]
+    BodyTimeout { seconds: u64 },
+    #[error("the request has {count} header fields; at most {limit} are allowed")]
+    TooManyHeaders { count: usize, limit: usize },
+    #[error("the request has {count} `{name}` headers; send exactly one")]
+    DuplicateHeader { name: &'static str, count: usize },
+    /// An error answered by a layer below the handlers (a path that cannot be decoded, a
+    /// method the route lacks, …), in OpenAI's shape: its status and its text.
+    #[error("{message}")]
+    Protocol { status: StatusCode, message: String },
     #[error("no route for {method} {path}; see docs/API.md for the endpoints")]
     NotFound { method: String, path: String },
     #[error("{method} is not allowed on {path}")]
@@ -44,7 +63,8 @@ pub enum GatewayError {
     AdminDisabled,
     #[error("invalid admin token: send `Authorization: Bearer <admin token>`")]
     AdminUnauthorized,
-    #[error("no tenant `{0}`")]
+    /// `{0}` says how the tenant was named: "with id 7", "named `acme`".
+    #[error("no tenant {0}")]
     TenantNotFound(String),
     /// A tenant-store operation failed (admin API).
     #[error(transparent)]
@@ -73,6 +93,26 @@ impl GatewayError {
         }
     }
 
+    /// A request body that could not be read: over the limit (413), too slow (408), or cut
+    /// off (400).
+    pub fn from_body(e: &BytesRejection, state: &AppState) -> Self {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return GatewayError::BodyTooLarge {
+                limit: state.max_body_bytes,
+            };
+        }
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(s) = source {
+            if s.is::<tower_http::timeout::TimeoutError>() {
+                return GatewayError::BodyTimeout {
+                    seconds: state.body_timeout_s,
+                };
+            }
+            source = s.source();
+        }
+        GatewayError::bad_request(format!("cannot read the request body: {}", e.body_text()))
+    }
+
     pub fn status(&self) -> StatusCode {
         use GatewayError as E;
         match self {
@@ -85,6 +125,17 @@ impl GatewayError {
             E::TenantDisabled { .. } | E::AdminDisabled => StatusCode::FORBIDDEN,
             E::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             E::Overloaded { .. } | E::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            E::TooManyConnections { per_address, .. } => {
+                if *per_address {
+                    StatusCode::TOO_MANY_REQUESTS
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+            }
+            E::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            E::TooManyHeaders { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            E::DuplicateHeader { .. } => StatusCode::BAD_REQUEST,
+            E::Protocol { status, .. } => *status,
             E::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             E::Tenant(e) => match e {
                 TenantError::Invalid { .. } => StatusCode::BAD_REQUEST,
@@ -110,6 +161,14 @@ impl GatewayError {
             E::RateLimited { .. } => ("rate_limit_error", Some("rate_limit_exceeded")),
             E::Overloaded { .. } => ("overloaded_error", Some("overloaded")),
             E::ShuttingDown => ("overloaded_error", Some("shutting_down")),
+            E::TooManyConnections {
+                per_address: true, ..
+            } => ("rate_limit_error", Some("too_many_connections")),
+            E::TooManyConnections { .. } => ("overloaded_error", Some("too_many_connections")),
+            E::BodyTimeout { .. } => ("invalid_request_error", Some("body_timeout")),
+            E::TooManyHeaders { .. } | E::DuplicateHeader { .. } => ("invalid_request_error", None),
+            E::Protocol { status, .. } if status.is_server_error() => ("server_error", None),
+            E::Protocol { .. } => ("invalid_request_error", None),
             E::TenantNotFound(_) => ("invalid_request_error", Some("tenant_not_found")),
             E::Tenant(TenantError::Invalid { .. }) => ("invalid_request_error", None),
             E::Tenant(TenantError::NameTaken(_)) => ("invalid_request_error", Some("name_taken")),
@@ -133,7 +192,7 @@ impl GatewayError {
         match self {
             GatewayError::RateLimited { retry_after_s, .. }
             | GatewayError::Overloaded { retry_after_s, .. } => Some((*retry_after_s).max(1)),
-            GatewayError::ShuttingDown => Some(1),
+            GatewayError::ShuttingDown | GatewayError::TooManyConnections { .. } => Some(1),
             _ => None,
         }
     }

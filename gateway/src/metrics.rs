@@ -10,7 +10,9 @@ use metrics::{Counter, Gauge, Histogram, Recorder};
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use superinfer_engine::EngineStats;
 
 pub const TTFT: &str = "superinfer_time_to_first_token_seconds";
@@ -22,6 +24,11 @@ pub const PROMPT_TOKENS: &str = "superinfer_prompt_tokens_total";
 pub const GENERATION_TOKENS: &str = "superinfer_generation_tokens_total";
 pub const TTFT_ATTAINMENT: &str = "superinfer_ttft_slo_attainment_ratio";
 pub const TBT_ATTAINMENT: &str = "superinfer_tbt_slo_attainment_ratio";
+pub const SHED: &str = "superinfer_requests_shed_total";
+pub const STREAMS_ABORTED: &str = "superinfer_streams_aborted_total";
+
+/// At most one WARN summary of shed requests per this period.
+pub const SHED_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -33,6 +40,14 @@ const LATENCY_BUCKETS: &[f64] = &[
 pub struct Metrics {
     recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
+    shed_log: Arc<Mutex<ShedWindow>>,
+}
+
+/// Requests shed since the last WARN summary.
+#[derive(Debug)]
+struct ShedWindow {
+    since: Instant,
+    counts: BTreeMap<&'static str, u64>,
 }
 
 impl Default for Metrics {
@@ -54,6 +69,10 @@ impl Metrics {
         let m = Metrics {
             recorder: Arc::new(recorder),
             handle,
+            shed_log: Arc::new(Mutex::new(ShedWindow {
+                since: Instant::now(),
+                counts: BTreeMap::new(),
+            })),
         };
         m.describe();
         m
@@ -86,6 +105,16 @@ impl Metrics {
             (
                 TTFT_ATTAINMENT,
                 "Share of a tenant's requests whose first token met its TTFT SLO.",
+            ),
+            (
+                SHED,
+                "Requests shed on purpose under overload, by reason (queue_full, inbox_full, \
+                 slo, text_pool, connections, draining).",
+            ),
+            (
+                STREAMS_ABORTED,
+                "Streams aborted by the gateway, by reason (slow_reader: the client stopped \
+                 reading for --stream-stall-timeout-s).",
             ),
             (
                 TBT_ATTAINMENT,
@@ -164,6 +193,34 @@ impl Metrics {
     pub fn rejected(&self, tenant: &str, reason: &'static str) {
         let t = tenant.to_string();
         self.with(|| metrics::counter!(REJECTED, "tenant" => t, "reason" => reason).increment(1));
+    }
+
+    /// Counts a request shed on purpose (overload: a full queue, pool or connection limit,
+    /// draining) by `reason`. Shedding is expected under load, so it is not an error: it is
+    /// summarized at WARN at most once per [`SHED_LOG_PERIOD`] (with the first shed after the
+    /// period), never one line per request.
+    pub fn shed(&self, reason: &'static str) {
+        self.with(|| metrics::counter!(SHED, "reason" => reason).increment(1));
+        let mut w = self.shed_log.lock().unwrap_or_else(PoisonError::into_inner);
+        *w.counts.entry(reason).or_insert(0) += 1;
+        let elapsed = w.since.elapsed();
+        if elapsed >= SHED_LOG_PERIOD {
+            let total: u64 = w.counts.values().sum();
+            let by_reason: Vec<String> =
+                w.counts.iter().map(|(r, n)| format!("{r}: {n}")).collect();
+            tracing::warn!(
+                "shed {total} requests in the last {:.0} s ({}); see {SHED}",
+                elapsed.as_secs_f64(),
+                by_reason.join(", ")
+            );
+            w.counts.clear();
+            w.since = Instant::now();
+        }
+    }
+
+    /// Counts a stream the gateway aborted (`slow_reader`: its client stopped reading).
+    pub fn stream_aborted(&self, reason: &'static str) {
+        self.with(|| metrics::counter!(STREAMS_ABORTED, "reason" => reason).increment(1));
     }
 
     /// The Prometheus text, with the engine gauges as of `engine`.

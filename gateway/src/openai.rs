@@ -6,6 +6,8 @@
 mod response;
 mod sse;
 
+pub use sse::StreamLimits;
+
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
@@ -17,8 +19,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::admission;
+use crate::conn::ConnKill;
 use crate::error::{GatewayError, Result};
 use crate::generate::{Generation, Piece, StopMatcher};
+use crate::metrics::Metrics;
 use crate::quota::Slot;
 use crate::registry::TenantCtx;
 use crate::state::Shared;
@@ -29,9 +33,11 @@ pub async fn completions(
     State(state): State<Shared>,
     Extension(ctx): Extension<Arc<TenantCtx>>,
     Extension(slot): Extension<Slot>,
+    kill: Option<Extension<ConnKill>>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
-    generate(state, ctx, slot, Endpoint::Completions, body)
+    let kill = kill.map(|Extension(k)| k);
+    generate(state, ctx, slot, kill, Endpoint::Completions, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -40,9 +46,11 @@ pub async fn chat_completions(
     State(state): State<Shared>,
     Extension(ctx): Extension<Arc<TenantCtx>>,
     Extension(slot): Extension<Slot>,
+    kill: Option<Extension<ConnKill>>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
-    generate(state, ctx, slot, Endpoint::Chat, body)
+    let kill = kill.map(|Extension(k)| k);
+    generate(state, ctx, slot, kill, Endpoint::Chat, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -51,6 +59,7 @@ async fn generate(
     state: Shared,
     ctx: Arc<TenantCtx>,
     slot: Slot,
+    kill: Option<ConnKill>,
     endpoint: Endpoint,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<Response> {
@@ -59,9 +68,22 @@ async fn generate(
         state.metrics.rejected(&ctx.tenant.name, reason);
         e
     };
-    let bytes = body.map_err(|e| refuse("invalid", body_error(&e, state.max_body_bytes)))?;
-    let valid = validate::parse(&bytes)
-        .and_then(|b| validate::validate(endpoint, b, &ctx.tenant, &state.model, &state.text))
+    let bytes = body.map_err(|e| refuse("invalid", GatewayError::from_body(&e, &state)))?;
+    let (tenant, model, text) = (ctx.tenant.clone(), state.model.clone(), state.text.clone());
+    // Parsing, tokenization and templating are CPU work: off the reactor, in the bounded pool.
+    let valid = state
+        .text_pool
+        .run(ctx.tenant.id.0, move || {
+            validate::parse(&bytes)
+                .and_then(|b| validate::validate(endpoint, b, &tenant, &model, &text))
+        })
+        .await
+        .map_err(|e| {
+            if e.status() == StatusCode::SERVICE_UNAVAILABLE {
+                state.metrics.shed("text_pool");
+            }
+            refuse("text_pool", e)
+        })?
         .map_err(|e| refuse("invalid", e))?;
     let stream =
         admission::submit(&state, &ctx.tenant, &valid).map_err(|e| refuse("overloaded", e))?;
@@ -90,22 +112,19 @@ async fn generate(
         valid.logprobs.is_some(),
     );
     if valid.stream {
-        Ok(sse::respond(gen, meta))
+        let out = sse::Out {
+            metrics: state.metrics.clone(),
+            limits: state.stream,
+            kill,
+        };
+        Ok(sse::respond(gen, meta, out))
     } else {
-        collect(gen, meta).await
-    }
-}
-
-fn body_error(e: &BytesRejection, limit: usize) -> GatewayError {
-    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        GatewayError::BodyTooLarge { limit }
-    } else {
-        GatewayError::bad_request(format!("cannot read the request body: {}", e.body_text()))
+        collect(gen, meta, &state.metrics).await
     }
 }
 
 /// A non-streamed answer: the whole text in one JSON body.
-async fn collect(mut gen: Generation, meta: ResponseMeta) -> Result<Response> {
+async fn collect(mut gen: Generation, meta: ResponseMeta, metrics: &Metrics) -> Result<Response> {
     let mut text = String::new();
     let mut logprobs = Vec::new();
     while let Some(piece) = gen.next().await {
@@ -114,7 +133,7 @@ async fn collect(mut gen: Generation, meta: ResponseMeta) -> Result<Response> {
             Piece::Text(t) => text.push_str(&t),
             Piece::Done(o) => {
                 if let Some(err) = o.error {
-                    return Err(engine_failure(err, o.completion_tokens));
+                    return Err(engine_failure(err, o.completion_tokens, metrics));
                 }
                 let usage = Usage::new(o.prompt_tokens, o.completion_tokens);
                 return Ok(meta.full_body(&text, o.finish_reason, usage, &logprobs));
@@ -128,9 +147,16 @@ async fn collect(mut gen: Generation, meta: ResponseMeta) -> Result<Response> {
 
 /// The engine refused or failed a request after admission. A full queue discovered by the
 /// engine thread itself, or a request refused because it would miss its TTFT SLO, is
-/// overload (503 with Retry-After), not a fault.
-pub fn engine_failure(err: String, tokens: u32) -> GatewayError {
-    if tokens == 0 && (err.contains("queue is full") || err.contains("would miss its TTFT SLO")) {
+/// overload (503 with Retry-After, counted as shed), not a fault.
+pub fn engine_failure(err: String, tokens: u32, metrics: &Metrics) -> GatewayError {
+    let shed = match () {
+        _ if tokens > 0 => None,
+        _ if err.contains("queue is full") => Some("queue_full"),
+        _ if err.contains("would miss its TTFT SLO") => Some("slo"),
+        _ => None,
+    };
+    if let Some(reason) = shed {
+        metrics.shed(reason);
         GatewayError::Overloaded {
             message: format!("{err}; retry after the Retry-After seconds"),
             retry_after_s: 1,
@@ -192,6 +218,7 @@ static SALT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 mod tests {
     use super::engine_failure;
     use crate::error::GatewayError;
+    use crate::metrics::{Metrics, SHED};
     use superinfer_engine::EngineError;
     use superinfer_policies::RequestId;
 
@@ -201,17 +228,27 @@ mod tests {
             id: RequestId(7),
             wait_s: 3.2,
         };
+        let m = Metrics::new();
         assert!(matches!(
-            engine_failure(refused.to_string(), 0),
+            engine_failure(refused.to_string(), 0, &m),
             GatewayError::Overloaded { .. }
         ));
         assert!(matches!(
-            engine_failure(EngineError::QueueFull(3).to_string(), 0),
+            engine_failure(EngineError::QueueFull(3).to_string(), 0, &m),
             GatewayError::Overloaded { .. }
         ));
         assert!(matches!(
-            engine_failure("model runner: boom".into(), 0),
+            engine_failure("model runner: boom".into(), 0, &m),
             GatewayError::Engine(_)
         ));
+        let text = m.render(&Default::default());
+        assert!(
+            text.contains(&format!("{SHED}{{reason=\"slo\"}} 1")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{SHED}{{reason=\"queue_full\"}} 1")),
+            "{text}"
+        );
     }
 }

@@ -14,7 +14,7 @@
 use anyhow::Context;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::from_fn_with_state;
+use axum::middleware::{from_fn_with_state, map_request, map_response_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -26,6 +26,7 @@ use superinfer_tenants::{NewTenant, TenantStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
@@ -34,13 +35,15 @@ use tower_http::trace::TraceLayer;
 
 use crate::admin::{self, AdminToken};
 use crate::backend::{self, Backend};
-use crate::config::ServeConfig;
+use crate::config::{EdgeConfig, ServeConfig};
+use crate::conn::Accept;
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::openai;
 use crate::registry::Registry;
 use crate::state::{AppState, Shared};
-use crate::{auth, quota};
+use crate::text::TextPool;
+use crate::{auth, layers, quota};
 
 /// Name of the tenant created on the first start.
 pub const DEFAULT_TENANT: &str = "default";
@@ -98,6 +101,13 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         admin_token: cfg.admin_token.as_deref().map(AdminToken::new),
         max_queue: cfg.engine.max_queue,
         max_body_bytes: cfg.max_body_bytes,
+        body_timeout_s: cfg.edge.body_timeout.as_secs().max(1),
+        max_headers: cfg.edge.max_headers,
+        stream: openai::StreamLimits {
+            buffer: cfg.edge.stream_buffer,
+            stall_timeout: cfg.edge.stream_stall_timeout,
+        },
+        text_pool: TextPool::new(cfg.edge.text_pool),
         draining: AtomicBool::new(false),
         started_unix_s: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -118,7 +128,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
             (Some(l), Some(local))
         }
     };
-    let app = router(state.clone(), cfg.metrics_listen.is_none());
+    let app = router(state.clone(), &cfg.edge, cfg.metrics_listen.is_none());
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(serve(Serve {
         state: state.clone(),
@@ -127,6 +137,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         metrics_listener,
         stopped,
         drain: cfg.drain_timeout,
+        edge: cfg.edge.clone(),
         thread,
         watcher,
     }));
@@ -168,7 +179,7 @@ async fn open_tenants(cfg: &ServeConfig, metrics: Metrics) -> anyhow::Result<Ope
     .context("the tenant store task")?
 }
 
-pub fn router(state: Shared, with_metrics: bool) -> Router {
+pub fn router(state: Shared, edge: &EdgeConfig, with_metrics: bool) -> Router {
     let generate = Router::new()
         .route("/v1/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat_completions))
@@ -184,6 +195,7 @@ pub fn router(state: Shared, with_metrics: bool) -> Router {
     if with_metrics {
         open = open.route("/metrics", get(metrics_text));
     }
+    // Layers, innermost first (each `.layer` wraps the ones before it).
     Router::new()
         .merge(generate)
         .merge(tenant_reads)
@@ -191,18 +203,29 @@ pub fn router(state: Shared, with_metrics: bool) -> Router {
         .merge(admin::router(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(state.max_body_bytes))
-        .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(60)))
-        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-            let id = req
-                .headers()
-                .get("x-request-id")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("-");
-            tracing::debug_span!("request", method = %req.method(), path = %req.uri().path(), id)
-        }))
+        // tower-http's limit answers a Content-Length over the limit at once, before reading.
+        .layer(DefaultBodyLimit::disable())
+        .layer(RequestBodyLimitLayer::new(state.max_body_bytes))
+        .layer(RequestBodyTimeoutLayer::new(edge.body_timeout))
+        .layer(from_fn_with_state(state.clone(), layers::header_limits))
+        .layer(map_response_with_state(state.clone(), layers::openai_errors))
+        // Expected 503s (shedding) are counted and summarized by `Metrics::shed`, not logged
+        // one line per request: no failure logging here.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request| {
+                    let id = req
+                        .headers()
+                        .get("x-request-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-");
+                    tracing::debug_span!("request", method = %req.method(), path = %req.uri().path(), id)
+                })
+                .on_failure(()),
+        )
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeId::default()))
+        .layer(map_request(layers::sanitize_request_id))
         .with_state(state)
 }
 
@@ -280,6 +303,7 @@ struct Serve {
     metrics_listener: Option<TcpListener>,
     stopped: watch::Receiver<bool>,
     drain: Duration,
+    edge: EdgeConfig,
     thread: superinfer_engine::EngineThread,
     watcher: JoinHandle<()>,
 }
@@ -292,10 +316,15 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         let app = Router::new()
             .route("/metrics", get(metrics_text))
             .with_state(s.state.clone());
+        let accept = Accept {
+            listener: l,
+            app,
+            config: s.edge.clone(),
+            metrics: s.state.metrics.clone(),
+            drain: Duration::ZERO,
+        };
         let stop = stop_signal(s.stopped.clone());
-        tokio::spawn(async move {
-            let _ = axum::serve(l, app).with_graceful_shutdown(stop).await;
-        })
+        tokio::spawn(async move { accept.run(stop).await.close(Duration::ZERO).await })
     });
     let state = s.state.clone();
     let mut rx = s.stopped.clone();
@@ -303,33 +332,29 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         let _ = rx.wait_for(|v| *v).await;
         state.draining.store(true, Ordering::Release);
     };
-    let server = axum::serve(s.listener, s.app).with_graceful_shutdown(on_stop);
-    let deadline = {
-        let stop = stop_signal(s.stopped.clone());
-        let drain = s.drain;
-        async move {
-            stop.await;
-            tokio::time::sleep(drain).await;
-        }
+    let accept = Accept {
+        listener: s.listener,
+        app: s.app,
+        config: s.edge,
+        metrics: s.state.metrics.clone(),
+        drain: s.drain,
     };
-    tokio::select! {
-        r = server => r.context("serving HTTP")?,
-        () = deadline => tracing::warn!(
-            "drain deadline of {:?} passed; closing the remaining connections", s.drain
-        ),
-    }
+    let remaining = accept.run(on_stop).await;
     if let Some(t) = metrics_task {
-        t.abort();
+        let _ = t.await;
     }
     s.watcher.abort();
     let store = s.state.registry.store().clone();
     let thread = s.thread;
-    tokio::task::spawn_blocking(move || {
+    // Stopping the engine ends the streams still open with an error event and `[DONE]`; they
+    // get a moment to write it before their connections are closed.
+    let flushed = tokio::task::spawn_blocking(move || {
         thread.shutdown();
         store.flush()
-    })
-    .await
-    .context("the shutdown task")??;
+    });
+    let flushed = flushed.await.context("the shutdown task")?;
+    remaining.close(Duration::from_secs(1)).await;
+    flushed?;
     tracing::info!("stopped");
     Ok(())
 }

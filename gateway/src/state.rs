@@ -7,7 +7,7 @@ use superinfer_engine::EngineHandle;
 use crate::admin::AdminToken;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
-use crate::text::Text;
+use crate::text::{Text, TextPool};
 use crate::validate::ModelInfo;
 
 /// The server's shared state; handlers get it as `State<Arc<AppState>>`.
@@ -16,6 +16,8 @@ pub struct AppState {
     pub registry: Arc<Registry>,
     pub metrics: Metrics,
     pub text: Text,
+    /// Where parsing, tokenization and chat templating run (never on the reactor).
+    pub text_pool: TextPool,
     pub model: ModelInfo,
     /// `None`: the admin API is disabled.
     pub admin_token: Option<AdminToken>,
@@ -23,6 +25,12 @@ pub struct AppState {
     pub max_queue: usize,
     /// Largest accepted request body, bytes.
     pub max_body_bytes: usize,
+    /// Seconds a request body may take to arrive.
+    pub body_timeout_s: u64,
+    /// Header fields in one request, at most.
+    pub max_headers: usize,
+    /// Slow readers: how much of a stream waits for its client, and for how long.
+    pub stream: crate::openai::StreamLimits,
     /// Set when shutdown began: new requests get 503, `/readyz` fails.
     pub draining: AtomicBool,
     /// Unix seconds when the server started (the model's `created`).

@@ -11,6 +11,10 @@
 //!   generator assumes) and renders every token id as a word. The simulated runner always
 //!   samples token 0, so its output reads `"hello hello …"`.
 
+mod pool;
+
+pub use pool::{TextPool, TextPoolConfig};
+
 use std::sync::Arc;
 use superinfer_engine::{IncrementalDecoder, TextCodec};
 
@@ -30,7 +34,11 @@ pub struct Text {
 #[derive(Debug)]
 enum Backend {
     Words,
-    Model(TextCodec),
+    Model {
+        codec: TextCodec,
+        /// Bytes of text one token covers at most (the longest vocabulary entry, UTF-8).
+        max_token_bytes: usize,
+    },
 }
 
 /// Words the stand-in renders token ids as (`id % len`).
@@ -48,8 +56,34 @@ impl Text {
 
     /// A model's tokenizer and chat template.
     pub fn model(codec: TextCodec) -> Text {
+        // A vocabulary entry's UTF-8 length bounds the input bytes its token covers: byte-level
+        // BPE writes each input byte as one character of one or two bytes, SentencePiece writes
+        // a space as the three-byte `▁` and byte fallback as six-byte `<0xNN>`.
+        let max_token_bytes = codec
+            .tokenizer()
+            .get_vocab(true)
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(1)
+            .max(1);
         Text {
-            inner: Arc::new(Backend::Model(codec)),
+            inner: Arc::new(Backend::Model {
+                codec,
+                max_token_bytes,
+            }),
+        }
+    }
+
+    /// The most bytes of text a prompt of `tokens` tokens can have, or `None` when the
+    /// backend has no such bound (the word stand-in: a word can be any length). A longer
+    /// prompt cannot fit and is refused before it is tokenized.
+    pub fn max_prompt_bytes(&self, tokens: u32) -> Option<usize> {
+        match &*self.inner {
+            Backend::Words => None,
+            Backend::Model {
+                max_token_bytes, ..
+            } => Some((tokens as usize).saturating_mul(*max_token_bytes)),
         }
     }
 
@@ -57,7 +91,7 @@ impl Text {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
         match &*self.inner {
             Backend::Words => Ok(text.split_whitespace().map(word_id).collect()),
-            Backend::Model(c) => c.encode(text, true).map_err(|e| e.to_string()),
+            Backend::Model { codec: c, .. } => c.encode(text, true).map_err(|e| e.to_string()),
         }
     }
 
@@ -65,7 +99,7 @@ impl Text {
     pub fn vocab_size(&self) -> Option<usize> {
         match &*self.inner {
             Backend::Words => None,
-            Backend::Model(c) => Some(c.vocab_size()),
+            Backend::Model { codec: c, .. } => Some(c.vocab_size()),
         }
     }
 
@@ -82,7 +116,7 @@ impl Text {
                 ids.push(word_id("assistant"));
                 Ok(ids)
             }
-            Backend::Model(c) => {
+            Backend::Model { codec: c, .. } => {
                 let msgs: Vec<superinfer_engine::ChatMessage> = messages
                     .iter()
                     .map(|m| superinfer_engine::ChatMessage::new(&m.role, &m.content))
@@ -96,7 +130,7 @@ impl Text {
     pub fn decoder(&self) -> Decoder {
         let model = match &*self.inner {
             Backend::Words => None,
-            Backend::Model(c) => Some(c.incremental_decoder()),
+            Backend::Model { codec: c, .. } => Some(c.incremental_decoder()),
         };
         Decoder {
             text: self.clone(),
@@ -131,7 +165,7 @@ impl Decoder {
                     format!(" {word}")
                 }
             }
-            Backend::Model(_) => String::new(),
+            Backend::Model { .. } => String::new(),
         }
     }
 
@@ -139,7 +173,7 @@ impl Decoder {
     pub fn token_text(&self, token: u32) -> String {
         match &*self.text.inner {
             Backend::Words => WORDS[token as usize % WORDS.len()].to_string(),
-            Backend::Model(c) => c.decode(&[token]),
+            Backend::Model { codec: c, .. } => c.decode(&[token]),
         }
     }
 

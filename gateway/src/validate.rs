@@ -65,10 +65,29 @@ fn parse_error(e: serde_path_to_error::Error<serde_json::Error>) -> GatewayError
              {{\"model\": \"…\", \"prompt\": \"Hello\"}}"
         ));
     }
+    let text = inner.to_string();
+    if let Some(dup) = text.strip_prefix("duplicate field `") {
+        let name = dup.split('`').next().unwrap_or_default();
+        let field = if path == "." || path.is_empty() {
+            name.to_string()
+        } else {
+            format!("{path}.{name}")
+        };
+        return GatewayError::invalid(
+            field.clone(),
+            format!("`{field}` appears more than once in the body; send each field once"),
+        );
+    }
     if path == "." || path.is_empty() {
         return GatewayError::bad_request(format!("the body must be a JSON object ({inner})"));
     }
     let field = path.split(['.', '[']).next().unwrap_or(&path).to_string();
+    if let Some(bound) = out_of_range(&text) {
+        return GatewayError::invalid(
+            field,
+            format!("`{path}` is out of range: {bound} ({inner})"),
+        );
+    }
     let hint = match field.as_str() {
         "prompt" => {
             "`prompt` must be a string, a list of one string, or a list of token ids".to_string()
@@ -81,6 +100,22 @@ fn parse_error(e: serde_path_to_error::Error<serde_json::Error>) -> GatewayError
         _ => format!("`{path}` has the wrong type: {inner}"),
     };
     GatewayError::invalid(field, hint)
+}
+
+/// For serde's "invalid value: integer `N`, expected u32" (and i32, i64, u64): the range a
+/// whole number of that type has.
+fn out_of_range(serde_message: &str) -> Option<&'static str> {
+    if !serde_message.starts_with("invalid value: integer") {
+        return None;
+    }
+    let expected = serde_message.split("expected ").nth(1)?;
+    Some(match expected.split_whitespace().next()? {
+        "u32" => "a whole number from 0 to 4294967295",
+        "i32" => "a whole number from -2147483648 to 2147483647",
+        "i64" => "a whole number from -9223372036854775808 to 9223372036854775807",
+        "u64" => "a whole number from 0 to 18446744073709551615",
+        _ => return None,
+    })
 }
 
 /// Checks everything and tokenizes the prompt.
@@ -105,8 +140,8 @@ pub fn validate(
     sampling.logprobs = logprobs;
     let stop = stop_strings(body.stop)?;
     let prompt = match endpoint {
-        Endpoint::Completions => prompt_tokens(body.prompt, text)?,
-        Endpoint::Chat => chat_tokens(body.messages, text)?,
+        Endpoint::Completions => prompt_tokens(body.prompt, text, PromptLimit::of(tenant, model))?,
+        Endpoint::Chat => chat_tokens(body.messages, text, PromptLimit::of(tenant, model))?,
     };
     let prompt_len = prompt.len() as u32;
     let q = &tenant.quotas;
@@ -351,7 +386,56 @@ fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>> {
     Ok(v)
 }
 
-fn prompt_tokens(prompt: Option<Prompt>, text: &Text) -> Result<Vec<u32>> {
+/// Refuses text that cannot fit the tenant's `max_prompt_tokens` by its length in bytes alone,
+/// before any of it is tokenized (a token covers at most [`Text::max_prompt_bytes`] bytes).
+fn check_bytes(field: &str, bytes: usize, text: &Text, limit: PromptLimit) -> Result<()> {
+    let tokens = limit.tokens;
+    match text.max_prompt_bytes(tokens) {
+        Some(max) if bytes > max => Err(GatewayError::invalid(
+            field,
+            format!(
+                "the prompt is {bytes} bytes long; {} of {tokens} tokens fits at most {max} \
+                 bytes of text: shorten the prompt",
+                limit.what
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The most prompt tokens a request may have: the tenant's `max_prompt_tokens`, or less when
+/// the model's context leaves less (room for at least one output token).
+#[derive(Clone, Copy, Debug)]
+struct PromptLimit {
+    tokens: u32,
+    what: &'static str,
+}
+
+impl PromptLimit {
+    fn of(tenant: &Tenant, model: &ModelInfo) -> PromptLimit {
+        let own = tenant.quotas.max_prompt_tokens;
+        let context = model.max_model_len.saturating_sub(1).max(1);
+        if context < own {
+            PromptLimit {
+                tokens: context,
+                what: "the model's context (max_model_len - 1)",
+            }
+        } else {
+            PromptLimit {
+                tokens: own,
+                what: "this tenant's limit (max_prompt_tokens)",
+            }
+        }
+    }
+}
+
+fn prompt_tokens(prompt: Option<Prompt>, text: &Text, limit: PromptLimit) -> Result<Vec<u32>> {
+    if let Some(Prompt::Text(s)) = &prompt {
+        check_bytes("prompt", s.len(), text, limit)?;
+    }
+    if let Some(Prompt::Texts(v)) = &prompt {
+        check_bytes("prompt", v.iter().map(String::len).sum(), text, limit)?;
+    }
     let one = "send one prompt per request (batched prompts are not supported)";
     let ids = match prompt {
         None => {
@@ -393,7 +477,11 @@ fn encode(text: &Text, s: &str) -> Result<Vec<u32>> {
 
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
-fn chat_tokens(messages: Option<Vec<Message>>, text: &Text) -> Result<Vec<u32>> {
+fn chat_tokens(
+    messages: Option<Vec<Message>>,
+    text: &Text,
+    limit: PromptLimit,
+) -> Result<Vec<u32>> {
     let messages = messages.unwrap_or_default();
     if messages.is_empty() {
         return Err(GatewayError::invalid(
@@ -431,6 +519,9 @@ fn chat_tokens(messages: Option<Vec<Message>>, text: &Text) -> Result<Vec<u32>> 
             content,
         });
     }
+    // The template only adds text, so the contents alone must fit.
+    let bytes = parsed.iter().map(|m| m.content.len()).sum();
+    check_bytes("messages", bytes, text, limit)?;
     let ids = text.encode_chat(&parsed).map_err(|e| {
         GatewayError::invalid("messages", format!("cannot apply the chat template: {e}"))
     })?;

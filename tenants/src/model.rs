@@ -26,6 +26,39 @@ impl fmt::Display for TenantId {
     }
 }
 
+/// How an admin path or a CLI argument names a tenant: all digits is an id, anything else a
+/// name. Names cannot be all digits, so the two never meet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TenantRef {
+    Id(TenantId),
+    /// All digits, but too large for an id: no tenant has it.
+    NoSuchId(String),
+    Name(String),
+}
+
+impl TenantRef {
+    pub fn parse(s: &str) -> TenantRef {
+        if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+            match s.parse::<u32>() {
+                Ok(id) => TenantRef::Id(TenantId(id)),
+                Err(_) => TenantRef::NoSuchId(s.to_string()),
+            }
+        } else {
+            TenantRef::Name(s.to_string())
+        }
+    }
+}
+
+impl fmt::Display for TenantRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TenantRef::Id(id) => write!(f, "with id {id}"),
+            TenantRef::NoSuchId(s) => write!(f, "with id {s}"),
+            TenantRef::Name(n) => write!(f, "named `{n}`"),
+        }
+    }
+}
+
 /// A latency promise in milliseconds: time to first token and time between tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

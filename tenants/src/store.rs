@@ -17,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Result, TenantError};
 use crate::key::{is_well_formed, ApiKey, KeyHash};
-use crate::model::{NewTenant, Tenant, TenantId, TenantPatch};
+use crate::model::{NewTenant, Tenant, TenantId, TenantPatch, TenantRef};
 use crate::snapshot::{Auth, Snapshot};
 use layout::{abort, decode_id, decode_u64, id_key, Record, Trees, Tx, TxResult, GENERATION};
 
@@ -64,6 +64,15 @@ impl TenantStore {
     /// The tenant with this id, if there is one.
     pub fn get(&self, id: TenantId) -> Result<Option<Tenant>> {
         Ok(self.record(id)?.map(|r| r.tenant))
+    }
+
+    /// The tenant an admin path or CLI argument names ([`TenantRef`]), if there is one.
+    pub fn resolve(&self, r: &TenantRef) -> Result<Option<Tenant>> {
+        match r {
+            TenantRef::Id(id) => self.get(*id),
+            TenantRef::NoSuchId(_) => Ok(None),
+            TenantRef::Name(n) => self.get_by_name(n),
+        }
     }
 
     /// The tenant with this name (names are case-sensitive), if there is one.

@@ -8,6 +8,8 @@ use std::net::SocketAddr;
 use superinfer_gateway::server::RunningServer;
 use superinfer_gateway::{ServeConfig, Settings};
 use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 /// The admin token test servers use.
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
@@ -32,6 +34,8 @@ pub struct TestOptions {
     pub hbm_blocks: Option<u32>,
     pub dram_blocks: Option<u32>,
     pub metrics_listen: bool,
+    /// Any other settings (limits, timeouts); the fields above win where both are set.
+    pub settings: Settings,
 }
 
 impl Default for TestOptions {
@@ -42,6 +46,7 @@ impl Default for TestOptions {
             hbm_blocks: None,
             dram_blocks: None,
             metrics_listen: false,
+            settings: Settings::default(),
         }
     }
 }
@@ -66,7 +71,8 @@ impl TestServer {
             dram_blocks: opts.dram_blocks,
             drain_timeout_s: Some(5.0),
             ..Settings::default()
-        };
+        }
+        .or(opts.settings);
         let cfg = ServeConfig::resolve(settings).expect("valid test settings");
         let server = superinfer_gateway::start(cfg)
             .await
@@ -175,4 +181,72 @@ pub fn error_message(v: &Value) -> String {
     assert!(e["type"].is_string(), "not an OpenAI error: {v}");
     assert!(e.get("param").is_some() && e.get("code").is_some(), "{v}");
     e["message"].as_str().unwrap_or_default().to_string()
+}
+
+/// One answer read off a raw socket.
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: u16,
+    /// Header lines, lower-cased names.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// Reads one HTTP/1.1 response (head, then a `Content-Length` body or everything to EOF);
+/// `None` when the connection closed before a status line.
+pub async fn read_response(stream: &mut TcpStream) -> Option<RawResponse> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = buf[head_end + 4..].to_vec();
+    let len = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok());
+    while len.is_none_or(|l| body.len() < l) {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    Some(RawResponse {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// Sends `request` as it is on a new connection and reads one answer.
+pub async fn raw(addr: SocketAddr, request: &[u8]) -> Option<RawResponse> {
+    let mut stream = TcpStream::connect(addr).await.expect("the server accepts");
+    stream.write_all(request).await.ok()?;
+    read_response(&mut stream).await
 }

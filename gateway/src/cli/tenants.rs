@@ -6,7 +6,8 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use superinfer_tenants::{
-    NewTenant, Quotas, QuotasPatch, Slo, SloPatch, Tenant, TenantId, TenantPatch, TenantStore,
+    NewTenant, Quotas, QuotasPatch, Slo, SloPatch, Tenant, TenantId, TenantPatch, TenantRef,
+    TenantStore,
 };
 
 #[derive(Args, Debug)]
@@ -163,11 +164,8 @@ pub fn run(args: TenantsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A number is an id; anything else a name.
+/// All digits is an id; anything else a name (names cannot be all digits).
 fn resolve(store: &TenantStore, key: &str) -> anyhow::Result<Tenant> {
-    let found = match key.parse::<u32>() {
-        Ok(id) => store.get(TenantId(id))?,
-        Err(_) => store.get_by_name(key)?,
-    };
-    found.with_context(|| format!("no tenant `{key}`"))
+    let r = TenantRef::parse(key);
+    store.resolve(&r)?.with_context(|| format!("no tenant {r}"))
 }

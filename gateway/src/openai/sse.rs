@@ -8,11 +8,16 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use bytes::Bytes;
-use futures_util::stream;
+use futures_util::{stream, Stream, StreamExt};
 use std::convert::Infallible;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::SendTimeoutError;
 
 use super::response::{event, ChunkKind, ResponseMeta, Usage, DONE};
+use crate::conn::ConnKill;
 use crate::generate::{Generation, Piece};
+use crate::metrics::Metrics;
 use crate::validate::Endpoint;
 
 enum State {
@@ -22,50 +27,35 @@ enum State {
     Tail(Vec<Bytes>),
 }
 
-pub fn respond(gen: Generation, meta: ResponseMeta) -> Response {
-    let first = match meta.endpoint {
-        Endpoint::Chat => State::Open(gen),
-        Endpoint::Completions => State::Running(gen),
-    };
-    let events = stream::unfold((first, meta), |(state, meta)| async move {
-        match state {
-            State::Open(gen) => {
-                let b = meta.chunk(ChunkKind::Open);
-                Some((Ok::<_, Infallible>(b), (State::Running(gen), meta)))
-            }
-            State::Running(mut gen) => match gen.next().await {
-                Some(Piece::Text(t)) => {
-                    let lp = gen.take_logprobs();
-                    let b = meta.chunk(ChunkKind::Text(&t, &lp));
-                    Some((Ok(b), (State::Running(gen), meta)))
-                }
-                Some(Piece::Done(o)) => {
-                    let mut tail = Vec::with_capacity(3);
-                    match o.error {
-                        Some(err) => {
-                            let e = super::engine_failure(err, o.completion_tokens);
-                            tail.push(event(&serde_json::to_vec(&e.body()).unwrap_or_default()));
-                        }
-                        None => tail.push(meta.chunk(ChunkKind::Finish(o.finish_reason))),
-                    }
-                    if meta.include_usage {
-                        let usage = Usage::new(o.prompt_tokens, o.completion_tokens);
-                        tail.push(meta.chunk(ChunkKind::Usage(usage)));
-                    }
-                    tail.push(Bytes::from_static(DONE));
-                    tail.reverse();
-                    let b = tail.pop()?;
-                    Some((Ok(b), (State::Tail(tail), meta)))
-                }
-                None => None,
-            },
-            State::Tail(mut rest) => {
-                let b = rest.pop()?;
-                Some((Ok(b), (State::Tail(rest), meta)))
-            }
-        }
+/// How much of a stream may wait for a client that does not read, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// Events buffered in the gateway (beyond what the socket and hyper hold).
+    pub buffer: usize,
+    /// With the buffer full this long, the stream is aborted and its connection closed.
+    pub stall_timeout: Duration,
+}
+
+/// Where a stream's events go and what it may use.
+pub struct Out {
+    pub metrics: Metrics,
+    pub limits: StreamLimits,
+    /// Closes the connection (absent when the router is driven without a connection).
+    pub kill: Option<ConnKill>,
+}
+
+/// The streamed answer. A task moves the events into a bounded buffer that the body reads;
+/// when the client stops reading and the buffer stays full for `stall_timeout`, the task
+/// drops the [`Generation`] (the engine aborts the request and frees its KV blocks), counts a
+/// `slow_reader` abort and closes the connection.
+pub fn respond(gen: Generation, meta: ResponseMeta, out: Out) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(out.limits.buffer.max(1));
+    tokio::spawn(produce(events(gen, meta, out.metrics.clone()), tx, out));
+    let body = stream::unfold(rx, |mut rx| async move {
+        let b = rx.recv().await?;
+        Some((Ok::<_, Infallible>(b), rx))
     });
-    let mut resp = Response::new(Body::from_stream(events));
+    let mut resp = Response::new(Body::from_stream(body));
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -73,4 +63,82 @@ pub fn respond(gen: Generation, meta: ResponseMeta) -> Response {
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     resp
+}
+
+async fn produce(events: impl Stream<Item = Bytes>, tx: mpsc::Sender<Bytes>, out: Out) {
+    futures_util::pin_mut!(events);
+    loop {
+        let next = tokio::select! {
+            biased;
+            // The client went away (hyper dropped the body): drop the generation now.
+            () = tx.closed() => return,
+            e = events.next() => e,
+        };
+        let Some(b) = next else { return };
+        match tx.send_timeout(b, out.limits.stall_timeout).await {
+            Ok(()) => {}
+            Err(SendTimeoutError::Timeout(_)) => {
+                out.metrics.stream_aborted("slow_reader");
+                tracing::debug!(
+                    "a stream's client read nothing for {:?}; aborting it",
+                    out.limits.stall_timeout
+                );
+                if let Some(k) = &out.kill {
+                    k.close();
+                }
+                return;
+            }
+            Err(SendTimeoutError::Closed(_)) => return,
+        }
+    }
+}
+
+fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<Item = Bytes> {
+    let first = match meta.endpoint {
+        Endpoint::Chat => State::Open(gen),
+        Endpoint::Completions => State::Running(gen),
+    };
+    stream::unfold((first, meta), move |(state, meta)| {
+        let metrics = metrics.clone();
+        async move {
+            match state {
+                State::Open(gen) => {
+                    let b = meta.chunk(ChunkKind::Open);
+                    Some((b, (State::Running(gen), meta)))
+                }
+                State::Running(mut gen) => match gen.next().await {
+                    Some(Piece::Text(t)) => {
+                        let lp = gen.take_logprobs();
+                        let b = meta.chunk(ChunkKind::Text(&t, &lp));
+                        Some((b, (State::Running(gen), meta)))
+                    }
+                    Some(Piece::Done(o)) => {
+                        let mut tail = Vec::with_capacity(3);
+                        match o.error {
+                            Some(err) => {
+                                let e = super::engine_failure(err, o.completion_tokens, &metrics);
+                                tail.push(event(
+                                    &serde_json::to_vec(&e.body()).unwrap_or_default(),
+                                ));
+                            }
+                            None => tail.push(meta.chunk(ChunkKind::Finish(o.finish_reason))),
+                        }
+                        if meta.include_usage {
+                            let usage = Usage::new(o.prompt_tokens, o.completion_tokens);
+                            tail.push(meta.chunk(ChunkKind::Usage(usage)));
+                        }
+                        tail.push(Bytes::from_static(DONE));
+                        tail.reverse();
+                        let b = tail.pop()?;
+                        Some((b, (State::Tail(tail), meta)))
+                    }
+                    None => None,
+                },
+                State::Tail(mut rest) => {
+                    let b = rest.pop()?;
+                    Some((b, (State::Tail(rest), meta)))
+                }
+            }
+        }
+    })
 }

@@ -190,3 +190,107 @@ fn logprobs_are_counts_for_completions_and_flags_for_chat() {
     assert_eq!(param_of(chat(r#","top_logprobs":2"#)), "top_logprobs");
     assert_eq!(param_of(chat(r#","logprobs":3"#)), "logprobs");
 }
+
+/// The embedded tiny model's tokenizer (a real byte-level BPE).
+fn tiny_text() -> Text {
+    let dir = tempfile::tempdir().unwrap();
+    superinfer_engine::model::tiny::write_tiny_model(dir.path(), 0).unwrap();
+    Text::model(superinfer_engine::TextCodec::from_model_dir(dir.path()).unwrap())
+}
+
+#[test]
+fn a_prompt_too_long_in_bytes_is_refused_before_it_is_tokenized() {
+    let text = tiny_text();
+    let max = text
+        .max_prompt_bytes(10)
+        .expect("a model tokenizer has a bound");
+    assert!(max >= 10, "{max}");
+    let refused = |endpoint, body: String| {
+        let e = validate(
+            endpoint,
+            parse(body.as_bytes()).unwrap(),
+            &tenant(),
+            &model(),
+            &text,
+        )
+        .unwrap_err();
+        assert_eq!(e.status(), 400);
+        e.to_string()
+    };
+    let long = "a".repeat(max + 1);
+    let msg = refused(Endpoint::Completions, format!(r#"{{"prompt":"{long}"}}"#));
+    assert!(msg.contains(&format!("{} bytes long", max + 1)), "{msg}");
+    assert!(msg.contains(&format!("at most {max} bytes")), "{msg}");
+    let half = "a".repeat(max / 2 + 1);
+    let msg = refused(
+        Endpoint::Chat,
+        format!(
+            r#"{{"messages":[{{"role":"user","content":"{half}"}},{{"role":"user","content":"{half}"}}]}}"#
+        ),
+    );
+    assert!(msg.contains("bytes long"), "{msg}");
+    // Within the byte bound the prompt is tokenized and judged by its tokens.
+    let msg = refused(
+        Endpoint::Completions,
+        format!(r#"{{"prompt":"{}"}}"#, "ab ".repeat(max / 3)),
+    );
+    assert!(msg.contains("tokens; this tenant's limit is 10"), "{msg}");
+}
+
+#[test]
+fn duplicate_keys_and_out_of_range_numbers_say_so() {
+    let e = check(
+        Endpoint::Completions,
+        r#"{"prompt":"a","max_tokens":2,"prompt":"b"}"#,
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("`prompt` appears more than once"), "{msg}");
+    assert_eq!(param_of(Err(e)), "prompt");
+    let e = check(
+        Endpoint::Chat,
+        r#"{"messages":[{"role":"user","role":"user","content":"x"}]}"#,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("appears more than once"), "{e}");
+    for (body, field) in [
+        (r#"{"prompt":"a","max_tokens":99999999999}"#, "max_tokens"),
+        (r#"{"prompt":"a","max_tokens":-1}"#, "max_tokens"),
+        (r#"{"prompt":"a","top_k":3000000000}"#, "top_k"),
+    ] {
+        let e = check(Endpoint::Completions, body).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("is out of range: a whole number from"),
+            "{msg}"
+        );
+        assert!(!msg.contains("wrong type"), "{msg}");
+        assert_eq!(param_of(Err(e)), field);
+    }
+}
+
+#[test]
+fn the_prompt_limit_is_the_smaller_of_the_tenants_and_the_models_context() {
+    let text = tiny_text();
+    let mut t = tenant();
+    t.quotas.max_prompt_tokens = 8192;
+    let small_model = ModelInfo {
+        id: "m".into(),
+        max_model_len: 50,
+    };
+    let max = text.max_prompt_bytes(49).unwrap();
+    let body = format!(r#"{{"prompt":"{}"}}"#, "a".repeat(max + 1));
+    let e = validate(
+        Endpoint::Completions,
+        parse(body.as_bytes()).unwrap(),
+        &t,
+        &small_model,
+        &text,
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("the model's context (max_model_len - 1) of 49 tokens"),
+        "{msg}"
+    );
+}

@@ -18,7 +18,13 @@ fn defaults_are_valid() {
 
 #[test]
 fn names_are_checked() {
-    for ok in ["a", "acme-corp_1.prod", &"x".repeat(MAX_NAME_CHARS)] {
+    for ok in [
+        "a",
+        "acme-corp_1.prod",
+        "1a",
+        "1.0",
+        &"x".repeat(MAX_NAME_CHARS),
+    ] {
         NewTenant::named(ok).validate().unwrap();
     }
     for bad in [
@@ -27,6 +33,9 @@ fn names_are_checked() {
         "slash/",
         "ünï",
         "semi;colon",
+        "1",
+        "007",
+        "99999999999",
         &"x".repeat(65),
     ] {
         assert_eq!(

@@ -35,6 +35,13 @@ pub(crate) fn name(name: &str) -> Result<()> {
             format!("contains {c:?}; use only letters A-Z a-z, digits, '_', '.' and '-'"),
         ));
     }
+    if name.bytes().all(|b| b.is_ascii_digit()) {
+        // Paths and CLI arguments take an id or a name; all digits is always an id.
+        return Err(TenantError::invalid(
+            "name",
+            format!("`{name}` is all digits, which reads as a tenant id; add a letter"),
+        ));
+    }
     Ok(())
 }
 

@@ -1,0 +1,278 @@
+use super::*;
+
+#[test]
+fn no_settings_give_the_documented_defaults() {
+    let c = ServeConfig::resolve(Settings::default()).unwrap();
+    assert_eq!(c.listen.to_string(), "127.0.0.1:8000");
+    assert_eq!(c.data_dir, PathBuf::from("superinfer-data"));
+    assert_eq!(
+        c.model,
+        ModelSource::Tiny(PathBuf::from("superinfer-data/model"))
+    );
+    assert_eq!(c.engine.policy, PolicyKind::Wlvf);
+    assert!(c.admin_token.is_none());
+}
+
+#[test]
+fn higher_sources_win_field_by_field() {
+    let file: Settings =
+        toml::from_str("listen = \"127.0.0.1:9000\"\nmax_queue = 7\npolicy = \"lvf\"\n").unwrap();
+    let flags = Settings {
+        max_queue: Some(9),
+        ..Settings::default()
+    };
+    let c = ServeConfig::resolve(flags.or(file)).unwrap();
+    assert_eq!(c.listen.port(), 9000);
+    assert_eq!(c.engine.max_queue, 9);
+    assert_eq!(c.engine.policy, PolicyKind::Lvf);
+}
+
+#[test]
+fn unknown_file_keys_and_bad_values_are_refused() {
+    assert!(toml::from_str::<Settings>("listn = \"x\"").is_err());
+    let s = Settings {
+        admin_token: Some("short".into()),
+        ..Settings::default()
+    };
+    assert!(ServeConfig::resolve(s)
+        .unwrap_err()
+        .to_string()
+        .contains("16"));
+}
+
+#[test]
+fn gpu_settings_need_device_cuda_and_sane_values() {
+    let err = |s: Settings| ServeConfig::resolve(s).unwrap_err().to_string();
+    let on_cpu = Settings {
+        hbm_kv_gb: Some(4.0),
+        ..Settings::default()
+    };
+    assert!(err(on_cpu).contains("hbm_kv_gb"));
+    let random_on_cpu = Settings {
+        model_dir: Some("random:llama-3-8b".into()),
+        ..Settings::default()
+    };
+    assert!(err(random_on_cpu).contains("--device cuda"));
+    let no_model = Settings {
+        device: Some(ComputeDevice::Cuda),
+        ..Settings::default()
+    };
+    assert!(err(no_model).contains("needs a model"));
+    let bad = Settings {
+        device: Some(ComputeDevice::Cuda),
+        model_dir: Some("random:llama-3-8b".into()),
+        gpu_memory_utilization: Some(1.5),
+        ..Settings::default()
+    };
+    assert!(err(bad).contains("gpu_memory_utilization"));
+    let file: Settings =
+        toml::from_str("device = \"cuda\"\nmodel_dir = \"random:llama-3-8b\"\nhbm_kv_gb = 4.0\n")
+            .unwrap();
+    let c = ServeConfig::resolve(file).unwrap();
+    assert_eq!(
+        c.model,
+        ModelSource::Gpu {
+            model: "random:llama-3-8b".into(),
+            gpu: crate::backend::GpuOptions {
+                gpu_memory_utilization: 0.9,
+                hbm_kv_gb: Some(4.0),
+                dram_kv_gb: 32.0,
+                ..crate::backend::GpuOptions::default()
+            },
+        }
+    );
+}
+
+#[test]
+fn vlt_knobs_reach_the_policy_and_bad_ones_are_refused() {
+    let c = ServeConfig::resolve(Settings::default()).unwrap();
+    assert_eq!(c.engine.wlvf.vlt, VltConfig::default());
+    let s = Settings {
+        alpha: Some(2.0),
+        beta_b: Some(-0.5),
+        beta_f: Some(0.0),
+        ..Settings::default()
+    };
+    let c = ServeConfig::resolve(s).unwrap();
+    let v = c.engine.wlvf.vlt;
+    assert_eq!((v.alpha, v.beta_b, v.beta_f), (2.0, -0.5, 0.0));
+    for (bad, want) in [
+        (
+            Settings {
+                alpha: Some(0.0),
+                ..Settings::default()
+            },
+            "alpha must be a number above 0",
+        ),
+        (
+            Settings {
+                beta_f: Some(f64::NAN),
+                ..Settings::default()
+            },
+            "beta_f must be a finite number",
+        ),
+        (
+            Settings {
+                beta_b: Some(f64::INFINITY),
+                ..Settings::default()
+            },
+            "beta_b must be a finite number",
+        ),
+    ] {
+        let e = ServeConfig::resolve(bad).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}
+
+#[test]
+fn fairness_knobs_and_shedding_reach_the_engine_and_bad_ones_are_refused() {
+    let s: Settings = toml::from_str(
+        "fairness_quantum = 256.0\ndecode_cost = 2.0\ndefer_late = false\nshed_late = 0.5\npreempt_for_seats = true\n",
+    )
+    .unwrap();
+    let c = ServeConfig::resolve(s).unwrap();
+    assert_eq!(c.engine.wlvf.fairness_quantum_tokens, 256.0);
+    assert_eq!(c.engine.wlvf.decode_cost, 2.0);
+    assert!(!c.engine.wlvf.defer_late);
+    assert!(c.engine.wlvf.preempt_for_seats);
+    assert_eq!(c.engine.shed_late, Some(0.5));
+    let d = ServeConfig::resolve(Settings::default()).unwrap();
+    assert_eq!(d.engine.wlvf.max_consecutive_rotations, Some(1));
+    assert!(d.engine.wlvf.defer_late);
+    assert!(!d.engine.wlvf.preempt_for_seats);
+    assert_eq!(d.engine.shed_late, None);
+    for (bad, want) in [
+        (
+            Settings {
+                fairness_quantum: Some(0.0),
+                ..Settings::default()
+            },
+            "fairness_quantum must be a number above 0",
+        ),
+        (
+            Settings {
+                decode_cost: Some(f64::NAN),
+                ..Settings::default()
+            },
+            "decode_cost must be a number above 0",
+        ),
+        (
+            Settings {
+                shed_late: Some(-1.0),
+                ..Settings::default()
+            },
+            "shed_late must be a fraction",
+        ),
+    ] {
+        let e = ServeConfig::resolve(bad).unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}
+
+#[test]
+fn starvation_caps_reach_the_policy_and_bad_ones_are_refused() {
+    let s = Settings {
+        max_rotations: Some(1),
+        max_wait_s: Some(10.0),
+        progress_tokens: Some(32),
+        ..Settings::default()
+    };
+    let c = ServeConfig::resolve(s).unwrap();
+    assert_eq!(c.engine.wlvf.max_consecutive_rotations, Some(1));
+    assert_eq!(c.engine.wlvf.max_wait_s, Some(10.0));
+    assert_eq!(c.engine.progress_tokens, Some(32));
+    for bad in [
+        Settings {
+            max_rotations: Some(0),
+            ..Settings::default()
+        },
+        Settings {
+            progress_tokens: Some(0),
+            ..Settings::default()
+        },
+        Settings {
+            max_wait_s: Some(-1.0),
+            ..Settings::default()
+        },
+    ] {
+        assert!(ServeConfig::resolve(bad).is_err());
+    }
+}
+
+#[test]
+fn edge_limits_have_defaults_and_bad_ones_are_refused() {
+    let c = ServeConfig::resolve(Settings::default()).unwrap();
+    assert_eq!(c.edge, EdgeConfig::default());
+    assert_eq!(c.edge.header_timeout, Duration::from_secs(10));
+    let s: Settings = toml::from_str(
+        "header_timeout_s = 2.5\nmax_connections = 10\nmax_connections_per_ip = 3\n\
+         text_workers = 1\ntext_queue = 0\n",
+    )
+    .unwrap();
+    let c = ServeConfig::resolve(s).unwrap();
+    assert_eq!(c.edge.header_timeout, Duration::from_millis(2500));
+    assert_eq!(
+        (c.edge.max_connections, c.edge.max_connections_per_ip),
+        (10, 3)
+    );
+    assert_eq!(
+        c.edge.text_pool,
+        crate::text::TextPoolConfig {
+            workers: 1,
+            queue: 0
+        }
+    );
+    for (bad, want) in [
+        ("max_queue = 0", "max_queue must be at least 1"),
+        ("header_timeout_s = 0.0", "header_timeout_s must be"),
+        (
+            "max_connections = 2\nmax_connections_per_ip = 3",
+            "must not exceed",
+        ),
+        ("text_workers = 0", "text_workers must be at least 1"),
+        ("max_headers = 5000", "max_headers must be at most"),
+    ] {
+        let s: Settings = toml::from_str(bad).unwrap();
+        let e = ServeConfig::resolve(s).unwrap_err().to_string();
+        assert!(e.contains(want), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn serve_help_gives_the_engine_defaults_that_docs_operations_gives() {
+    use clap::CommandFactory;
+    let mut cmd = crate::cli::Cli::command();
+    let help = cmd
+        .find_subcommand_mut("serve")
+        .expect("a serve command")
+        .render_long_help()
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let model = superinfer_engine::serve::EngineOptions::default();
+    let sim = superinfer_engine::EngineConfig::default();
+    let ops = include_str!("../../../docs/OPERATIONS.md");
+    // The rotation budget is automatic everywhere unless fixed.
+    assert_eq!((model.b_xfer, sim.b_xfer), (None, None));
+    assert!(
+        help.contains("[default: automatic"),
+        "--b-xfer: not automatic in serve --help"
+    );
+    let row = ops
+        .lines()
+        .find(|l| l.starts_with("| `--b-xfer`"))
+        .expect("a row in docs/OPERATIONS.md");
+    assert!(row.contains("| automatic |"), "{row}");
+    let (m, s) = (model.max_batched_tokens, sim.max_batched_tokens);
+    let want = format!("{m} with a model (CPU or GPU), {s} with --sim-profile");
+    assert!(
+        help.contains(&want),
+        "--max-batched-tokens: `{want}` not in serve --help"
+    );
+    let row = ops
+        .lines()
+        .find(|l| l.starts_with("| `--max-batched-tokens`"))
+        .expect("a row in docs/OPERATIONS.md");
+    assert!(row.contains(&format!("model {m}, sim {s}")), "{row}");
+}

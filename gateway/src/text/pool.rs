@@ -1,0 +1,211 @@
+//! The text pool: parsing, tokenization and chat templating run here, on tokio's blocking
+//! threads, never on the reactor, so a request with a long prompt delays no other request's
+//! I/O (`/healthz`, streams, other tenants).
+//!
+//! It is bounded and has its own admission:
+//! - at most `workers` jobs run at once (the CPU they may take);
+//! - at most `workers + queue` jobs are in the pool, running or waiting; beyond that a
+//!   request is refused at once with 503 and `Retry-After`;
+//! - one tenant may hold at most half of those places (429 beyond), and run at most half of
+//!   the workers (rounded up), so one tenant's long prompts leave room for the others.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::{GatewayError, Result};
+
+/// The pool's size: running jobs and waiting places.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TextPoolConfig {
+    pub workers: usize,
+    pub queue: usize,
+}
+
+impl Default for TextPoolConfig {
+    fn default() -> Self {
+        TextPoolConfig {
+            workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            queue: 64,
+        }
+    }
+}
+
+/// A bounded pool for CPU-heavy text work.
+#[derive(Debug)]
+pub struct TextPool {
+    config: TextPoolConfig,
+    /// Places in the pool (running or waiting).
+    places: Arc<Semaphore>,
+    /// Workers.
+    running: Arc<Semaphore>,
+    tenants: Mutex<HashMap<u32, Arc<TenantShare>>>,
+}
+
+/// One tenant's share of the pool.
+#[derive(Debug)]
+struct TenantShare {
+    places: Arc<Semaphore>,
+    running: Arc<Semaphore>,
+}
+
+impl TextPool {
+    pub fn new(config: TextPoolConfig) -> TextPool {
+        let workers = config.workers.max(1);
+        let config = TextPoolConfig {
+            workers,
+            queue: config.queue,
+        };
+        TextPool {
+            config,
+            places: Arc::new(Semaphore::new(workers + config.queue)),
+            running: Arc::new(Semaphore::new(workers)),
+            tenants: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> TextPoolConfig {
+        self.config
+    }
+
+    /// Jobs in the pool now, running or waiting.
+    pub fn in_pool(&self) -> usize {
+        self.config.workers + self.config.queue - self.places.available_permits()
+    }
+
+    fn share(&self, tenant: u32) -> Arc<TenantShare> {
+        let mut map = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        let c = self.config;
+        map.entry(tenant)
+            .or_insert_with(|| {
+                Arc::new(TenantShare {
+                    places: Arc::new(Semaphore::new(((c.workers + c.queue) / 2).max(1))),
+                    running: Arc::new(Semaphore::new(c.workers.div_ceil(2))),
+                })
+            })
+            .clone()
+    }
+
+    /// Runs `job` for `tenant` on a blocking thread, or refuses it at once when the pool (503)
+    /// or the tenant's share of it (429) is full. The places are held until the job ends,
+    /// also when the caller stops waiting (a client that went away).
+    pub async fn run<T: Send + 'static>(
+        &self,
+        tenant: u32,
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T> {
+        let share = self.share(tenant);
+        let c = self.config;
+        let tenant_place =
+            share
+                .places
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| GatewayError::RateLimited {
+                    message: format!(
+                        "this tenant has too many requests being tokenized (at most {} of the \
+                     pool's {} places); retry after the Retry-After seconds",
+                        ((c.workers + c.queue) / 2).max(1),
+                        c.workers + c.queue
+                    ),
+                    retry_after_s: 1,
+                })?;
+        let place =
+            self.places
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| GatewayError::Overloaded {
+                    message: format!(
+                        "the tokenizer pool is full ({} running, {} waiting); retry after the \
+                     Retry-After seconds",
+                        c.workers, c.queue
+                    ),
+                    retry_after_s: 1,
+                })?;
+        let tenant_worker = acquire(&share.running).await?;
+        let worker = acquire(&self.running).await?;
+        let held: [OwnedSemaphorePermit; 4] = [tenant_place, place, tenant_worker, worker];
+        tokio::task::spawn_blocking(move || {
+            let out = job();
+            drop(held);
+            out
+        })
+        .await
+        .map_err(|e| GatewayError::Internal(format!("a tokenizer job failed: {e}")))
+    }
+}
+
+async fn acquire(s: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit> {
+    s.clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| GatewayError::Internal("the tokenizer pool is closed".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    fn pool(workers: usize, queue: usize) -> Arc<TextPool> {
+        Arc::new(TextPool::new(TextPoolConfig { workers, queue }))
+    }
+
+    /// Starts a job that blocks until `release` is sent; returns once it holds its places.
+    async fn blocked(
+        p: &Arc<TextPool>,
+        tenant: u32,
+    ) -> (mpsc::Sender<()>, tokio::task::JoinHandle<Result<()>>) {
+        let (tx, rx) = mpsc::channel::<()>();
+        let before = p.in_pool();
+        let p2 = p.clone();
+        let h = tokio::spawn(async move { p2.run(tenant, move || rx.recv().unwrap_or(())).await });
+        while p.in_pool() == before {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        (tx, h)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_pool_refuses_at_once_and_frees_its_places() {
+        let p = pool(2, 2);
+        let mut held = Vec::new();
+        for tenant in [1, 1, 2, 2] {
+            held.push(blocked(&p, tenant).await);
+        }
+        assert_eq!(p.in_pool(), 4);
+        let e = p.run(3, || ()).await.unwrap_err();
+        assert_eq!(e.status(), 503, "{e}");
+        assert!(e.to_string().contains("tokenizer pool is full"), "{e}");
+        for (tx, h) in held {
+            tx.send(()).unwrap();
+            h.await.unwrap().unwrap();
+        }
+        assert_eq!(p.in_pool(), 0);
+        assert_eq!(p.run(3, || 7).await.unwrap(), 7);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_tenant_gets_half_the_pool_and_others_still_run() {
+        let p = pool(2, 6);
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(blocked(&p, 1).await);
+        }
+        let e = p.run(1, || ()).await.unwrap_err();
+        assert_eq!(e.status(), 429, "{e}");
+        // Tenant 1 runs on one worker; its other jobs wait; tenant 2 gets the other worker.
+        let other = tokio::time::timeout(Duration::from_secs(10), p.run(2, || 5)).await;
+        assert_eq!(
+            other
+                .expect("tenant 2 is not stuck behind tenant 1")
+                .unwrap(),
+            5
+        );
+        for (tx, h) in held {
+            tx.send(()).unwrap();
+            h.await.unwrap().unwrap();
+        }
+    }
+}
