@@ -322,12 +322,6 @@ async fn bad_inputs_get_the_right_4xx_and_the_server_keeps_serving() {
             StatusCode::BAD_REQUEST,
             "max_prompt_tokens",
         ),
-        (
-            "/v1/completions",
-            format!(r#"{{"prompt": "{}"}}"#, "w".repeat(5 << 20)),
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "larger than",
-        ),
     ];
     for (path, body, want, needle) in cases {
         // A fresh client each time: the server closes a connection whose body it refused
@@ -344,6 +338,24 @@ async fn bad_inputs_get_the_right_4xx_and_the_server_keeps_serving() {
         let msg = error_message(&resp.json().await.unwrap());
         assert!(msg.contains(needle), "{msg}");
     }
+    // A body over the limit is refused from its Content-Length, before it is read, and the
+    // connection closed: a client still writing the body may see a broken pipe instead of the
+    // answer (reqwest does, at random), so this one is sent by hand: the head and the start
+    // of a 5 MiB body, then the answer is read.
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{{\"prompt\": \"www",
+        s.key,
+        5 << 20
+    );
+    let resp = superinfer_tests::raw(s.addr(), head.as_bytes())
+        .await
+        .expect("an answer to an oversized body");
+    assert_eq!(resp.status, 413);
+    assert!(
+        error_message(&resp.json()).contains("larger than"),
+        "{resp:?}"
+    );
     let resp = s.get("/v1/nothing", &s.key).await;
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     error_message(&resp.json().await.unwrap());
