@@ -264,6 +264,11 @@ fn serve<R: ModelRunner, T: Transfer, C: Clock>(
         if !l.engine.is_empty() {
             match l.engine.step() {
                 Ok(report) => {
+                    // The gauges first: a client that sees its request finish and then reads
+                    // the metrics must not find it still running.
+                    if let Ok(mut s) = l.shared.stats.lock() {
+                        *s = l.engine.stats();
+                    }
                     l.route();
                     if cfg.pace && report.ran {
                         pause = Duration::from_secs_f64(report.elapsed);

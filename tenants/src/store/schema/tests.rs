@@ -38,7 +38,7 @@ fn a_version_0_store_is_migrated_on_open() {
         ],
     );
 
-    let s = TenantStore::open(&path).unwrap();
+    let s = reopen(&path);
     s.check().unwrap();
     assert_eq!(stored_version(&s.db).unwrap(), Some(SCHEMA_VERSION));
     let list = s.list().unwrap();
@@ -65,8 +65,9 @@ fn a_version_0_store_is_migrated_on_open() {
     assert_eq!(next.id.0, silver_id + 1);
     drop(s);
 
-    // Opening again runs no migration and changes nothing.
-    let s = TenantStore::open(&path).unwrap();
+    // Opening again runs no migration and changes nothing. sled's background flusher may hold
+    // the file lock for a moment after the drop (seen under load): wait for it, briefly.
+    let s = reopen(&path);
     assert_eq!(s.list().unwrap().len(), 4);
     s.check().unwrap();
 }
@@ -123,4 +124,20 @@ fn a_store_from_a_newer_release_is_refused() {
         matches!(err, TenantError::SchemaTooNew { found, supported } if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION),
         "{err}"
     );
+}
+
+/// Opens `path` again after the store on it was dropped, waiting up to 5 s for sled's
+/// background thread to release the file lock.
+fn reopen(path: &std::path::Path) -> TenantStore {
+    let start = std::time::Instant::now();
+    loop {
+        match TenantStore::open(path) {
+            Err(crate::TenantError::Locked { .. })
+                if start.elapsed() < std::time::Duration::from_secs(5) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r.unwrap(),
+        }
+    }
 }
