@@ -184,6 +184,18 @@ async fn every_answer_of_the_http_layer_is_an_openai_error() {
         );
         error_message(&r.json());
     }
+    // A client's request id is echoed only when short and plain.
+    for (sent, kept) in [
+        ("abc-123.x", true),
+        (&*"a".repeat(200), false),
+        ("a<b>", false),
+    ] {
+        let req = format!("GET /healthz HTTP/1.1\r\nHost: x\r\nx-request-id: {sent}\r\n\r\n");
+        let r = raw(s.addr(), req.as_bytes()).await.unwrap();
+        let back = r.header("x-request-id").expect("an id");
+        assert_eq!(back == sent, kept, "{sent:?} -> {back:?}");
+        assert!(back.len() <= 64);
+    }
     // Not HTTP at all: hyper answers 400 itself, with an empty body (it has no hook for the
     // body; docs/OPERATIONS.md says so), and the server keeps serving.
     let r = raw(s.addr(), b"\x16\x03\x01 garbage\r\n\r\n")
