@@ -200,10 +200,15 @@ impl Metrics {
     /// summarized at WARN at most once per [`SHED_LOG_PERIOD`] (with the first shed after the
     /// period), never one line per request.
     pub fn shed(&self, reason: &'static str) {
+        self.shed_at(reason, Instant::now());
+    }
+
+    /// [`Metrics::shed`] at time `now` (tests pass their own clock).
+    pub fn shed_at(&self, reason: &'static str, now: Instant) {
         self.with(|| metrics::counter!(SHED, "reason" => reason).increment(1));
         let mut w = self.shed_log.lock().unwrap_or_else(PoisonError::into_inner);
         *w.counts.entry(reason).or_insert(0) += 1;
-        let elapsed = w.since.elapsed();
+        let elapsed = now.saturating_duration_since(w.since);
         if elapsed >= SHED_LOG_PERIOD {
             let total: u64 = w.counts.values().sum();
             let by_reason: Vec<String> =
@@ -214,7 +219,7 @@ impl Metrics {
                 by_reason.join(", ")
             );
             w.counts.clear();
-            w.since = Instant::now();
+            w.since = now;
         }
     }
 
@@ -276,5 +281,63 @@ impl std::fmt::Debug for TenantMetrics {
         f.debug_struct("TenantMetrics")
             .field("name", &self.name)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// Collects what the subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_flood_of_shed_requests_is_one_warn_line_per_period_and_counted() {
+        let out = Captured::default();
+        let w = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || w.clone())
+            .with_ansi(false)
+            .finish();
+        let m = Metrics::new();
+        let t0 = Instant::now();
+        tracing::subscriber::with_default(subscriber, || {
+            for i in 0..70_000u32 {
+                // 70,000 sheds over 35 s of (fake) time.
+                let at = t0 + Duration::from_micros(u64::from(i) * 500);
+                m.shed_at(if i % 2 == 0 { "queue_full" } else { "slo" }, at);
+            }
+        });
+        let log = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 3, "{log}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.contains("WARN") && !l.contains("ERROR")),
+            "{log}"
+        );
+        assert!(
+            lines[1]
+                .contains("shed 20000 requests in the last 10 s (queue_full: 10000, slo: 10000)"),
+            "{log}"
+        );
+        let text = m.render(&EngineStats::default());
+        assert!(
+            text.contains(&format!("{SHED}{{reason=\"queue_full\"}} 35000")),
+            "{text}"
+        );
     }
 }

@@ -1,15 +1,19 @@
 //! The composition root: opens the tenant store, starts the engine, builds the router with its
-//! layers, listens, and shuts down in order (stop accepting → drain in-flight requests up to a
-//! deadline → stop the engine → flush the store).
+//! layers, listens ([`crate::conn`]), and shuts down in order (drain in-flight requests up to a
+//! deadline, answering new ones 503 → stop listening → stop the engine → flush the store).
 //!
 //! Layers, outermost first (the order matters):
-//! 1. request id (`x-request-id`, set if absent, echoed back);
-//! 2. trace (one span per request, carrying the id);
-//! 3. auth (key → tenant) — before quota, which needs the tenant;
-//! 4. quota (rate, tokens/min, concurrency) — before validation, so a flood of bad requests
+//! 1. request-id sanitizing (a client's id that is too long or odd is dropped), then request id
+//!    (`x-request-id`, set if absent, echoed back) ([`crate::layers`]);
+//! 2. trace (one span per request, carrying the id; no per-request ERROR for 503s);
+//! 3. OpenAI-shaped errors: any error answer below that is not JSON becomes OpenAI's shape;
+//! 4. header limits (count, one `Authorization`), body timeout (408), body limit (413 at once
+//!    for a `Content-Length` over it);
+//! 5. auth (key → tenant) — before quota, which needs the tenant;
+//! 6. quota (rate, tokens/min, concurrency) — before validation, so a flood of bad requests
 //!    from one tenant is throttled before it costs tokenization;
-//! 5. validation (parse, tokenize, limits) and 6. admission (engine queue) run in the handler,
-//!    in that order ([`crate::openai`]).
+//! 7. validation (parse, byte bound, tokenize, limits, in the text pool) and 8. admission
+//!    (engine queue) run in the handler, in that order ([`crate::openai`]).
 
 use anyhow::Context;
 use axum::extract::{DefaultBodyLimit, Request, State};
