@@ -95,6 +95,8 @@ pub enum EngineEvent {
         completion_tokens: u32,
         /// Times it lost its place in HBM (rotations out and recomputes).
         preemptions: u32,
+        /// With `FinishReason::Error`: what went wrong.
+        error: Option<String>,
     },
 }
 
@@ -130,6 +132,8 @@ pub struct EngineStats {
     pub restores: u64,
     pub recomputes: u64,
     pub finished: u64,
+    /// Model steps that failed (their batch's requests ended with an error).
+    pub failed_steps: u64,
     /// Requests refused at submit because they would wait past their TTFT SLO.
     pub shed: u64,
     pub steps: u64,
@@ -367,6 +371,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     }
 
     fn finish(&mut self, id: RequestId, reason: FinishReason, t: f64) {
+        self.finish_with(id, reason, t, None);
+    }
+
+    /// Ends a request with `reason` (and, for errors, what went wrong).
+    fn finish_with(&mut self, id: RequestId, reason: FinishReason, t: f64, error: Option<String>) {
         let Some(req) = self.requests.remove(&id) else {
             return;
         };
@@ -386,6 +395,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             prompt_tokens: req.spec.prompt.len() as u32,
             completion_tokens: req.generated,
             preemptions: req.rotations + req.recomputes,
+            error,
         });
     }
 

@@ -354,6 +354,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                     t,
                     prompt_tokens,
                     completion_tokens,
+                    error,
                     ..
                 } => {
                     if let Some(tx) = self.streams.remove(&id) {
@@ -362,7 +363,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                             t,
                             prompt_tokens,
                             completion_tokens,
-                            error: None,
+                            error,
                         });
                     }
                 }

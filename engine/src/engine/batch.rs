@@ -99,14 +99,18 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let batch = StepBatch { entries };
         let out = self.runner.step(&batch);
         self.transfer.step_issued();
-        let out = out?;
-        if out.tokens.len() != spans.len() {
-            return Err(EngineError::Runner(format!(
-                "runner returned {} results for {} entries",
-                out.tokens.len(),
-                spans.len()
-            )));
-        }
+        let out = match out {
+            Ok(out) if out.tokens.len() == spans.len() => out,
+            Ok(out) => {
+                let e = format!(
+                    "the model step returned {} results for {} entries",
+                    out.tokens.len(),
+                    spans.len()
+                );
+                return Ok(self.fail_batch(&spans, e));
+            }
+            Err(e) => return Ok(self.fail_batch(&spans, format!("the model step failed: {e}"))),
+        };
         self.clock.advance(out.elapsed);
         let t = self.clock.now();
         let mut report = StepReport {
@@ -135,6 +139,20 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
         self.serve(service);
         Ok(report)
+    }
+
+    /// A step that failed: the requests of its batch end with an error (their blocks go back
+    /// to the pool); the others keep their places and the engine goes on serving.
+    fn fail_batch(&mut self, spans: &[Span], error: String) -> StepReport {
+        let t = self.clock.now();
+        self.counters.failed_steps += 1;
+        for span in spans {
+            self.finish_with(span.id, FinishReason::Error, t, Some(error.clone()));
+        }
+        StepReport {
+            batch_size: spans.len(),
+            ..Default::default()
+        }
     }
 
     /// Applies one entry's result at engine time `t`; returns what the step did for it.

@@ -10,6 +10,8 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
 use superinfer_policies::{PolicyKind, Slo, WlvfConfig};
 
+mod faults;
+
 type TestEngine = Engine<SimRunner, SimTransfer, VirtualClock>;
 
 fn engine(kind: PolicyKind, hbm: u32, dram: u32, b_xfer: u32) -> TestEngine {
