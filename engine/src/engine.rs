@@ -56,6 +56,23 @@ pub struct EngineConfig {
     /// and the 3-tenant SLO run 55 points over FCFS in the twin (docs/BENCHMARKS.md, "Choosing
     /// the defaults").
     pub progress_tokens: u32,
+    /// A prompt with more than this many tokens left to prefill is a *long* prefill: while
+    /// other prefills want tokens it gets at most this many per iteration (the rest of the
+    /// budget when they do not), and at most `max_long_prefills` run at once, so short prompts
+    /// are never stuck behind long ones (docs/SCHEDULING.md, "Long prompts"). `None`: half of
+    /// `max_batched_tokens`.
+    pub long_prefill_tokens: Option<u32>,
+    /// Long prefills under way at once.
+    pub max_long_prefills: u32,
+}
+
+impl EngineConfig {
+    /// The long-prefill threshold in effect.
+    pub fn long_prefill(&self) -> u32 {
+        self.long_prefill_tokens
+            .unwrap_or(self.max_batched_tokens / 2)
+            .max(1)
+    }
 }
 
 impl Default for EngineConfig {
@@ -72,6 +89,8 @@ impl Default for EngineConfig {
             eager_writeback: true,
             progress_tokens: 80,
             shed_late: None,
+            long_prefill_tokens: None,
+            max_long_prefills: 1,
         }
     }
 }

@@ -81,6 +81,11 @@ pub struct SimArgs {
     /// may plan.
     #[arg(long, default_value_t = 1.0, value_parser = parse_positive)]
     pub b_xfer_share: f64,
+    /// A prompt with more tokens left than this is a long prefill: chunked at most this much
+    /// per iteration while others want tokens, one at a time [default: half of
+    /// --max-batched-tokens].
+    #[arg(long)]
+    pub long_prefill_tokens: Option<u32>,
     /// TTFT SLO of the single default tenant, seconds (ignored with --tenants).
     #[arg(long, default_value_t = 5.0, value_parser = parse_positive)]
     pub ttft_slo_s: f64,
@@ -214,6 +219,7 @@ pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
         profile: args.profile.clone(),
         b_xfer: args.b_xfer,
         b_xfer_share: args.b_xfer_share,
+        long_prefill_tokens: args.long_prefill_tokens,
         dram_gib: args.dram_gib,
         dram_gb: args.dram_gb,
         gpu_memory_utilization: args.gpu_memory_utilization,

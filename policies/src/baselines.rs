@@ -43,6 +43,7 @@ const NO_PREEMPT: Rules = Rules {
     recompute_victims: false,
     tokens_block_lower_tiers: false,
     preempt_for_seats: true,
+    long_prompts_yield: false,
 };
 
 impl Policy for Fcfs {
@@ -94,6 +95,7 @@ impl Policy for WaitingFirst {
             recompute_victims: false,
             tokens_block_lower_tiers: false,
             preempt_for_seats: true,
+            long_prompts_yield: false,
         };
         plan_greedy(view, cap, &keys, rules)
     }
@@ -113,6 +115,7 @@ impl Policy for Edf {
             recompute_victims: false,
             tokens_block_lower_tiers: false,
             preempt_for_seats: true,
+            long_prompts_yield: false,
         };
         plan_greedy(view, cap, &keys, rules)
     }

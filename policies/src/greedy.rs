@@ -69,6 +69,10 @@ pub struct Rules {
     /// when HBM has room. Seats are a compute limit, not a memory one: without this, a
     /// candidate displaces running requests only for HBM room.
     pub preempt_for_seats: bool,
+    /// A long prompt waiting for a long-prefill slot does not hold back shorter prompts ranked
+    /// below it (they use the tokens the long prefill under way leaves). Without it the waiting
+    /// queue stops there (strict order).
+    pub long_prompts_yield: bool,
 }
 
 struct Budget {
@@ -91,23 +95,62 @@ struct Budget {
 struct Prefill {
     left: u64,
     full: u64,
+    /// Prompts longer than this are long prefills (charged this much, one slot each).
+    long: u64,
+    slots: u32,
+}
+
+/// Whether a waiting request's prefill may start this iteration.
+enum Admit {
+    Yes,
+    /// Not enough prefill tokens left.
+    NoTokens,
+    /// A long prompt, and no long-prefill slot free.
+    NoLongSlot,
 }
 
 impl Prefill {
     fn new(cap: &Capacity) -> Prefill {
         let full = u64::from(cap.prefill_tokens);
-        Prefill { left: full, full }
+        Prefill {
+            left: full,
+            full,
+            long: u64::from(cap.long_prefill_tokens),
+            slots: cap.long_prefill_slots,
+        }
     }
 
     /// A waiting request may start when its prompt fits what is left, or when it is the first
-    /// admission of the iteration (its prompt is then chunked over later iterations).
-    fn admits(&self, r: &ReqView) -> bool {
+    /// admission of the iteration (its prompt is then chunked over later iterations). A long
+    /// prompt needs a free slot and any tokens left: it is chunked beside the others.
+    fn admits(&self, r: &ReqView) -> Admit {
         let need = u64::from(r.prefill);
-        need == 0 || (self.left > 0 && (need <= self.left || self.left == self.full))
+        if need == 0 {
+            return Admit::Yes;
+        }
+        if self.left == 0 {
+            return Admit::NoTokens;
+        }
+        if need > self.long {
+            return if self.slots > 0 {
+                Admit::Yes
+            } else {
+                Admit::NoLongSlot
+            };
+        }
+        if need <= self.left || self.left == self.full {
+            Admit::Yes
+        } else {
+            Admit::NoTokens
+        }
     }
 
     fn take(&mut self, r: &ReqView) {
-        self.left = self.left.saturating_sub(u64::from(r.prefill));
+        let need = u64::from(r.prefill);
+        self.left = self.left.saturating_sub(need.min(self.long));
+        if need > self.long {
+            self.slots = self.slots.saturating_sub(1);
+        }
     }
 }
 
@@ -181,6 +224,10 @@ fn take_candidates(
             }
             // Out of seats: nobody else can become resident.
             Take::NoSeat => break,
+            // A long prompt waits for the long prefill under way; shorter prompts behind it
+            // still start (`long_prompts_yield`), or wait too (strict order).
+            Take::NoLongSlot if rules.long_prompts_yield => continue,
+            Take::NoLongSlot => blocked[queue(r.phase)] = true,
             Take::NoRoom | Take::NoCopy if rules.per_phase_queues => blocked[queue(r.phase)] = true,
             Take::NoRoom | Take::NoCopy => break,
         }
@@ -201,6 +248,8 @@ enum Take {
     NoCopy,
     /// Seats (`max_num_seqs`).
     NoSeat,
+    /// A long prompt without a free long-prefill slot (waiting requests).
+    NoLongSlot,
 }
 
 /// Takes candidate `r` if it fits, freeing room below its key within the rotation budget.
@@ -218,8 +267,12 @@ fn take_one(
     if r.phase == Phase::Rotary && r.copy_in > budget.h2d {
         return Take::NoCopy;
     }
-    if r.phase == Phase::Waiting && !budget.prefill.admits(r) {
-        return Take::NoTokens;
+    if r.phase == Phase::Waiting {
+        match budget.prefill.admits(r) {
+            Admit::Yes => {}
+            Admit::NoTokens => return Take::NoTokens,
+            Admit::NoLongSlot => return Take::NoLongSlot,
+        }
     }
     let no_seat = budget.seats == 0;
     if no_seat && (budget.over == 0 || !budget.seat_victims) {
@@ -378,6 +431,8 @@ pub fn all_fit(view: &[ReqView], cap: Capacity) -> Option<Plan> {
     let mut copy_in: u64 = 0;
     let mut prefill: u64 = 0;
     let mut admissions = 0;
+    let mut longs: u64 = 0;
+    let long = u64::from(cap.long_prefill_tokens);
     let mut cands: Vec<&ReqView> = Vec::new();
     for r in view {
         match r.phase {
@@ -386,7 +441,9 @@ pub fn all_fit(view: &[ReqView], cap: Capacity) -> Option<Plan> {
                 want += i64::from(r.blocks);
                 copy_in += u64::from(r.copy_in);
                 if r.phase == Phase::Waiting && r.prefill > 0 {
-                    prefill += u64::from(r.prefill);
+                    let need = u64::from(r.prefill);
+                    prefill += need.min(long);
+                    longs += u64::from(need > long);
                     admissions += 1;
                 }
                 cands.push(r);
@@ -398,6 +455,7 @@ pub fn all_fit(view: &[ReqView], cap: Capacity) -> Option<Plan> {
     if want > i64::from(cap.free_hbm) - growth
         || copy_in > u64::from(cap.h2d)
         || !prefill_fits
+        || longs > u64::from(cap.long_prefill_slots)
         || cands.len() as u64 > u64::from(cap.seats)
     {
         return None;

@@ -21,6 +21,7 @@ impl Lvf {
         recompute_victims: false,
         tokens_block_lower_tiers: false,
         preempt_for_seats: true,
+        long_prompts_yield: false,
     };
 }
 

@@ -117,6 +117,14 @@ pub struct Capacity {
     /// left after decode tokens and ongoing prefills. The first admission may exceed it (its
     /// prompt is then chunked over later iterations); `u32::MAX`: no limit.
     pub prefill_tokens: u32,
+    /// A prompt longer than this is a *long* prefill: it is charged at most this many of the
+    /// iteration's prefill tokens (the engine gives it no more while others want tokens, and
+    /// the rest when they do not) and needs one of `long_prefill_slots`. `u32::MAX`: no prompt
+    /// is long.
+    pub long_prefill_tokens: u32,
+    /// Long prefills that may still start this iteration (the engine's limit less the long
+    /// prefills under way).
+    pub long_prefill_slots: u32,
 }
 
 impl Capacity {
@@ -135,6 +143,8 @@ impl Capacity {
             d2h: b_xfer,
             seats: u32::MAX,
             prefill_tokens,
+            long_prefill_tokens: u32::MAX,
+            long_prefill_slots: u32::MAX,
         }
     }
 }

@@ -214,6 +214,9 @@ impl Policy for Wlvf {
             max_consecutive_rotations: self.cfg.max_consecutive_rotations,
             tokens_block_lower_tiers: !lone_tenant,
             preempt_for_seats: self.cfg.preempt_for_seats,
+            // Short prompts of a tenant are not held back by its long ones (docs/SCHEDULING.md,
+            // "Long prompts").
+            long_prompts_yield: true,
             ..crate::lvf::Lvf::RULES
         };
         plan_greedy(view, cap, &keys, rules)

@@ -219,6 +219,8 @@ fn run(tr: &Trace) -> Result<usize, TestCaseError> {
             h2d: tr.node.hbm_blocks,
             d2h: tr.node.hbm_blocks,
             prefill_tokens: tr.node.prefill_budget.saturating_sub(busy),
+            long_prefill_tokens: u32::MAX,
+            long_prefill_slots: u32::MAX,
             seats: tr.node.seats.saturating_sub(resident),
         };
         let plan = policy.plan(now, &view, cap);

@@ -117,6 +117,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             h2d: self.xfer_left(h2d, copies.h2d.len()),
             d2h: self.xfer_left(d2h, copies.d2h.len()),
             prefill_tokens: self.prefill_budget(),
+            long_prefill_tokens: self.cfg.long_prefill(),
+            long_prefill_slots: self.long_prefill_slots(),
             seats: max_seqs.saturating_sub(self.resident()) as u32,
         };
         let plan = self.policy.plan(now, &view, cap);
@@ -140,13 +142,25 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// Tokens of this step's budget left for new prefills: decode tokens and the prefills
     /// already under way come first (the batch is built in that order).
     fn prefill_budget(&self) -> u32 {
+        let long = self.cfg.long_prefill();
         let busy: u32 = self
             .requests
             .values()
             .filter(|r| r.state == ReqState::Running)
-            .map(|r| r.remaining())
+            .map(|r| r.remaining().min(long))
             .sum();
         self.cfg.max_batched_tokens.saturating_sub(busy)
+    }
+
+    /// Long prefills that may still start: the limit less the long prefills under way.
+    fn long_prefill_slots(&self) -> u32 {
+        let long = self.cfg.long_prefill();
+        let under_way = self
+            .requests
+            .values()
+            .filter(|r| r.state == ReqState::Running && r.remaining() > long)
+            .count() as u32;
+        self.cfg.max_long_prefills.saturating_sub(under_way)
     }
 
     fn state_of(&self, id: RequestId) -> Option<ReqState> {

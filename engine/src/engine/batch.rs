@@ -67,18 +67,30 @@ fn plan_batch<'a>(
         }
     }
     prefills.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.spec.id.cmp(&b.1.spec.id)));
+    // In admission order, each prefill gets its rest, a long one at most `long` tokens; what
+    // is left then goes to the long ones, in the same order (work-conserving).
+    let long = cfg.long_prefill();
+    let mut grants: Vec<(&Request, u32)> = Vec::with_capacity(prefills.len());
     for (_, r) in prefills {
-        if budget == 0 {
-            break;
+        let take = r.remaining().min(long).min(budget);
+        budget -= take;
+        grants.push((r, take));
+    }
+    for (r, take) in grants.iter_mut() {
+        let more = (r.remaining() - *take).min(budget);
+        budget -= more;
+        *take += more;
+    }
+    for (r, take) in grants {
+        if take == 0 {
+            continue;
         }
-        let total = r.tokens.len() as u32;
-        let end = (r.kv_len + budget).min(total);
-        budget -= end - r.kv_len;
+        let end = r.kv_len + take;
         let span = Span {
             id: r.spec.id,
             pos: r.kv_len,
             end,
-            sample: end == total,
+            sample: end == r.tokens.len() as u32,
         };
         push(r, pool.table(r.spec.id), span);
     }

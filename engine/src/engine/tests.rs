@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use superinfer_policies::{PolicyKind, Slo, WlvfConfig};
 
 mod faults;
+mod long_prompts;
 
 type TestEngine = Engine<SimRunner, SimTransfer, VirtualClock>;
 

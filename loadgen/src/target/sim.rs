@@ -32,6 +32,8 @@ pub struct SimTargetConfig {
     pub b_xfer: Option<u32>,
     /// With the automatic budget: the share of an iteration's link capacity planned.
     pub b_xfer_share: f64,
+    /// Long-prefill threshold (`EngineConfig::long_prefill_tokens`); `None`: half the budget.
+    pub long_prefill_tokens: Option<u32>,
     /// DRAM tier size in GiB (2^30 bytes); ignored when `dram_gb` is set.
     pub dram_gib: f64,
     /// DRAM tier size in GB (10^9 bytes); overrides `dram_gib`.
@@ -61,6 +63,7 @@ impl Default for SimTargetConfig {
             profile: "gh200-qwen2.5-32b".into(),
             b_xfer: None,
             b_xfer_share: EngineConfig::default().b_xfer_link_share,
+            long_prefill_tokens: None,
             dram_gib: 400.0,
             dram_gb: None,
             gpu_memory_utilization: 0.9,
@@ -106,6 +109,7 @@ impl SimTarget {
             max_num_seqs: cfg.max_num_seqs,
             b_xfer: cfg.b_xfer,
             b_xfer_link_share: cfg.b_xfer_share,
+            long_prefill_tokens: cfg.long_prefill_tokens,
             hbm_blocks,
             dram_blocks,
             progress_tokens: cfg.progress_tokens,

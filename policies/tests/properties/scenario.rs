@@ -113,6 +113,8 @@ pub(crate) fn capacity() -> impl Strategy<Value = Capacity> {
                 h2d: (f64::from(b_xfer) * h) as u32,
                 d2h: (f64::from(b_xfer) * d) as u32,
                 prefill_tokens,
+                long_prefill_tokens: u32::MAX,
+                long_prefill_slots: u32::MAX,
                 seats,
             },
         )
