@@ -55,8 +55,8 @@ pub struct CpuRunner {
 }
 
 impl CpuRunner {
-    /// Loads the model of a Hugging Face directory (`config.json` and safetensors weights)
-    /// and allocates the HBM-tier arena. End-of-sequence ids come from `config.json` and
+    /// Loads the model of a Hugging Face directory (`config.json` and safetensors weights) or
+    /// of a GGUF file, and allocates the HBM-tier arena. End-of-sequence ids come from `config.json` and
     /// `generation_config.json`; [`CpuRunner::set_eos_token_ids`] overrides them.
     pub fn load(dir: &Path, cfg: &CpuRunnerConfig) -> Result<CpuRunner, EngineError> {
         let mc = ModelConfig::from_model_dir(dir)?;
@@ -65,7 +65,11 @@ impl CpuRunner {
         let geometry = mc.kv_geometry(cfg.block_size, dtype);
         let arena = KvArena::new(geometry, cfg.hbm_blocks, dtype, &cfg.device)?;
         let mut eos = mc.eos_token_ids.clone();
-        let gen = crate::text::read_json(&dir.join("generation_config.json"))?;
+        let gen = if crate::model::gguf::is_gguf(dir) {
+            None
+        } else {
+            crate::text::read_json(&dir.join("generation_config.json"))?
+        };
         if let Some(v) = gen.as_ref().and_then(|g| g.get("eos_token_id")) {
             let ids: Vec<u32> = match v {
                 serde_json::Value::Array(a) => a
