@@ -231,3 +231,53 @@ fn greedy_continuations_through_the_engine_match_transformers() {
         "too few confident steps to compare: {compared}"
     );
 }
+
+#[test]
+fn an_imported_directory_serves_the_same_tokens_and_logits() {
+    let gguf = smollm2_gguf();
+    let dir = tempfile::tempdir().unwrap();
+    superinfer_engine::model::gguf::import(&gguf, dir.path(), Default::default()).unwrap();
+    let (a, b) = (
+        TextCodec::from_model_dir(&gguf).unwrap(),
+        TextCodec::from_model_dir(dir.path()).unwrap(),
+    );
+    let f = fixture();
+    let case = &f["cases"][6];
+    let chat = messages(&case["messages"]);
+    assert_eq!(a.encode_chat(&chat).unwrap(), b.encode_chat(&chat).unwrap());
+    assert_eq!(b.encode_chat(&chat).unwrap(), ids(&case["prompt_ids"]));
+    assert_eq!(a.eos_token_ids(), b.eos_token_ids());
+    let logits = |path: &std::path::Path| {
+        let cfg = ModelConfig::from_model_dir(path).unwrap();
+        let model = PagedLlama::load(path, &cfg, DType::F32, &Device::Cpu).unwrap();
+        let tokens = ids(&case["prompt_ids"]);
+        let blocks = tokens.len().div_ceil(BLOCK as usize) as u32;
+        let arena = KvArena::new(
+            cfg.kv_geometry(BLOCK, DType::F32),
+            blocks,
+            DType::F32,
+            &Device::Cpu,
+        )
+        .unwrap();
+        let table: Vec<u32> = (0..blocks).collect();
+        let chunk = SeqChunk {
+            tokens: &tokens,
+            pos: 0,
+            end: tokens.len(),
+            blocks: &table,
+            sample: true,
+        };
+        model
+            .forward(&[chunk], &arena)
+            .unwrap()
+            .get(0)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    };
+    assert_eq!(
+        logits(&gguf),
+        logits(dir.path()),
+        "f32 import keeps the weights exactly"
+    );
+}

