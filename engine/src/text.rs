@@ -302,6 +302,11 @@ impl TextCodec {
         self.inner.tokenizer.decode(ids, true).unwrap_or_default()
     }
 
+    /// Text of `ids` with special tokens kept (as `transformers`' `decode` by default).
+    pub fn decode_with_special(&self, ids: &[u32]) -> String {
+        self.inner.tokenizer.decode(ids, false).unwrap_or_default()
+    }
+
     /// Ids that end generation: `generation_config.json` and `config.json` `eos_token_id`,
     /// and the `eos_token` of `tokenizer_config.json`, without duplicates.
     pub fn eos_token_ids(&self) -> &[u32] {

@@ -1,8 +1,9 @@
 //! The OpenAI-compatible endpoints: `POST /v1/completions`, `POST /v1/chat/completions`
 //! (streamed as server-sent events, or one JSON body), `GET /v1/models`, and the tenant's own
-//! `GET /v1/tenant/stats`. The auth and quota layers have run before these handlers; each
+//! `GET /v1/tenant/stats`; vLLM's extra endpoints are in [`extra`]. The auth and quota layers have run before these handlers; each
 //! handler then validates, admits and streams, in that order.
 
+pub mod extra;
 mod response;
 mod sse;
 
@@ -146,13 +147,7 @@ pub fn engine_failure(err: String, tokens: u32) -> GatewayError {
 pub async fn models(State(state): State<Shared>) -> Response {
     Json(serde_json::json!({
         "object": "list",
-        "data": [{
-            "id": state.model.id,
-            "object": "model",
-            "created": state.started_unix_s,
-            "owned_by": "superinfer",
-            "max_model_len": state.model.max_model_len,
-        }],
+        "data": [extra::model_card(&state)],
     }))
     .into_response()
 }

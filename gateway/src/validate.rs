@@ -394,7 +394,21 @@ fn encode(text: &Text, s: &str) -> Result<Vec<u32>> {
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
 fn chat_tokens(messages: Option<Vec<Message>>, text: &Text) -> Result<Vec<u32>> {
-    let messages = messages.unwrap_or_default();
+    let parsed = chat_messages(messages.unwrap_or_default())?;
+    let ids = text.encode_chat(&parsed).map_err(|e| {
+        GatewayError::invalid("messages", format!("cannot apply the chat template: {e}"))
+    })?;
+    if ids.is_empty() {
+        return Err(GatewayError::invalid(
+            "messages",
+            "the conversation has no tokens",
+        ));
+    }
+    Ok(ids)
+}
+
+/// The messages of a body as the chat template takes them: known roles, text content.
+pub(crate) fn chat_messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>> {
     if messages.is_empty() {
         return Err(GatewayError::invalid(
             "messages",
@@ -431,16 +445,7 @@ fn chat_tokens(messages: Option<Vec<Message>>, text: &Text) -> Result<Vec<u32>> 
             content,
         });
     }
-    let ids = text.encode_chat(&parsed).map_err(|e| {
-        GatewayError::invalid("messages", format!("cannot apply the chat template: {e}"))
-    })?;
-    if ids.is_empty() {
-        return Err(GatewayError::invalid(
-            "messages",
-            "the conversation has no tokens",
-        ));
-    }
-    Ok(ids)
+    Ok(parsed)
 }
 
 #[cfg(test)]

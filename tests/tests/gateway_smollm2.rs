@@ -28,3 +28,31 @@ async fn smollm2_knows_the_capital_of_france() {
     assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenize_gives_the_ids_transformers_gives() {
+    let fixture: Value = serde_json::from_str(include_str!(
+        "../../engine/tests/fixtures/smollm2_reference.json"
+    ))
+    .unwrap();
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: None,
+        model_dir: Some(smollm2_gguf()),
+        ..TestOptions::default()
+    })
+    .await;
+    for case in fixture["cases"].as_array().unwrap() {
+        let body = match case["kind"].as_str() {
+            Some("chat") => json!({"messages": case["messages"]}),
+            _ => json!({"prompt": case["prompt"]}),
+        };
+        let v: Value = s
+            .post("/tokenize", &s.key, &body)
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["tokens"], case["prompt_ids"], "{body}");
+    }
+    s.shutdown().await;
+}
