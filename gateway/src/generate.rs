@@ -159,6 +159,11 @@ impl Generation {
         std::mem::take(&mut self.logprobs)
     }
 
+    /// Tokens of the prompt.
+    pub fn prompt_tokens(&self) -> u32 {
+        self.prompt_tokens
+    }
+
     /// Tokens generated so far.
     pub fn completion_tokens(&self) -> u32 {
         self.tokens

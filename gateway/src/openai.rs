@@ -84,12 +84,14 @@ async fn generate(
         prompt_tokens,
         slot,
     );
-    let meta = ResponseMeta::new(
+    let mut meta = ResponseMeta::new(
         endpoint,
         &state.model.id,
         valid.include_usage,
         valid.logprobs.is_some(),
     );
+    meta.continuous_usage = valid.continuous_usage;
+    meta.echo = valid.echo;
     if valid.stream {
         Ok(sse::respond(gen, meta))
     } else {
@@ -107,7 +109,7 @@ fn body_error(e: &BytesRejection, limit: usize) -> GatewayError {
 
 /// A non-streamed answer: the whole text in one JSON body.
 async fn collect(mut gen: Generation, meta: ResponseMeta) -> Result<Response> {
-    let mut text = String::new();
+    let mut text = meta.echo.clone().unwrap_or_default();
     let mut logprobs = Vec::new();
     while let Some(piece) = gen.next().await {
         logprobs.extend(gen.take_logprobs());

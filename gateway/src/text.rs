@@ -144,6 +144,14 @@ impl Text {
             .collect()
     }
 
+    /// The text of a prompt's ids, special tokens skipped (`echo`).
+    pub fn prompt_text(&self, ids: &[u32]) -> String {
+        match &*self.inner {
+            Backend::Words => self.token_strs(ids).join(" "),
+            Backend::Model(c) => c.decode(ids),
+        }
+    }
+
     /// The text of `ids`, special tokens included (`/detokenize`).
     pub fn detokenize(&self, ids: &[u32]) -> String {
         match &*self.inner {

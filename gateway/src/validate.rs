@@ -5,6 +5,8 @@
 use superinfer_engine::SamplingParams;
 use superinfer_tenants::Tenant;
 
+mod fields;
+
 use crate::error::{GatewayError, Result};
 use crate::text::{ChatMessage, Text};
 use crate::wire::{Body, Content, Message, Prompt, Stop};
@@ -39,6 +41,10 @@ pub struct ValidRequest {
     pub include_usage: bool,
     /// Report each token's log-probability and this many alternatives.
     pub logprobs: Option<u32>,
+    /// Completions with `echo`: the prompt's text, sent before the answer.
+    pub echo: Option<String>,
+    /// Usage in every streamed chunk (`stream_options.continuous_usage_stats`).
+    pub continuous_usage: bool,
 }
 
 /// At most this many alternatives per token (OpenAI's limit).
@@ -51,8 +57,20 @@ pub const MAX_STOP_STRINGS: usize = 4;
 
 /// Parses a body, naming the field at fault when a value has the wrong type.
 pub fn parse(bytes: &[u8]) -> Result<Body> {
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    let body: Body = serde_path_to_error::deserialize(de).map_err(parse_error)?;
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|inner| {
+        GatewayError::bad_request(format!(
+            "the body is not valid JSON ({inner}); send a JSON object such as \
+             {{\"model\": \"…\", \"prompt\": \"Hello\"}}"
+        ))
+    })?;
+    let serde_json::Value::Object(map) = value else {
+        return Err(GatewayError::bad_request(
+            "the body must be a JSON object, such as {\"prompt\": \"Hello\"}",
+        ));
+    };
+    let map = fields::check(map)?;
+    let body: Body =
+        serde_path_to_error::deserialize(serde_json::Value::Object(map)).map_err(parse_error)?;
     Ok(body)
 }
 
@@ -170,7 +188,34 @@ pub fn validate(
             "at most 64 `stop_token_ids` are allowed",
         ));
     }
+    let continuous_usage = continuous_usage(body.stream_options.as_ref(), include_usage)?;
+    sampling.logit_bias = logit_bias(body.logit_bias, text)?;
+    if let Some(min) = body.min_tokens {
+        if min > max_tokens {
+            return Err(GatewayError::invalid(
+                "min_tokens",
+                format!("`min_tokens` ({min}) is more than `max_tokens` ({max_tokens})"),
+            ));
+        }
+        if min > 0 && !stop.is_empty() {
+            return Err(GatewayError::invalid(
+                "min_tokens",
+                "`min_tokens` with `stop` strings is not supported; use `stop_token_ids`",
+            ));
+        }
+        sampling.min_tokens = min;
+        sampling.min_tokens_stops = stop_token_ids.clone();
+    }
+    let echo = echo_text(
+        body.echo.unwrap_or(false),
+        endpoint,
+        &prompt,
+        logprobs,
+        text,
+    )?;
     Ok(ValidRequest {
+        echo,
+        continuous_usage,
         endpoint,
         prompt,
         max_tokens,
@@ -248,6 +293,71 @@ fn context_error(model: &ModelInfo, prompt: u32, max_tokens: u32, e: Endpoint) -
     )
 }
 
+/// `stream_options.continuous_usage_stats`: only with `include_usage`.
+fn continuous_usage(o: Option<&crate::wire::StreamOptions>, include_usage: bool) -> Result<bool> {
+    let on = o.and_then(|o| o.continuous_usage_stats).unwrap_or(false);
+    if on && !include_usage {
+        return Err(GatewayError::invalid(
+            "stream_options",
+            "`continuous_usage_stats` needs \"include_usage\": true",
+        ));
+    }
+    Ok(on)
+}
+
+/// `logit_bias`: token ids of the vocabulary (as strings) to biases in [-100, 100].
+fn logit_bias(
+    bias: Option<std::collections::HashMap<String, f32>>,
+    text: &Text,
+) -> Result<Vec<(u32, f32)>> {
+    let mut out = Vec::new();
+    for (k, b) in bias.unwrap_or_default() {
+        let id: u32 = k.parse().map_err(|_| {
+            GatewayError::invalid(
+                "logit_bias",
+                format!("`logit_bias` key {k:?} is not a token id"),
+            )
+        })?;
+        if text.vocab_size().is_some_and(|v| id as usize >= v) {
+            return Err(GatewayError::invalid(
+                "logit_bias",
+                format!("`logit_bias`: token id {id} is outside the vocabulary"),
+            ));
+        }
+        if !(-100.0..=100.0).contains(&b) {
+            return Err(GatewayError::invalid(
+                "logit_bias",
+                format!("`logit_bias` values must be in [-100, 100], got {b}"),
+            ));
+        }
+        out.push((id, b));
+    }
+    out.sort_by_key(|&(id, _)| id);
+    Ok(out)
+}
+
+/// `echo` on completions: the prompt's text before the answer (not with `logprobs`, which
+/// would need the prompt's log-probabilities).
+fn echo_text(
+    on: bool,
+    endpoint: Endpoint,
+    prompt: &[u32],
+    logprobs: Option<u32>,
+    text: &Text,
+) -> Result<Option<String>> {
+    if !on {
+        return Ok(None);
+    }
+    let refuse = |msg: &str| Err(GatewayError::invalid("echo", msg));
+    if endpoint == Endpoint::Chat {
+        return refuse("`echo` is not supported in chat completions");
+    }
+    if logprobs.is_some() {
+        return refuse("`echo` with `logprobs` is not supported (no prompt log-probabilities)");
+    }
+    Ok(Some(text.prompt_text(prompt)))
+}
+
 /// OpenAI features this server does not implement: refused, not silently ignored.
 fn unsupported(body: &Body, endpoint: Endpoint) -> Result<()> {
     let refuse = |field: &str, msg: &str| Err(GatewayError::invalid(field, msg));
@@ -259,12 +369,6 @@ fn unsupported(body: &Body, endpoint: Endpoint) -> Result<()> {
     }
     if body.best_of.is_some_and(|n| n != 1) {
         return refuse("best_of", "only `best_of` = 1 is supported");
-    }
-    if body.echo == Some(true) {
-        return refuse(
-            "echo",
-            "`echo` is not supported; leave it out or set it to false",
-        );
     }
     if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return refuse("suffix", "`suffix` is not supported");

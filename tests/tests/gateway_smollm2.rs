@@ -26,6 +26,20 @@ async fn smollm2_knows_the_capital_of_france() {
     assert!(text.contains("Paris"), "{v}");
     // The model ends its turn with <|im_end|>, the file's end-of-sequence token.
     assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    let short = v["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(short < 16, "{v}");
+    // min_tokens holds the end of the turn back: the answer runs to max_tokens.
+    let mut longer = body.clone();
+    longer["min_tokens"] = json!(16);
+    longer["max_tokens"] = json!(16);
+    let v: Value = s
+        .post("/v1/chat/completions", &s.key, &longer)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 16, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
     s.shutdown().await;
 }
 

@@ -11,7 +11,7 @@ use crate::error::EngineError;
 use crate::kv::BlockGeometry;
 use crate::model::kv_arena::candle_err;
 use crate::model::{KvArena, ModelConfig, PagedLlama, SeqChunk};
-use crate::sampling::{sample, TokenLogprobs};
+use crate::sampling::{bias_and_hold_stops, sample, TokenLogprobs};
 use candle_core::{DType, Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -192,6 +192,8 @@ impl ModelRunner for CpuRunner {
                 .next()
                 .ok_or_else(|| EngineError::Runner("fewer logits rows than samples".into()))?;
             let history = &e.tokens[..e.end as usize];
+            let prompt_len = e.prompt_len as usize;
+            bias_and_hold_stops(&mut row, e.sampling, &self.eos, history, prompt_len);
             let s = sample(
                 &mut row,
                 e.sampling,

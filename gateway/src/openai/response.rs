@@ -36,6 +36,10 @@ pub struct ResponseMeta {
     pub created: u64,
     pub model: String,
     pub include_usage: bool,
+    /// Usage in every text chunk too (`continuous_usage_stats`).
+    pub continuous_usage: bool,
+    /// Completions with `echo`: the prompt's text, sent first.
+    pub echo: Option<String>,
     /// The request asked for log-probabilities.
     pub logprobs: bool,
     /// Characters of completion text reported so far (`text_offset` of completions).
@@ -130,6 +134,8 @@ impl ResponseMeta {
                 .map_or(0, |d| d.as_secs()),
             model: model.to_string(),
             include_usage,
+            continuous_usage: false,
+            echo: None,
             logprobs,
             offset: Cell::new(0),
         }
@@ -218,6 +224,11 @@ impl ResponseMeta {
 
     /// One `data: …\n\n` event of the stream.
     pub fn chunk(&self, kind: ChunkKind<'_>) -> Bytes {
+        self.chunk_with(kind, None)
+    }
+
+    /// [`ResponseMeta::chunk`] carrying `usage` (continuous usage statistics).
+    pub fn chunk_with(&self, kind: ChunkKind<'_>, live: Option<Usage>) -> Bytes {
         let json = match self.endpoint {
             Endpoint::Completions => {
                 let (choices, usage) = match kind {
@@ -228,7 +239,7 @@ impl ResponseMeta {
                     ChunkKind::Finish(r) => (vec![text_choice("", None, Some(r))], None),
                     ChunkKind::Usage(u) => (vec![], Some(u)),
                 };
-                serde_json::to_vec(&self.wrap("text_completion", choices, usage))
+                serde_json::to_vec(&self.wrap("text_completion", choices, usage.or(live)))
             }
             Endpoint::Chat => {
                 let (choices, usage) = match kind {
@@ -254,7 +265,7 @@ impl ResponseMeta {
                     ChunkKind::Finish(r) => (vec![delta(Delta::default(), Some(r))], None),
                     ChunkKind::Usage(u) => (vec![], Some(u)),
                 };
-                serde_json::to_vec(&self.wrap("chat.completion.chunk", choices, usage))
+                serde_json::to_vec(&self.wrap("chat.completion.chunk", choices, usage.or(live)))
             }
         };
         event(&json.unwrap_or_default())

@@ -135,10 +135,69 @@ fn sampling_values_out_of_range_are_refused() {
 }
 
 #[test]
-fn unknown_model_is_a_404_and_unknown_fields_are_ignored() {
+fn unknown_model_is_a_404_and_unknown_fields_are_refused_by_name() {
     let e = check(Endpoint::Completions, r#"{"model":"gpt-9","prompt":"a"}"#).unwrap_err();
     assert_eq!(e.status(), 404);
-    assert!(check(Endpoint::Completions, r#"{"prompt":"a","frobnicate":1}"#).is_ok());
+    let body = r#"{"prompt":"a","frobnicate":1}"#;
+    assert_eq!(param_of(check(Endpoint::Completions, body)), "frobnicate");
+    let body = r#"{"prompt":"a","stream":true,"stream_options":{"include_usage":true,"x":1}}"#;
+    assert_eq!(
+        param_of(check(Endpoint::Completions, body)),
+        "stream_options"
+    );
+    // Refused fields at their "off" value are accepted.
+    let off = r#"{"prompt":"a","response_format":{"type":"text"},"store":false,"n":1}"#;
+    assert!(check(Endpoint::Completions, off).is_ok());
+    assert_eq!(
+        param_of(check(
+            Endpoint::Completions,
+            r#"{"prompt":"a","response_format":{"type":"json_object"}}"#
+        )),
+        "response_format"
+    );
+}
+
+#[test]
+fn echo_logit_bias_and_min_tokens_are_checked() {
+    let v = check(Endpoint::Completions, r#"{"prompt":"a b","echo":true}"#).unwrap();
+    assert!(v.echo.is_some());
+    let v = check(
+        Endpoint::Completions,
+        r#"{"prompt":"a","logit_bias":{"7":-100,"3":2.5},"min_tokens":2,"stop_token_ids":[5]}"#,
+    )
+    .unwrap();
+    assert_eq!(v.sampling.logit_bias, vec![(3, 2.5), (7, -100.0)]);
+    assert_eq!(
+        (v.sampling.min_tokens, v.sampling.min_tokens_stops.clone()),
+        (2, vec![5])
+    );
+    for (field, body) in [
+        ("echo", r#"{"prompt":"a","echo":true,"logprobs":1}"#),
+        ("logit_bias", r#"{"prompt":"a","logit_bias":{"x":1}}"#),
+        ("logit_bias", r#"{"prompt":"a","logit_bias":{"1":101}}"#),
+        (
+            "min_tokens",
+            r#"{"prompt":"a","max_tokens":2,"min_tokens":3}"#,
+        ),
+        ("min_tokens", r#"{"prompt":"a","min_tokens":1,"stop":"x"}"#),
+        (
+            "stream_options",
+            r#"{"prompt":"a","stream":true,"stream_options":{"continuous_usage_stats":true}}"#,
+        ),
+    ] {
+        assert_eq!(
+            param_of(check(Endpoint::Completions, body)),
+            field,
+            "{body}"
+        );
+    }
+    assert_eq!(
+        param_of(check(
+            Endpoint::Chat,
+            r#"{"messages":[{"role":"user","content":"a"}],"echo":true}"#
+        )),
+        "echo"
+    );
 }
 
 #[test]
@@ -152,7 +211,6 @@ fn priority_in_the_body_changes_nothing() {
 fn unsupported_features_are_refused_by_name() {
     for (field, body) in [
         ("n", r#"{"prompt":"a","n":2}"#),
-        ("echo", r#"{"prompt":"a","echo":true}"#),
         ("logprobs", r#"{"prompt":"a","logprobs":21}"#),
         ("stop", r#"{"prompt":"a","stop":["1","2","3","4","5"]}"#),
         (
