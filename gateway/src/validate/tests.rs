@@ -148,6 +148,8 @@ fn unknown_model_is_a_404_and_unknown_fields_are_refused_by_name() {
     // Refused fields at their "off" value are accepted.
     let off = r#"{"prompt":"a","response_format":{"type":"text"},"store":false,"n":1}"#;
     assert!(check(Endpoint::Completions, off).is_ok());
+    let named = r#"{"messages":[{"role":"user","content":"a","name":"bob"}]}"#;
+    assert_eq!(param_of(check(Endpoint::Chat, named)), "messages");
     assert_eq!(
         param_of(check(
             Endpoint::Completions,
