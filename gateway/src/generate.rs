@@ -56,7 +56,8 @@ pub struct Generation {
     finished: bool,
     /// Log-probabilities of tokens not yet reported (when the request asked for them).
     logprobs: Vec<TokenLogprob>,
-    _slot: InFlight,
+    /// The request's concurrency slot, shared by the choices of one request.
+    _slot: Arc<InFlight>,
 }
 
 impl Generation {
@@ -68,7 +69,7 @@ impl Generation {
         ctx: Arc<TenantCtx>,
         started: Instant,
         prompt_tokens: u32,
-        slot: InFlight,
+        slot: Arc<InFlight>,
     ) -> Generation {
         Generation {
             stream: Some(stream),

@@ -5,6 +5,7 @@
 
 pub mod extra;
 mod response;
+mod several;
 mod sse;
 
 use axum::body::Bytes;
@@ -64,6 +65,9 @@ async fn generate(
     let valid = validate::parse(&bytes)
         .and_then(|b| validate::validate(endpoint, b, &ctx.tenant, &state.model, &state.text))
         .map_err(|e| refuse("invalid", e))?;
+    if !valid.more_prompts.is_empty() {
+        return several::generate(&state, ctx, slot, valid, started).await;
+    }
     let stream =
         admission::submit(&state, &ctx.tenant, &valid).map_err(|e| refuse("overloaded", e))?;
     let prompt_tokens = valid.prompt.len() as u32;
@@ -74,6 +78,7 @@ async fn generate(
     ctx.limits.charge_tokens(u64::from(prompt_tokens));
     let slot = slot
         .take()
+        .map(Arc::new)
         .ok_or_else(|| GatewayError::Internal("the concurrency slot was taken twice".into()))?;
     let gen = Generation::new(
         stream,

@@ -32,6 +32,8 @@ pub struct ModelInfo {
 pub struct ValidRequest {
     pub endpoint: Endpoint,
     pub prompt: Vec<u32>,
+    /// Completions with a list of prompts: the others, one choice each after `prompt`'s.
+    pub more_prompts: Vec<Vec<u32>>,
     pub max_tokens: u32,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
@@ -52,6 +54,8 @@ pub const MAX_TOP_LOGPROBS: u32 = 20;
 
 /// `max_tokens` of a completion that leaves it out (OpenAI's default).
 pub const DEFAULT_COMPLETION_TOKENS: u32 = 16;
+/// At most this many prompts in one completions request (one choice each).
+pub const MAX_PROMPTS: usize = 64;
 /// At most this many stop strings (OpenAI's limit).
 pub const MAX_STOP_STRINGS: usize = 4;
 
@@ -122,11 +126,12 @@ pub fn validate(
     let mut sampling = sampling(&body)?;
     sampling.logprobs = logprobs;
     let stop = stop_strings(body.stop)?;
-    let prompt = match endpoint {
-        Endpoint::Completions => prompt_tokens(body.prompt, text)?,
-        Endpoint::Chat => chat_tokens(body.messages, text)?,
+    let mut prompts = match endpoint {
+        Endpoint::Completions => prompt_list(body.prompt, text)?,
+        Endpoint::Chat => vec![chat_tokens(body.messages, text)?],
     };
-    let prompt_len = prompt.len() as u32;
+    // Every limit holds for the longest prompt.
+    let prompt_len = prompts.iter().map(Vec::len).max().unwrap_or(0) as u32;
     let q = &tenant.quotas;
     if prompt_len > q.max_prompt_tokens {
         return Err(GatewayError::invalid(
@@ -206,6 +211,19 @@ pub fn validate(
         sampling.min_tokens = min;
         sampling.min_tokens_stops = stop_token_ids.clone();
     }
+    let prompt = prompts.remove(0);
+    let more_prompts = prompts;
+    if !more_prompts.is_empty() && (body.echo == Some(true) || logprobs.is_some()) {
+        let field = if logprobs.is_some() {
+            "logprobs"
+        } else {
+            "echo"
+        };
+        return Err(GatewayError::invalid(
+            field,
+            format!("`{field}` with a list of prompts is not supported; send one prompt"),
+        ));
+    }
     let echo = echo_text(
         body.echo.unwrap_or(false),
         endpoint,
@@ -214,6 +232,7 @@ pub fn validate(
         text,
     )?;
     Ok(ValidRequest {
+        more_prompts,
         echo,
         continuous_usage,
         endpoint,
@@ -455,24 +474,38 @@ fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>> {
     Ok(v)
 }
 
-fn prompt_tokens(prompt: Option<Prompt>, text: &Text) -> Result<Vec<u32>> {
-    let one = "send one prompt per request (batched prompts are not supported)";
-    let ids = match prompt {
+/// The prompts of a completion: one, or a list (one choice each), at most [`MAX_PROMPTS`].
+fn prompt_list(prompt: Option<Prompt>, text: &Text) -> Result<Vec<Vec<u32>>> {
+    let lists = match prompt {
         None => {
             return Err(GatewayError::invalid(
                 "prompt",
                 "`prompt` is required: the text to complete",
             ))
         }
-        Some(Prompt::Text(s)) => encode(text, &s)?,
-        Some(Prompt::Texts(v)) if v.len() <= 1 => match v.first() {
-            Some(s) => encode(text, s)?,
-            None => Vec::new(),
-        },
-        Some(Prompt::Tokens(ids)) => ids,
-        Some(Prompt::TokenLists(mut v)) if v.len() == 1 => v.remove(0),
-        Some(_) => return Err(GatewayError::invalid("prompt", one)),
+        Some(Prompt::Text(s)) => vec![encode(text, &s)?],
+        Some(Prompt::Texts(v)) if v.is_empty() => vec![Vec::new()],
+        Some(Prompt::Texts(v)) => v.iter().map(|s| encode(text, s)).collect::<Result<_>>()?,
+        Some(Prompt::Tokens(ids)) => vec![ids],
+        Some(Prompt::TokenLists(v)) if v.is_empty() => vec![Vec::new()],
+        Some(Prompt::TokenLists(v)) => v,
     };
+    if lists.len() > MAX_PROMPTS {
+        return Err(GatewayError::invalid(
+            "prompt",
+            format!(
+                "at most {MAX_PROMPTS} prompts per request, got {}",
+                lists.len()
+            ),
+        ));
+    }
+    lists
+        .into_iter()
+        .map(|ids| checked_prompt(ids, text))
+        .collect()
+}
+
+fn checked_prompt(ids: Vec<u32>, text: &Text) -> Result<Vec<u32>> {
     if let (Some(vocab), Some(&max)) = (text.vocab_size(), ids.iter().max()) {
         if max as usize >= vocab {
             return Err(GatewayError::invalid(

@@ -169,3 +169,60 @@ async fn logit_bias_echo_and_continuous_usage_do_what_they_say() {
     assert_eq!(counts.last(), Some(&4), "{counts:?}");
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_of_prompts_gives_one_choice_each_streamed_or_not() {
+    let s = tiny().await;
+    let prompts = ["In the beginning", "And God said", "Let there be light"];
+    let one = |p: &str| json!({"prompt": p, "max_tokens": 5, "temperature": 0, "ignore_eos": true});
+    let mut alone = Vec::new();
+    for p in prompts {
+        let v: Value = s
+            .post("/v1/completions", &s.key, &one(p))
+            .await
+            .json()
+            .await
+            .unwrap();
+        alone.push(v["choices"][0]["text"].as_str().unwrap().to_owned());
+    }
+    let mut body = one("");
+    body["prompt"] = json!(prompts);
+    let v: Value = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3, "{v}");
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i, "{v}");
+        assert_eq!(c["text"], alone[i], "greedy: the same text as alone ({v})");
+    }
+    assert_eq!(v["usage"]["completion_tokens"], 15, "{v}");
+
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let text = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let events = sse_events(&text);
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let mut streamed = vec![String::new(); 3];
+    let mut finishes = 0;
+    for e in &events[..events.len() - 2] {
+        let v: Value = serde_json::from_str(e).unwrap();
+        let c = &v["choices"][0];
+        let i = c["index"].as_u64().unwrap() as usize;
+        streamed[i].push_str(c["text"].as_str().unwrap());
+        finishes += usize::from(c["finish_reason"].is_string());
+    }
+    assert_eq!(streamed, alone);
+    assert_eq!(finishes, 3);
+    let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(usage["usage"]["completion_tokens"], 15, "{usage}");
+    s.shutdown().await;
+}

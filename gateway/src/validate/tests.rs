@@ -250,3 +250,26 @@ fn logprobs_are_counts_for_completions_and_flags_for_chat() {
     assert_eq!(param_of(chat(r#","top_logprobs":2"#)), "top_logprobs");
     assert_eq!(param_of(chat(r#","logprobs":3"#)), "logprobs");
 }
+
+#[test]
+fn a_list_of_prompts_is_checked_prompt_by_prompt() {
+    let v = check(Endpoint::Completions, r#"{"prompt":["a b","c"]}"#).unwrap();
+    assert_eq!((v.prompt.len(), v.more_prompts.len()), (2, 1));
+    let v = check(Endpoint::Completions, r#"{"prompt":[[1,2],[3]]}"#).unwrap();
+    assert_eq!(
+        (v.prompt.clone(), v.more_prompts.clone()),
+        (vec![1, 2], vec![vec![3]])
+    );
+    // The tenant's max_prompt_tokens (10) holds for every prompt.
+    let long = r#"{"prompt":["a","a a a a a a a a a a a"]}"#;
+    assert_eq!(param_of(check(Endpoint::Completions, long)), "prompt");
+    assert_eq!(
+        param_of(check(Endpoint::Completions, r#"{"prompt":["a",""]}"#)),
+        "prompt"
+    );
+    let many = format!(
+        r#"{{"prompt":[{}]}}"#,
+        vec!["\"a\""; MAX_PROMPTS + 1].join(",")
+    );
+    assert_eq!(param_of(check(Endpoint::Completions, &many)), "prompt");
+}
