@@ -5,7 +5,10 @@
 use superinfer_engine::SamplingParams;
 use superinfer_tenants::Tenant;
 
+mod extras;
 mod fields;
+
+use extras::{continuous_usage, echo_text, logit_bias, min_tokens};
 
 use crate::error::{GatewayError, Result};
 use crate::text::{ChatMessage, Text};
@@ -143,15 +146,92 @@ pub fn validate(
             ),
         ));
     }
+    let asked = (body.max_tokens, body.max_completion_tokens);
+    let max_tokens = max_tokens(endpoint, asked, q, model, prompt_len)?;
+    let (stream, include_usage, continuous_usage) =
+        stream_flags(body.stream, body.stream_options.as_ref())?;
+    let stop_token_ids = body.stop_token_ids.unwrap_or_default();
+    if stop_token_ids.len() > 64 {
+        return Err(GatewayError::invalid(
+            "stop_token_ids",
+            "at most 64 `stop_token_ids` are allowed",
+        ));
+    }
+    sampling.logit_bias = logit_bias(body.logit_bias, text)?;
+    min_tokens(
+        body.min_tokens,
+        max_tokens,
+        &stop,
+        &stop_token_ids,
+        &mut sampling,
+    )?;
+    let prompt = prompts.remove(0);
+    let more_prompts = prompts;
+    let several = !more_prompts.is_empty();
+    let echo = echo_text(
+        body.echo.unwrap_or(false),
+        endpoint,
+        &prompt,
+        several,
+        logprobs,
+        text,
+    )?;
+    Ok(ValidRequest {
+        more_prompts,
+        echo,
+        continuous_usage,
+        endpoint,
+        prompt,
+        max_tokens,
+        sampling,
+        stop,
+        stop_token_ids,
+        ignore_eos: body.ignore_eos.unwrap_or(false),
+        stream,
+        include_usage,
+        logprobs,
+    })
+}
+
+/// `stream`, `stream_options.include_usage` (only when streaming) and
+/// `continuous_usage_stats`.
+fn stream_flags(
+    stream: Option<bool>,
+    options: Option<&crate::wire::StreamOptions>,
+) -> Result<(bool, bool, bool)> {
+    let stream = stream.unwrap_or(false);
+    let include_usage = options.and_then(|o| o.include_usage).unwrap_or(false);
+    if options.is_some() && !stream {
+        return Err(GatewayError::invalid(
+            "stream_options",
+            "`stream_options` is only allowed with \"stream\": true",
+        ));
+    }
+    Ok((
+        stream,
+        include_usage,
+        continuous_usage(options, include_usage)?,
+    ))
+}
+
+/// `max_tokens` (chat: or `max_completion_tokens`) within the tenant's limit and the room the
+/// longest prompt leaves in the context; its default when absent.
+fn max_tokens(
+    endpoint: Endpoint,
+    (max, max_completion): (Option<u32>, Option<u32>),
+    q: &superinfer_tenants::Quotas,
+    model: &ModelInfo,
+    prompt_len: u32,
+) -> Result<u32> {
     let room = model.max_model_len.saturating_sub(prompt_len);
     if room == 0 {
         return Err(context_error(model, prompt_len, 1, endpoint));
     }
     let requested = match endpoint {
-        Endpoint::Completions => body.max_tokens,
-        Endpoint::Chat => body.max_completion_tokens.or(body.max_tokens),
+        Endpoint::Completions => max,
+        Endpoint::Chat => max_completion.or(max),
     };
-    let max_tokens = match requested {
+    let n = match requested {
         None if endpoint == Endpoint::Completions => {
             DEFAULT_COMPLETION_TOKENS.min(room).min(q.max_output_tokens)
         }
@@ -174,78 +254,7 @@ pub fn validate(
         Some(m) if m > room => return Err(context_error(model, prompt_len, m, endpoint)),
         Some(m) => m,
     };
-    let stream = body.stream.unwrap_or(false);
-    let include_usage = body
-        .stream_options
-        .as_ref()
-        .and_then(|o| o.include_usage)
-        .unwrap_or(false);
-    if body.stream_options.is_some() && !stream {
-        return Err(GatewayError::invalid(
-            "stream_options",
-            "`stream_options` is only allowed with \"stream\": true",
-        ));
-    }
-    let stop_token_ids = body.stop_token_ids.unwrap_or_default();
-    if stop_token_ids.len() > 64 {
-        return Err(GatewayError::invalid(
-            "stop_token_ids",
-            "at most 64 `stop_token_ids` are allowed",
-        ));
-    }
-    let continuous_usage = continuous_usage(body.stream_options.as_ref(), include_usage)?;
-    sampling.logit_bias = logit_bias(body.logit_bias, text)?;
-    if let Some(min) = body.min_tokens {
-        if min > max_tokens {
-            return Err(GatewayError::invalid(
-                "min_tokens",
-                format!("`min_tokens` ({min}) is more than `max_tokens` ({max_tokens})"),
-            ));
-        }
-        if min > 0 && !stop.is_empty() {
-            return Err(GatewayError::invalid(
-                "min_tokens",
-                "`min_tokens` with `stop` strings is not supported; use `stop_token_ids`",
-            ));
-        }
-        sampling.min_tokens = min;
-        sampling.min_tokens_stops = stop_token_ids.clone();
-    }
-    let prompt = prompts.remove(0);
-    let more_prompts = prompts;
-    if !more_prompts.is_empty() && (body.echo == Some(true) || logprobs.is_some()) {
-        let field = if logprobs.is_some() {
-            "logprobs"
-        } else {
-            "echo"
-        };
-        return Err(GatewayError::invalid(
-            field,
-            format!("`{field}` with a list of prompts is not supported; send one prompt"),
-        ));
-    }
-    let echo = echo_text(
-        body.echo.unwrap_or(false),
-        endpoint,
-        &prompt,
-        logprobs,
-        text,
-    )?;
-    Ok(ValidRequest {
-        more_prompts,
-        echo,
-        continuous_usage,
-        endpoint,
-        prompt,
-        max_tokens,
-        sampling,
-        stop,
-        stop_token_ids,
-        ignore_eos: body.ignore_eos.unwrap_or(false),
-        stream,
-        include_usage,
-        logprobs,
-    })
+    Ok(n)
 }
 
 /// Completions: `logprobs` is the number of alternatives (0..=20). Chat: `logprobs: true`
@@ -310,71 +319,6 @@ fn context_error(model: &ModelInfo, prompt: u32, max_tokens: u32, e: Endpoint) -
             u64::from(prompt) + u64::from(max_tokens)
         ),
     )
-}
-
-/// `stream_options.continuous_usage_stats`: only with `include_usage`.
-fn continuous_usage(o: Option<&crate::wire::StreamOptions>, include_usage: bool) -> Result<bool> {
-    let on = o.and_then(|o| o.continuous_usage_stats).unwrap_or(false);
-    if on && !include_usage {
-        return Err(GatewayError::invalid(
-            "stream_options",
-            "`continuous_usage_stats` needs \"include_usage\": true",
-        ));
-    }
-    Ok(on)
-}
-
-/// `logit_bias`: token ids of the vocabulary (as strings) to biases in [-100, 100].
-fn logit_bias(
-    bias: Option<std::collections::HashMap<String, f32>>,
-    text: &Text,
-) -> Result<Vec<(u32, f32)>> {
-    let mut out = Vec::new();
-    for (k, b) in bias.unwrap_or_default() {
-        let id: u32 = k.parse().map_err(|_| {
-            GatewayError::invalid(
-                "logit_bias",
-                format!("`logit_bias` key {k:?} is not a token id"),
-            )
-        })?;
-        if text.vocab_size().is_some_and(|v| id as usize >= v) {
-            return Err(GatewayError::invalid(
-                "logit_bias",
-                format!("`logit_bias`: token id {id} is outside the vocabulary"),
-            ));
-        }
-        if !(-100.0..=100.0).contains(&b) {
-            return Err(GatewayError::invalid(
-                "logit_bias",
-                format!("`logit_bias` values must be in [-100, 100], got {b}"),
-            ));
-        }
-        out.push((id, b));
-    }
-    out.sort_by_key(|&(id, _)| id);
-    Ok(out)
-}
-
-/// `echo` on completions: the prompt's text before the answer (not with `logprobs`, which
-/// would need the prompt's log-probabilities).
-fn echo_text(
-    on: bool,
-    endpoint: Endpoint,
-    prompt: &[u32],
-    logprobs: Option<u32>,
-    text: &Text,
-) -> Result<Option<String>> {
-    if !on {
-        return Ok(None);
-    }
-    let refuse = |msg: &str| Err(GatewayError::invalid("echo", msg));
-    if endpoint == Endpoint::Chat {
-        return refuse("`echo` is not supported in chat completions");
-    }
-    if logprobs.is_some() {
-        return refuse("`echo` with `logprobs` is not supported (no prompt log-probabilities)");
-    }
-    Ok(Some(text.prompt_text(prompt)))
 }
 
 /// OpenAI features this server does not implement: refused, not silently ignored.
