@@ -65,7 +65,7 @@ async fn generate(
     let valid = validate::parse(&bytes)
         .and_then(|b| validate::validate(endpoint, b, &ctx.tenant, &state.model, &state.text))
         .map_err(|e| refuse("invalid", e))?;
-    if !valid.more_prompts.is_empty() {
+    if !valid.more_prompts.is_empty() || valid.n > 1 {
         return several::generate(&state, ctx, slot, valid, started).await;
     }
     let stream =

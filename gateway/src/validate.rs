@@ -37,6 +37,8 @@ pub struct ValidRequest {
     pub prompt: Vec<u32>,
     /// Completions with a list of prompts: the others, one choice each after `prompt`'s.
     pub more_prompts: Vec<Vec<u32>>,
+    /// Completions: choices per prompt (each its own engine request).
+    pub n: u32,
     pub max_tokens: u32,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
@@ -167,7 +169,14 @@ pub fn validate(
     )?;
     let prompt = prompts.remove(0);
     let more_prompts = prompts;
-    let several = !more_prompts.is_empty();
+    let n = body.n.unwrap_or(1);
+    if (more_prompts.len() + 1) * n as usize > MAX_PROMPTS {
+        return Err(GatewayError::invalid(
+            "n",
+            format!("prompts × `n` is more than {MAX_PROMPTS} choices"),
+        ));
+    }
+    let several = !more_prompts.is_empty() || n > 1;
     let echo = echo_text(
         body.echo.unwrap_or(false),
         endpoint,
@@ -178,6 +187,7 @@ pub fn validate(
     )?;
     Ok(ValidRequest {
         more_prompts,
+        n,
         echo,
         continuous_usage,
         endpoint,
@@ -324,11 +334,18 @@ fn context_error(model: &ModelInfo, prompt: u32, max_tokens: u32, e: Endpoint) -
 /// OpenAI features this server does not implement: refused, not silently ignored.
 fn unsupported(body: &Body, endpoint: Endpoint) -> Result<()> {
     let refuse = |field: &str, msg: &str| Err(GatewayError::invalid(field, msg));
-    if body.n.is_some_and(|n| n != 1) {
-        return refuse(
-            "n",
-            "only `n` = 1 is supported; send one request per choice",
-        );
+    match body.n {
+        Some(0) => return refuse("n", "`n` must be at least 1"),
+        Some(n) if n > 1 && endpoint == Endpoint::Chat => {
+            return refuse(
+                "n",
+                "chat completions support only `n` = 1; send one request per choice",
+            )
+        }
+        Some(n) if n as usize > MAX_PROMPTS => {
+            return refuse("n", "at most 64 choices per request")
+        }
+        _ => {}
     }
     if body.best_of.is_some_and(|n| n != 1) {
         return refuse("best_of", "only `best_of` = 1 is supported");

@@ -226,3 +226,49 @@ async fn a_list_of_prompts_gives_one_choice_each_streamed_or_not() {
     assert_eq!(usage["usage"]["completion_tokens"], 15, "{usage}");
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_choices_per_prompt_differ_by_seed_and_repeat_exactly() {
+    let s = tiny().await;
+    let body = json!({"prompt": ["In the beginning", "And God said"], "n": 3, "max_tokens": 6,
+                      "temperature": 1.0, "seed": 5, "ignore_eos": true});
+    let a: Value = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let b: Value = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let texts = |v: &Value| -> Vec<String> {
+        v["choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["text"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(texts(&a).len(), 6, "{a}");
+    assert_eq!(texts(&a), texts(&b), "seeded: the same choices again");
+    assert_ne!(
+        texts(&a)[0],
+        texts(&a)[1],
+        "choices of one prompt draw from different seeds: {a}"
+    );
+    // Choice 3 is the second prompt's first: the same as that prompt alone with the seed.
+    let alone = json!({"prompt": "And God said", "max_tokens": 6, "temperature": 1.0, "seed": 5,
+                       "ignore_eos": true});
+    let c: Value = s
+        .post("/v1/completions", &s.key, &alone)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(c["choices"][0]["text"], a["choices"][3]["text"], "{a} {c}");
+    assert_eq!(a["usage"]["completion_tokens"], 36, "{a}");
+    s.shutdown().await;
+}

@@ -1,6 +1,6 @@
-//! `POST /v1/completions` with a list of prompts: one engine request per prompt, all
-//! submitted before the first token, one choice each (`index` = the prompt's place in the
-//! list). The request's concurrency slot is shared by its choices and freed when the last
+//! `POST /v1/completions` with a list of prompts and/or `n` > 1: one engine request per
+//! choice, all submitted before the first token (`index` = prompt × `n` + choice; each choice
+//! prefills its prompt itself until the KV pool shares prefixes). The request's concurrency slot is shared by its choices and freed when the last
 //! ends. Not streamed: one body with every choice and the usage of all. Streamed: the
 //! choices' chunks interleaved as they come, each choice's finish chunk, then (with
 //! `include_usage`) one usage chunk and `[DONE]`. A failure of one choice ends the response
@@ -38,13 +38,20 @@ pub async fn generate(
     let prompts: Vec<Vec<u32>> = std::iter::once(valid.prompt.clone())
         .chain(valid.more_prompts.iter().cloned())
         .collect();
-    let mut gens = Vec::with_capacity(prompts.len());
-    for prompt in prompts {
-        let one = ValidRequest {
+    // Choice `p * n + j` is prompt `p`'s `j`-th; a seeded request's choices draw from seeds
+    // `seed + j`, so they differ but repeat exactly.
+    let choices = prompts
+        .iter()
+        .flat_map(|p| (0..valid.n).map(move |j| (p.clone(), j)));
+    let mut gens = Vec::with_capacity(prompts.len() * valid.n as usize);
+    for (prompt, j) in choices {
+        let mut one = ValidRequest {
             prompt,
             more_prompts: Vec::new(),
+            n: 1,
             ..valid.clone()
         };
+        one.sampling.seed = valid.sampling.seed.map(|s| s.wrapping_add(u64::from(j)));
         // An error drops the generations made so far, which aborts their requests.
         let stream = admission::submit(state, &ctx.tenant, &one).inspect_err(|_| {
             state.metrics.rejected(&ctx.tenant.name, "overloaded");

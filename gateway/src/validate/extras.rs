@@ -100,7 +100,7 @@ pub(super) fn echo_text(
         };
         return Err(GatewayError::invalid(
             field,
-            format!("`{field}` with a list of prompts is not supported; send one prompt"),
+            format!("`{field}` with a list of prompts or `n` > 1 is not supported"),
         ));
     }
     if !on {

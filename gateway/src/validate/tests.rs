@@ -212,7 +212,10 @@ fn priority_in_the_body_changes_nothing() {
 #[test]
 fn unsupported_features_are_refused_by_name() {
     for (field, body) in [
-        ("n", r#"{"prompt":"a","n":2}"#),
+        ("n", r#"{"prompt":"a","n":0}"#),
+        ("n", r#"{"prompt":"a","n":65}"#),
+        ("n", r#"{"prompt":["a","b"],"n":33}"#),
+        ("logprobs", r#"{"prompt":"a","n":2,"logprobs":1}"#),
         ("logprobs", r#"{"prompt":"a","logprobs":21}"#),
         ("stop", r#"{"prompt":"a","stop":["1","2","3","4","5"]}"#),
         (
@@ -272,4 +275,16 @@ fn a_list_of_prompts_is_checked_prompt_by_prompt() {
         vec!["\"a\""; MAX_PROMPTS + 1].join(",")
     );
     assert_eq!(param_of(check(Endpoint::Completions, &many)), "prompt");
+}
+
+#[test]
+fn n_is_honoured_in_completions_and_refused_in_chat() {
+    assert_eq!(
+        check(Endpoint::Completions, r#"{"prompt":"a","n":4}"#)
+            .unwrap()
+            .n,
+        4
+    );
+    let chat_n = r#"{"messages":[{"role":"user","content":"a"}],"n":2}"#;
+    assert_eq!(param_of(check(Endpoint::Chat, chat_n)), "n");
 }
