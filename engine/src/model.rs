@@ -3,6 +3,8 @@
 //!
 //! - [`config`]: `config.json` → [`ModelConfig`] (supported architectures, clear errors).
 //! - [`weights`]: finding and loading (sharded) safetensors in f32/f16/bf16.
+//! - [`gguf`]: a GGUF file as a model (config from its metadata, dequantized tensors), and
+//!   its import into a Hugging Face directory.
 //! - [`kv_arena`]: a KV tier as one tensor in block-first layout ([`KvArena`]).
 //! - [`llama`]: the transformer and its paged forward ([`PagedLlama`]).
 //! - [`tiny`]: the embedded random-weight default model (its text is meaningless), and the
@@ -11,6 +13,7 @@
 
 pub mod config;
 mod cpu_attention;
+pub mod gguf;
 #[cfg(feature = "cuda")]
 pub mod gpu_llama;
 pub mod kv_arena;

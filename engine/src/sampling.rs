@@ -33,6 +33,14 @@ pub struct SamplingParams {
     /// `Some(n)`: report the sampled token's log-probability and the `n` most likely
     /// alternatives (the distribution after penalties, before temperature and cuts).
     pub logprobs: Option<u32>,
+    /// Added to the logits of these tokens before anything else (OpenAI's `logit_bias`).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// No end-of-sequence token, and none of `min_tokens_stops`, until this many tokens have
+    /// been generated (vLLM's `min_tokens`).
+    pub min_tokens: u32,
+    /// Stop tokens of the request (its `stop_token_ids`) held back by `min_tokens`, besides
+    /// the model's end-of-sequence ids.
+    pub min_tokens_stops: Vec<u32>,
 }
 
 impl Default for SamplingParams {
@@ -47,6 +55,9 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             presence_penalty: 0.0,
             logprobs: None,
+            logit_bias: Vec::new(),
+            min_tokens: 0,
+            min_tokens_stops: Vec::new(),
         }
     }
 }
@@ -147,6 +158,30 @@ fn logprobs_of(logits: &[f32], token: usize, n: u32) -> TokenLogprobs {
     TokenLogprobs {
         logprob: lp[token],
         top: ids.into_iter().map(|i| (i as u32, lp[i])).collect(),
+    }
+}
+
+/// Before sampling the token after `history` (output from `prompt_len`): `logit_bias`, and
+/// while fewer than `min_tokens` tokens have been generated, `eos` and `min_tokens_stops`
+/// made impossible. Runners call it on every row they sample on the host, then [`sample`].
+pub fn bias_and_hold_stops(
+    logits: &mut [f32],
+    p: &SamplingParams,
+    eos: &[u32],
+    history: &[u32],
+    prompt_len: usize,
+) {
+    for &(t, b) in &p.logit_bias {
+        if let Some(l) = logits.get_mut(t as usize) {
+            *l += b;
+        }
+    }
+    if history.len().saturating_sub(prompt_len) < p.min_tokens as usize {
+        for &t in eos.iter().chain(&p.min_tokens_stops) {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
     }
 }
 

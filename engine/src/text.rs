@@ -7,6 +7,7 @@
 //! [`TextCodec`] is cheap to clone (shared, immutable) and `Send + Sync`, so a gateway keeps one
 //! and hands clones to its request tasks.
 
+pub mod gguf;
 mod stop;
 #[cfg(test)]
 mod tests;
@@ -163,8 +164,13 @@ fn chat_env(template: String) -> Result<minijinja::Environment<'static>, minijin
 impl TextCodec {
     /// Loads `tokenizer.json` (required), `tokenizer_config.json` (chat template, BOS/EOS
     /// tokens), `generation_config.json` and `config.json` (EOS ids) from a Hugging Face model
-    /// directory. A missing chat template is not an error until a chat is rendered.
+    /// directory; or, when `dir` is a GGUF file, the same from its metadata ([`gguf`]). A
+    /// missing chat template is not an error until a chat is rendered.
     pub fn from_model_dir(dir: &Path) -> Result<TextCodec, EngineError> {
+        if crate::model::gguf::is_gguf(dir) {
+            let file = crate::model::gguf::GgufFile::open(dir)?;
+            return TextCodec::from_gguf(&file);
+        }
         let tok_path = dir.join("tokenizer.json");
         if !tok_path.is_file() {
             return Err(files_err(&tok_path, "not found (a tokenizer is required)"));
@@ -174,21 +180,51 @@ impl TextCodec {
         let tok_cfg = read_json(&dir.join("tokenizer_config.json"))?;
         let gen_cfg = read_json(&dir.join("generation_config.json"))?;
         let model_cfg = read_json(&dir.join("config.json"))?;
-        let bos_token = token_text(tok_cfg.as_ref().and_then(|c| c.get("bos_token")));
-        let eos_token = token_text(tok_cfg.as_ref().and_then(|c| c.get("eos_token")));
         let mut eos_ids = ids_of(gen_cfg.as_ref().and_then(|c| c.get("eos_token_id")));
         eos_ids.extend(ids_of(
             model_cfg.as_ref().and_then(|c| c.get("eos_token_id")),
         ));
+        let template = chat_template(dir, tok_cfg.as_ref())?;
+        let cfg_path = dir.join("tokenizer_config.json");
+        TextCodec::from_parts(tokenizer, tok_cfg.as_ref(), eos_ids, template, &cfg_path)
+    }
+
+    /// The tokenizer, special tokens and chat template of a GGUF file's metadata.
+    pub fn from_gguf(file: &crate::model::gguf::GgufFile) -> Result<TextCodec, EngineError> {
+        let text = gguf::from_gguf(file)?;
+        let template = text
+            .tokenizer_config
+            .get("chat_template")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        TextCodec::from_parts(
+            text.tokenizer,
+            Some(&text.tokenizer_config),
+            text.eos_ids,
+            template,
+            file.path(),
+        )
+    }
+
+    /// `source` names the file of the template in errors.
+    fn from_parts(
+        tokenizer: Tokenizer,
+        tok_cfg: Option<&Value>,
+        mut eos_ids: Vec<u32>,
+        template: Option<String>,
+        source: &Path,
+    ) -> Result<TextCodec, EngineError> {
+        let bos_token = token_text(tok_cfg.and_then(|c| c.get("bos_token")));
+        let eos_token = token_text(tok_cfg.and_then(|c| c.get("eos_token")));
         if let Some(id) = eos_token.as_deref().and_then(|t| tokenizer.token_to_id(t)) {
             eos_ids.push(id);
         }
         let mut seen = std::collections::BTreeSet::new();
         eos_ids.retain(|id| seen.insert(*id));
-        let env = match chat_template(dir, tok_cfg.as_ref())? {
+        let env = match template {
             Some(t) => Some(chat_env(t).map_err(|e| {
                 files_err(
-                    &dir.join("tokenizer_config.json"),
+                    source,
                     format!("field chat_template: not a valid template: {e:#}"),
                 )
             })?),
@@ -264,6 +300,11 @@ impl TextCodec {
     /// incomplete UTF-8 sequence at the end becomes U+FFFD.
     pub fn decode(&self, ids: &[u32]) -> String {
         self.inner.tokenizer.decode(ids, true).unwrap_or_default()
+    }
+
+    /// Text of `ids` with special tokens kept (as `transformers`' `decode` by default).
+    pub fn decode_with_special(&self, ids: &[u32]) -> String {
+        self.inner.tokenizer.decode(ids, false).unwrap_or_default()
     }
 
     /// Ids that end generation: `generation_config.json` and `config.json` `eos_token_id`,

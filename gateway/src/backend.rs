@@ -5,7 +5,9 @@
 //! - the embedded tiny model (the default): a random-weight Llama written into
 //!   `<data dir>/model` on the first start, run by the CPU runner; its text is meaningless but
 //!   real (real tokenizer, chat template, sampling);
-//! - `--model-dir DIR`: a Hugging Face model directory on the CPU runner;
+//! - `--model-dir DIR` (alias `--model`): a Hugging Face model directory, or a GGUF file
+//!   (weights dequantized on load, tokenizer and chat template from its metadata), on the
+//!   CPU runner;
 //! - `--sim-profile NAME`: the simulated runner on the real clock at a built-in hardware +
 //!   model profile's speed (e.g. `h200-llama-3-8b`), or at zero cost per step (`zero`, for
 //!   benchmarking the gateway itself). Its tokens are rendered by the word stand-in of
@@ -39,7 +41,8 @@ pub const TINY_MODEL_SEED: u64 = 0;
 pub enum ModelSource {
     /// The embedded tiny model, written into this directory on first use.
     Tiny(PathBuf),
-    /// A Hugging Face model directory (config.json, tokenizer.json, safetensors).
+    /// A Hugging Face model directory (config.json, tokenizer.json, safetensors), or a GGUF
+    /// file.
     Dir(PathBuf),
     /// The simulated runner at a built-in profile, or `zero`.
     Sim(String),
@@ -148,14 +151,16 @@ fn write_tiny(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A model directory's id: its folder name.
+/// A model's id: its folder name, or a GGUF file's name without `.gguf`.
 fn model_id(dir: &Path) -> String {
-    dir.canonicalize()
-        .ok()
-        .as_deref()
-        .unwrap_or(dir)
-        .file_name()
-        .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
+    let path = dir.canonicalize().ok();
+    let path = path.as_deref().unwrap_or(dir);
+    let name = if path.is_file() && path.extension().is_some_and(|e| e == "gguf") {
+        path.file_stem()
+    } else {
+        path.file_name()
+    };
+    name.map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned())
 }
 
 /// The engine's options for a model runner (CPU or GPU) from the command line's.

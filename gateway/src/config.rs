@@ -37,7 +37,7 @@ pub struct Settings {
     /// Token for the admin API (/admin/v1); without it the admin API is disabled.
     #[arg(long, env = "SUPERINFER_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
-    /// A Hugging Face model directory to serve.
+    /// A Hugging Face model directory, or a GGUF file, to serve.
     #[arg(
         long,
         visible_alias = "model",

@@ -56,7 +56,8 @@ pub struct Generation {
     finished: bool,
     /// Log-probabilities of tokens not yet reported (when the request asked for them).
     logprobs: Vec<TokenLogprob>,
-    _slot: InFlight,
+    /// The request's concurrency slot, shared by the choices of one request.
+    _slot: Arc<InFlight>,
 }
 
 impl Generation {
@@ -68,7 +69,7 @@ impl Generation {
         ctx: Arc<TenantCtx>,
         started: Instant,
         prompt_tokens: u32,
-        slot: InFlight,
+        slot: Arc<InFlight>,
     ) -> Generation {
         Generation {
             stream: Some(stream),
@@ -157,6 +158,11 @@ impl Generation {
     /// after each [`Piece::Text`]: its tokens' entries are here.
     pub fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
         std::mem::take(&mut self.logprobs)
+    }
+
+    /// Tokens of the prompt.
+    pub fn prompt_tokens(&self) -> u32 {
+        self.prompt_tokens
     }
 
     /// Tokens generated so far.

@@ -1,9 +1,11 @@
 //! The OpenAI-compatible endpoints: `POST /v1/completions`, `POST /v1/chat/completions`
 //! (streamed as server-sent events, or one JSON body), `GET /v1/models`, and the tenant's own
-//! `GET /v1/tenant/stats`. The auth and quota layers have run before these handlers; each
+//! `GET /v1/tenant/stats`; vLLM's extra endpoints are in [`extra`]. The auth and quota layers have run before these handlers; each
 //! handler then validates, admits and streams, in that order.
 
+pub mod extra;
 mod response;
+mod several;
 mod sse;
 
 pub use sse::StreamLimits;
@@ -85,6 +87,9 @@ async fn generate(
             refuse("text_pool", e)
         })?
         .map_err(|e| refuse("invalid", e))?;
+    if !valid.more_prompts.is_empty() || valid.n > 1 {
+        return several::generate(&state, ctx, slot, valid, started).await;
+    }
     let stream =
         admission::submit(&state, &ctx.tenant, &valid).map_err(|e| refuse("overloaded", e))?;
     let prompt_tokens = valid.prompt.len() as u32;
@@ -95,6 +100,7 @@ async fn generate(
     ctx.limits.charge_tokens(u64::from(prompt_tokens));
     let slot = slot
         .take()
+        .map(Arc::new)
         .ok_or_else(|| GatewayError::Internal("the concurrency slot was taken twice".into()))?;
     let gen = Generation::new(
         stream,
@@ -105,12 +111,14 @@ async fn generate(
         prompt_tokens,
         slot,
     );
-    let meta = ResponseMeta::new(
+    let mut meta = ResponseMeta::new(
         endpoint,
         &state.model.id,
         valid.include_usage,
         valid.logprobs.is_some(),
     );
+    meta.continuous_usage = valid.continuous_usage;
+    meta.echo = valid.echo;
     if valid.stream {
         let out = sse::Out {
             metrics: state.metrics.clone(),
@@ -125,7 +133,7 @@ async fn generate(
 
 /// A non-streamed answer: the whole text in one JSON body.
 async fn collect(mut gen: Generation, meta: ResponseMeta, metrics: &Metrics) -> Result<Response> {
-    let mut text = String::new();
+    let mut text = meta.echo.clone().unwrap_or_default();
     let mut logprobs = Vec::new();
     while let Some(piece) = gen.next().await {
         logprobs.extend(gen.take_logprobs());
@@ -172,13 +180,7 @@ pub fn engine_failure(err: String, tokens: u32, metrics: &Metrics) -> GatewayErr
 pub async fn models(State(state): State<Shared>) -> Response {
     Json(serde_json::json!({
         "object": "list",
-        "data": [{
-            "id": state.model.id,
-            "object": "model",
-            "created": state.started_unix_s,
-            "owned_by": "superinfer",
-            "max_model_len": state.model.max_model_len,
-        }],
+        "data": [extra::model_card(&state)],
     }))
     .into_response()
 }

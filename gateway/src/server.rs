@@ -192,10 +192,15 @@ pub fn router(state: Shared, edge: &EdgeConfig, with_metrics: bool) -> Router {
     let tenant_reads = Router::new()
         .route("/v1/models", get(openai::models))
         .route("/v1/tenant/stats", get(openai::tenant_stats))
+        .route("/v1/models/{*id}", get(openai::extra::model))
+        .route("/tokenize", post(openai::extra::tokenize))
+        .route("/detokenize", post(openai::extra::detokenize))
         .layer(from_fn_with_state(state.clone(), auth::layer));
     let mut open = Router::new()
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz));
+        .route("/readyz", get(readyz))
+        .route("/health", get(openai::extra::health))
+        .route("/version", get(openai::extra::version));
     if with_metrics {
         open = open.route("/metrics", get(metrics_text));
     }

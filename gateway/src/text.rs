@@ -126,6 +126,76 @@ impl Text {
         }
     }
 
+    /// Token ids of `text`, with the model's special tokens (e.g. BOS) when
+    /// `add_special_tokens` (`/tokenize`).
+    pub fn encode_with(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, String> {
+        match &*self.inner {
+            Backend::Words => self.encode(text),
+            Backend::Model { codec: c, .. } => c
+                .encode(text, add_special_tokens)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// A conversation through the chat template, with the assistant's turn opened when
+    /// `add_generation_prompt`, tokenized with special tokens added when `add_special_tokens`
+    /// (`/tokenize`).
+    pub fn tokenize_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        add_special_tokens: bool,
+    ) -> Result<Vec<u32>, String> {
+        match &*self.inner {
+            Backend::Words => {
+                let mut ids = self.encode_chat(messages)?;
+                if !add_generation_prompt {
+                    ids.pop();
+                }
+                Ok(ids)
+            }
+            Backend::Model { codec: c, .. } => {
+                let msgs: Vec<superinfer_engine::ChatMessage> = messages
+                    .iter()
+                    .map(|m| superinfer_engine::ChatMessage::new(&m.role, &m.content))
+                    .collect();
+                let text = c
+                    .render_chat(&msgs, add_generation_prompt)
+                    .map_err(|e| e.to_string())?;
+                c.encode(&text, add_special_tokens)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// The vocabulary's spelling of each id (`/tokenize`'s `token_strs`).
+    pub fn token_strs(&self, ids: &[u32]) -> Vec<String> {
+        ids.iter()
+            .map(|&id| match &*self.inner {
+                Backend::Words => WORDS[id as usize % WORDS.len()].to_string(),
+                Backend::Model { codec: c, .. } => {
+                    c.tokenizer().id_to_token(id).unwrap_or_default()
+                }
+            })
+            .collect()
+    }
+
+    /// The text of a prompt's ids, special tokens skipped (`echo`).
+    pub fn prompt_text(&self, ids: &[u32]) -> String {
+        match &*self.inner {
+            Backend::Words => self.token_strs(ids).join(" "),
+            Backend::Model { codec: c, .. } => c.decode(ids),
+        }
+    }
+
+    /// The text of `ids`, special tokens included (`/detokenize`).
+    pub fn detokenize(&self, ids: &[u32]) -> String {
+        match &*self.inner {
+            Backend::Words => self.token_strs(ids).join(" "),
+            Backend::Model { codec: c, .. } => c.decode_with_special(ids),
+        }
+    }
+
     /// A detokenizer for one response.
     pub fn decoder(&self) -> Decoder {
         let model = match &*self.inner {

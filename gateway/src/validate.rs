@@ -5,6 +5,11 @@
 use superinfer_engine::SamplingParams;
 use superinfer_tenants::Tenant;
 
+mod extras;
+mod fields;
+
+use extras::{continuous_usage, echo_text, logit_bias, min_tokens};
+
 use crate::error::{GatewayError, Result};
 use crate::text::{ChatMessage, Text};
 use crate::wire::{Body, Content, Message, Prompt, Stop};
@@ -30,6 +35,10 @@ pub struct ModelInfo {
 pub struct ValidRequest {
     pub endpoint: Endpoint,
     pub prompt: Vec<u32>,
+    /// Completions with a list of prompts: the others, one choice each after `prompt`'s.
+    pub more_prompts: Vec<Vec<u32>>,
+    /// Completions: choices per prompt (each its own engine request).
+    pub n: u32,
     pub max_tokens: u32,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
@@ -39,6 +48,10 @@ pub struct ValidRequest {
     pub include_usage: bool,
     /// Report each token's log-probability and this many alternatives.
     pub logprobs: Option<u32>,
+    /// Completions with `echo`: the prompt's text, sent before the answer.
+    pub echo: Option<String>,
+    /// Usage in every streamed chunk (`stream_options.continuous_usage_stats`).
+    pub continuous_usage: bool,
 }
 
 /// At most this many alternatives per token (OpenAI's limit).
@@ -46,13 +59,27 @@ pub const MAX_TOP_LOGPROBS: u32 = 20;
 
 /// `max_tokens` of a completion that leaves it out (OpenAI's default).
 pub const DEFAULT_COMPLETION_TOKENS: u32 = 16;
+/// At most this many prompts in one completions request (one choice each).
+pub const MAX_PROMPTS: usize = 64;
 /// At most this many stop strings (OpenAI's limit).
 pub const MAX_STOP_STRINGS: usize = 4;
 
 /// Parses a body, naming the field at fault when a value has the wrong type.
 pub fn parse(bytes: &[u8]) -> Result<Body> {
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    let body: Body = serde_path_to_error::deserialize(de).map_err(parse_error)?;
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|inner| {
+        GatewayError::bad_request(format!(
+            "the body is not valid JSON ({inner}); send a JSON object such as \
+             {{\"model\": \"…\", \"prompt\": \"Hello\"}}"
+        ))
+    })?;
+    let serde_json::Value::Object(map) = value else {
+        return Err(GatewayError::bad_request(
+            "the body must be a JSON object, such as {\"prompt\": \"Hello\"}",
+        ));
+    };
+    let map = fields::check(map)?;
+    let body: Body =
+        serde_path_to_error::deserialize(serde_json::Value::Object(map)).map_err(parse_error)?;
     Ok(body)
 }
 
@@ -139,11 +166,13 @@ pub fn validate(
     let mut sampling = sampling(&body)?;
     sampling.logprobs = logprobs;
     let stop = stop_strings(body.stop)?;
-    let prompt = match endpoint {
-        Endpoint::Completions => prompt_tokens(body.prompt, text, PromptLimit::of(tenant, model))?,
-        Endpoint::Chat => chat_tokens(body.messages, text, PromptLimit::of(tenant, model))?,
+    let limit = PromptLimit::of(tenant, model);
+    let mut prompts = match endpoint {
+        Endpoint::Completions => prompt_list(body.prompt, text, limit)?,
+        Endpoint::Chat => vec![chat_tokens(body.messages, text, limit)?],
     };
-    let prompt_len = prompt.len() as u32;
+    // Every limit holds for the longest prompt.
+    let prompt_len = prompts.iter().map(Vec::len).max().unwrap_or(0) as u32;
     let q = &tenant.quotas;
     if prompt_len > q.max_prompt_tokens {
         return Err(GatewayError::invalid(
@@ -155,15 +184,100 @@ pub fn validate(
             ),
         ));
     }
+    let asked = (body.max_tokens, body.max_completion_tokens);
+    let max_tokens = max_tokens(endpoint, asked, q, model, prompt_len)?;
+    let (stream, include_usage, continuous_usage) =
+        stream_flags(body.stream, body.stream_options.as_ref())?;
+    let stop_token_ids = body.stop_token_ids.unwrap_or_default();
+    if stop_token_ids.len() > 64 {
+        return Err(GatewayError::invalid(
+            "stop_token_ids",
+            "at most 64 `stop_token_ids` are allowed",
+        ));
+    }
+    sampling.logit_bias = logit_bias(body.logit_bias, text)?;
+    min_tokens(
+        body.min_tokens,
+        max_tokens,
+        &stop,
+        &stop_token_ids,
+        &mut sampling,
+    )?;
+    let prompt = prompts.remove(0);
+    let more_prompts = prompts;
+    let n = body.n.unwrap_or(1);
+    if (more_prompts.len() + 1) * n as usize > MAX_PROMPTS {
+        return Err(GatewayError::invalid(
+            "n",
+            format!("prompts × `n` is more than {MAX_PROMPTS} choices"),
+        ));
+    }
+    let several = !more_prompts.is_empty() || n > 1;
+    let echo = echo_text(
+        body.echo.unwrap_or(false),
+        endpoint,
+        &prompt,
+        several,
+        logprobs,
+        text,
+    )?;
+    Ok(ValidRequest {
+        more_prompts,
+        n,
+        echo,
+        continuous_usage,
+        endpoint,
+        prompt,
+        max_tokens,
+        sampling,
+        stop,
+        stop_token_ids,
+        ignore_eos: body.ignore_eos.unwrap_or(false),
+        stream,
+        include_usage,
+        logprobs,
+    })
+}
+
+/// `stream`, `stream_options.include_usage` (only when streaming) and
+/// `continuous_usage_stats`.
+fn stream_flags(
+    stream: Option<bool>,
+    options: Option<&crate::wire::StreamOptions>,
+) -> Result<(bool, bool, bool)> {
+    let stream = stream.unwrap_or(false);
+    let include_usage = options.and_then(|o| o.include_usage).unwrap_or(false);
+    if options.is_some() && !stream {
+        return Err(GatewayError::invalid(
+            "stream_options",
+            "`stream_options` is only allowed with \"stream\": true",
+        ));
+    }
+    Ok((
+        stream,
+        include_usage,
+        continuous_usage(options, include_usage)?,
+    ))
+}
+
+/// `max_tokens` (chat: or `max_completion_tokens`) within the tenant's limit and the room the
+/// longest prompt leaves in the context; its default when absent.
+fn max_tokens(
+    endpoint: Endpoint,
+    (max, max_completion): (Option<u32>, Option<u32>),
+    q: &superinfer_tenants::Quotas,
+    model: &ModelInfo,
+    prompt_len: u32,
+) -> Result<u32> {
     let room = model.max_model_len.saturating_sub(prompt_len);
     if room == 0 {
         return Err(context_error(model, prompt_len, 1, endpoint));
     }
     let requested = match endpoint {
-        Endpoint::Completions => body.max_tokens,
-        Endpoint::Chat => body.max_completion_tokens.or(body.max_tokens),
+        Endpoint::Completions => max,
+        Endpoint::Chat => max_completion.or(max),
     };
-    let max_tokens = match requested {
+    let n = match requested {
         None if endpoint == Endpoint::Completions => {
             DEFAULT_COMPLETION_TOKENS.min(room).min(q.max_output_tokens)
         }
@@ -186,37 +300,7 @@ pub fn validate(
         Some(m) if m > room => return Err(context_error(model, prompt_len, m, endpoint)),
         Some(m) => m,
     };
-    let stream = body.stream.unwrap_or(false);
-    let include_usage = body
-        .stream_options
-        .as_ref()
-        .and_then(|o| o.include_usage)
-        .unwrap_or(false);
-    if body.stream_options.is_some() && !stream {
-        return Err(GatewayError::invalid(
-            "stream_options",
-            "`stream_options` is only allowed with \"stream\": true",
-        ));
-    }
-    let stop_token_ids = body.stop_token_ids.unwrap_or_default();
-    if stop_token_ids.len() > 64 {
-        return Err(GatewayError::invalid(
-            "stop_token_ids",
-            "at most 64 `stop_token_ids` are allowed",
-        ));
-    }
-    Ok(ValidRequest {
-        endpoint,
-        prompt,
-        max_tokens,
-        sampling,
-        stop,
-        stop_token_ids,
-        ignore_eos: body.ignore_eos.unwrap_or(false),
-        stream,
-        include_usage,
-        logprobs,
-    })
+    Ok(n)
 }
 
 /// Completions: `logprobs` is the number of alternatives (0..=20). Chat: `logprobs: true`
@@ -286,20 +370,21 @@ fn context_error(model: &ModelInfo, prompt: u32, max_tokens: u32, e: Endpoint) -
 /// OpenAI features this server does not implement: refused, not silently ignored.
 fn unsupported(body: &Body, endpoint: Endpoint) -> Result<()> {
     let refuse = |field: &str, msg: &str| Err(GatewayError::invalid(field, msg));
-    if body.n.is_some_and(|n| n != 1) {
-        return refuse(
-            "n",
-            "only `n` = 1 is supported; send one request per choice",
-        );
+    match body.n {
+        Some(0) => return refuse("n", "`n` must be at least 1"),
+        Some(n) if n > 1 && endpoint == Endpoint::Chat => {
+            return refuse(
+                "n",
+                "chat completions support only `n` = 1; send one request per choice",
+            )
+        }
+        Some(n) if n as usize > MAX_PROMPTS => {
+            return refuse("n", "at most 64 choices per request")
+        }
+        _ => {}
     }
     if body.best_of.is_some_and(|n| n != 1) {
         return refuse("best_of", "only `best_of` = 1 is supported");
-    }
-    if body.echo == Some(true) {
-        return refuse(
-            "echo",
-            "`echo` is not supported; leave it out or set it to false",
-        );
     }
     if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return refuse("suffix", "`suffix` is not supported");
@@ -429,30 +514,48 @@ impl PromptLimit {
     }
 }
 
-fn prompt_tokens(prompt: Option<Prompt>, text: &Text, limit: PromptLimit) -> Result<Vec<u32>> {
-    if let Some(Prompt::Text(s)) = &prompt {
-        check_bytes("prompt", s.len(), text, limit)?;
+/// The prompts of a completion: one, or a list (one choice each), at most [`MAX_PROMPTS`].
+/// Each text prompt must fit `limit` by its length in bytes before it is tokenized.
+fn prompt_list(prompt: Option<Prompt>, text: &Text, limit: PromptLimit) -> Result<Vec<Vec<u32>>> {
+    match &prompt {
+        Some(Prompt::Text(s)) => check_bytes("prompt", s.len(), text, limit)?,
+        Some(Prompt::Texts(v)) => {
+            for s in v {
+                check_bytes("prompt", s.len(), text, limit)?;
+            }
+        }
+        _ => {}
     }
-    if let Some(Prompt::Texts(v)) = &prompt {
-        check_bytes("prompt", v.iter().map(String::len).sum(), text, limit)?;
-    }
-    let one = "send one prompt per request (batched prompts are not supported)";
-    let ids = match prompt {
+    let lists = match prompt {
         None => {
             return Err(GatewayError::invalid(
                 "prompt",
                 "`prompt` is required: the text to complete",
             ))
         }
-        Some(Prompt::Text(s)) => encode(text, &s)?,
-        Some(Prompt::Texts(v)) if v.len() <= 1 => match v.first() {
-            Some(s) => encode(text, s)?,
-            None => Vec::new(),
-        },
-        Some(Prompt::Tokens(ids)) => ids,
-        Some(Prompt::TokenLists(mut v)) if v.len() == 1 => v.remove(0),
-        Some(_) => return Err(GatewayError::invalid("prompt", one)),
+        Some(Prompt::Text(s)) => vec![encode(text, &s)?],
+        Some(Prompt::Texts(v)) if v.is_empty() => vec![Vec::new()],
+        Some(Prompt::Texts(v)) => v.iter().map(|s| encode(text, s)).collect::<Result<_>>()?,
+        Some(Prompt::Tokens(ids)) => vec![ids],
+        Some(Prompt::TokenLists(v)) if v.is_empty() => vec![Vec::new()],
+        Some(Prompt::TokenLists(v)) => v,
     };
+    if lists.len() > MAX_PROMPTS {
+        return Err(GatewayError::invalid(
+            "prompt",
+            format!(
+                "at most {MAX_PROMPTS} prompts per request, got {}",
+                lists.len()
+            ),
+        ));
+    }
+    lists
+        .into_iter()
+        .map(|ids| checked_prompt(ids, text))
+        .collect()
+}
+
+fn checked_prompt(ids: Vec<u32>, text: &Text) -> Result<Vec<u32>> {
     if let (Some(vocab), Some(&max)) = (text.vocab_size(), ids.iter().max()) {
         if max as usize >= vocab {
             return Err(GatewayError::invalid(
@@ -482,7 +585,24 @@ fn chat_tokens(
     text: &Text,
     limit: PromptLimit,
 ) -> Result<Vec<u32>> {
-    let messages = messages.unwrap_or_default();
+    let parsed = chat_messages(messages.unwrap_or_default())?;
+    // The template only adds text, so the contents alone must fit.
+    let bytes = parsed.iter().map(|m| m.content.len()).sum();
+    check_bytes("messages", bytes, text, limit)?;
+    let ids = text.encode_chat(&parsed).map_err(|e| {
+        GatewayError::invalid("messages", format!("cannot apply the chat template: {e}"))
+    })?;
+    if ids.is_empty() {
+        return Err(GatewayError::invalid(
+            "messages",
+            "the conversation has no tokens",
+        ));
+    }
+    Ok(ids)
+}
+
+/// The messages of a body as the chat template takes them: known roles, text content.
+pub(crate) fn chat_messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>> {
     if messages.is_empty() {
         return Err(GatewayError::invalid(
             "messages",
@@ -519,19 +639,7 @@ fn chat_tokens(
             content,
         });
     }
-    // The template only adds text, so the contents alone must fit.
-    let bytes = parsed.iter().map(|m| m.content.len()).sum();
-    check_bytes("messages", bytes, text, limit)?;
-    let ids = text.encode_chat(&parsed).map_err(|e| {
-        GatewayError::invalid("messages", format!("cannot apply the chat template: {e}"))
-    })?;
-    if ids.is_empty() {
-        return Err(GatewayError::invalid(
-            "messages",
-            "the conversation has no tokens",
-        ));
-    }
-    Ok(ids)
+    Ok(parsed)
 }
 
 #[cfg(test)]

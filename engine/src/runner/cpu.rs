@@ -11,7 +11,7 @@ use crate::error::EngineError;
 use crate::kv::BlockGeometry;
 use crate::model::kv_arena::candle_err;
 use crate::model::{KvArena, ModelConfig, PagedLlama, SeqChunk};
-use crate::sampling::{sample, TokenLogprobs};
+use crate::sampling::{bias_and_hold_stops, sample, TokenLogprobs};
 use candle_core::{DType, Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -55,8 +55,8 @@ pub struct CpuRunner {
 }
 
 impl CpuRunner {
-    /// Loads the model of a Hugging Face directory (`config.json` and safetensors weights)
-    /// and allocates the HBM-tier arena. End-of-sequence ids come from `config.json` and
+    /// Loads the model of a Hugging Face directory (`config.json` and safetensors weights) or
+    /// of a GGUF file, and allocates the HBM-tier arena. End-of-sequence ids come from `config.json` and
     /// `generation_config.json`; [`CpuRunner::set_eos_token_ids`] overrides them.
     pub fn load(dir: &Path, cfg: &CpuRunnerConfig) -> Result<CpuRunner, EngineError> {
         let mc = ModelConfig::from_model_dir(dir)?;
@@ -65,7 +65,11 @@ impl CpuRunner {
         let geometry = mc.kv_geometry(cfg.block_size, dtype);
         let arena = KvArena::new(geometry, cfg.hbm_blocks, dtype, &cfg.device)?;
         let mut eos = mc.eos_token_ids.clone();
-        let gen = crate::text::read_json(&dir.join("generation_config.json"))?;
+        let gen = if crate::model::gguf::is_gguf(dir) {
+            None
+        } else {
+            crate::text::read_json(&dir.join("generation_config.json"))?
+        };
         if let Some(v) = gen.as_ref().and_then(|g| g.get("eos_token_id")) {
             let ids: Vec<u32> = match v {
                 serde_json::Value::Array(a) => a
@@ -188,6 +192,8 @@ impl ModelRunner for CpuRunner {
                 .next()
                 .ok_or_else(|| EngineError::Runner("fewer logits rows than samples".into()))?;
             let history = &e.tokens[..e.end as usize];
+            let prompt_len = e.prompt_len as usize;
+            bias_and_hold_stops(&mut row, e.sampling, &self.eos, history, prompt_len);
             let s = sample(
                 &mut row,
                 e.sampling,

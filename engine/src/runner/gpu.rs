@@ -9,7 +9,7 @@ use crate::kv::BlockGeometry;
 use crate::model::gpu_llama::GpuLlama;
 use crate::model::kv_arena::candle_err;
 use crate::model::KvArena;
-use crate::sampling::{sample, SamplingParams, TokenLogprobs};
+use crate::sampling::{bias_and_hold_stops, sample, SamplingParams, TokenLogprobs};
 use crate::transfer::cuda::{CudaTransfer, CudaTransferConfig};
 use candle_core::{DType, Tensor};
 use rand::{RngCore, SeedableRng};
@@ -35,6 +35,8 @@ pub fn samples_on_gpu(p: &SamplingParams) -> bool {
         && p.frequency_penalty == 0.0
         && p.presence_penalty == 0.0
         && p.logprobs.is_none()
+        && p.logit_bias.is_empty()
+        && p.min_tokens == 0
 }
 
 impl GpuRunner {
@@ -168,6 +170,9 @@ impl ModelRunner for GpuRunner {
                 .map_err(|e| candle_err("reading logits", e))?;
             for (r, mut row) in host_rows.iter().zip(rows) {
                 let e = sampling[*r as usize];
+                let history = &e.tokens[..e.end as usize];
+                let prompt_len = e.prompt_len as usize;
+                bias_and_hold_stops(&mut row, e.sampling, &self.eos, history, prompt_len);
                 let s = sample(
                     &mut row,
                     e.sampling,

@@ -119,3 +119,21 @@ fn logprobs_report_the_token_and_the_top_alternatives() {
     assert_eq!(lp.top[1].0, 0);
     assert!((lp.top[1].1 - 0.25f32.ln()).abs() < 1e-5);
 }
+
+#[test]
+fn logit_bias_and_min_tokens_change_the_logits_before_sampling() {
+    let p = SamplingParams {
+        logit_bias: vec![(1, 5.0)],
+        min_tokens: 2,
+        min_tokens_stops: vec![3],
+        ..SamplingParams::default()
+    };
+    // Prompt of 2, one token generated: eos (0) and stop token 3 are held back.
+    let mut l = vec![9.0, 1.0, 2.0, 8.0];
+    bias_and_hold_stops(&mut l, &p, &[0], &[7, 7, 7], 2);
+    assert_eq!(l, vec![f32::NEG_INFINITY, 6.0, 2.0, f32::NEG_INFINITY]);
+    // Two generated: only the bias.
+    let mut l = vec![9.0, 1.0, 2.0, 8.0];
+    bias_and_hold_stops(&mut l, &p, &[0], &[7, 7, 7, 7], 2);
+    assert_eq!(l, vec![9.0, 6.0, 2.0, 8.0]);
+}

@@ -36,6 +36,10 @@ pub struct ResponseMeta {
     pub created: u64,
     pub model: String,
     pub include_usage: bool,
+    /// Usage in every text chunk too (`continuous_usage_stats`).
+    pub continuous_usage: bool,
+    /// Completions with `echo`: the prompt's text, sent first.
+    pub echo: Option<String>,
     /// The request asked for log-probabilities.
     pub logprobs: bool,
     /// Characters of completion text reported so far (`text_offset` of completions).
@@ -48,7 +52,8 @@ struct Full<'a, C> {
     object: &'static str,
     created: u64,
     model: &'a str,
-    choices: [C; 1],
+    /// `[choice; 1]`, or a list.
+    choices: C,
     usage: Usage,
 }
 
@@ -130,6 +135,8 @@ impl ResponseMeta {
                 .map_or(0, |d| d.as_secs()),
             model: model.to_string(),
             include_usage,
+            continuous_usage: false,
+            echo: None,
             logprobs,
             offset: Cell::new(0),
         }
@@ -216,19 +223,54 @@ impl ResponseMeta {
         resp
     }
 
+    /// The non-streamed body of a completion with several prompts: one choice per prompt,
+    /// `(text, finish_reason)` in order, and the usage of all.
+    pub fn full_body_many(&self, choices: &[(String, &str)], usage: Usage) -> Response {
+        let choices: Vec<TextChoice<'_>> = choices
+            .iter()
+            .enumerate()
+            .map(|(i, (text, finish))| text_choice(i as u32, text, None, Some(finish)))
+            .collect();
+        let bytes = serde_json::to_vec(&Full {
+            id: &self.id,
+            object: "text_completion",
+            created: self.created,
+            model: &self.model,
+            choices,
+            usage,
+        });
+        let mut resp = bytes.unwrap_or_default().into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        resp
+    }
+
     /// One `data: …\n\n` event of the stream.
     pub fn chunk(&self, kind: ChunkKind<'_>) -> Bytes {
+        self.chunk_with(kind, None)
+    }
+
+    /// [`ResponseMeta::chunk`] carrying `usage` (continuous usage statistics).
+    pub fn chunk_with(&self, kind: ChunkKind<'_>, live: Option<Usage>) -> Bytes {
+        self.chunk_for(0, kind, live)
+    }
+
+    /// A chunk of choice `index` (completions with a list of prompts).
+    pub fn chunk_for(&self, index: u32, kind: ChunkKind<'_>, live: Option<Usage>) -> Bytes {
         let json = match self.endpoint {
             Endpoint::Completions => {
                 let (choices, usage) = match kind {
                     ChunkKind::Open => (vec![], None),
-                    ChunkKind::Text(t, lp) => {
-                        (vec![text_choice(t, self.logprobs_value(lp), None)], None)
-                    }
-                    ChunkKind::Finish(r) => (vec![text_choice("", None, Some(r))], None),
+                    ChunkKind::Text(t, lp) => (
+                        vec![text_choice(index, t, self.logprobs_value(lp), None)],
+                        None,
+                    ),
+                    ChunkKind::Finish(r) => (vec![text_choice(index, "", None, Some(r))], None),
                     ChunkKind::Usage(u) => (vec![], Some(u)),
                 };
-                serde_json::to_vec(&self.wrap("text_completion", choices, usage))
+                serde_json::to_vec(&self.wrap("text_completion", choices, usage.or(live)))
             }
             Endpoint::Chat => {
                 let (choices, usage) = match kind {
@@ -254,7 +296,7 @@ impl ResponseMeta {
                     ChunkKind::Finish(r) => (vec![delta(Delta::default(), Some(r))], None),
                     ChunkKind::Usage(u) => (vec![], Some(u)),
                 };
-                serde_json::to_vec(&self.wrap("chat.completion.chunk", choices, usage))
+                serde_json::to_vec(&self.wrap("chat.completion.chunk", choices, usage.or(live)))
             }
         };
         event(&json.unwrap_or_default())
@@ -278,12 +320,13 @@ impl ResponseMeta {
 }
 
 fn text_choice<'a>(
+    index: u32,
     text: &'a str,
     logprobs: Option<Value>,
     finish_reason: Option<&'a str>,
 ) -> TextChoice<'a> {
     TextChoice {
-        index: 0,
+        index,
         text,
         logprobs,
         finish_reason,

@@ -1,5 +1,6 @@
 //! Streamed answers as server-sent events: `data: {chunk}` per piece of text, a chunk with the
-//! `finish_reason`, a usage chunk when `stream_options.include_usage` is set, then
+//! `finish_reason` (with `continuous_usage_stats`, each carries the usage so far; with `echo`,
+//! a completion's first chunk is the prompt), a usage chunk when `stream_options.include_usage` is set, then
 //! `data: [DONE]`. A failure after the headers went out is sent as `data: {"error": …}`
 //! before `[DONE]`. If the client goes away, hyper drops the body, which drops the
 //! [`Generation`] and with it the engine stream: the request is aborted.
@@ -96,6 +97,7 @@ async fn produce(events: impl Stream<Item = Bytes>, tx: mpsc::Sender<Bytes>, out
 fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<Item = Bytes> {
     let first = match meta.endpoint {
         Endpoint::Chat => State::Open(gen),
+        Endpoint::Completions if meta.echo.is_some() => State::Open(gen),
         Endpoint::Completions => State::Running(gen),
     };
     stream::unfold((first, meta), move |(state, meta)| {
@@ -103,13 +105,22 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
         async move {
             match state {
                 State::Open(gen) => {
-                    let b = meta.chunk(ChunkKind::Open);
+                    // Chat: the role; completions with `echo`: the prompt's text.
+                    let b = match &meta.echo {
+                        Some(prompt) if meta.endpoint == Endpoint::Completions => {
+                            meta.chunk(ChunkKind::Text(prompt, &[]))
+                        }
+                        _ => meta.chunk(ChunkKind::Open),
+                    };
                     Some((b, (State::Running(gen), meta)))
                 }
                 State::Running(mut gen) => match gen.next().await {
                     Some(Piece::Text(t)) => {
                         let lp = gen.take_logprobs();
-                        let b = meta.chunk(ChunkKind::Text(&t, &lp));
+                        let live = meta
+                            .continuous_usage
+                            .then(|| Usage::new(gen.prompt_tokens(), gen.completion_tokens()));
+                        let b = meta.chunk_with(ChunkKind::Text(&t, &lp), live);
                         Some((b, (State::Running(gen), meta)))
                     }
                     Some(Piece::Done(o)) => {
@@ -121,7 +132,14 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
                                     &serde_json::to_vec(&e.body()).unwrap_or_default(),
                                 ));
                             }
-                            None => tail.push(meta.chunk(ChunkKind::Finish(o.finish_reason))),
+                            None => {
+                                let live = meta
+                                    .continuous_usage
+                                    .then(|| Usage::new(o.prompt_tokens, o.completion_tokens));
+                                tail.push(
+                                    meta.chunk_with(ChunkKind::Finish(o.finish_reason), live),
+                                );
+                            }
                         }
                         if meta.include_usage {
                             let usage = Usage::new(o.prompt_tokens, o.completion_tokens);

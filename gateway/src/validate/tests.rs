@@ -135,10 +135,71 @@ fn sampling_values_out_of_range_are_refused() {
 }
 
 #[test]
-fn unknown_model_is_a_404_and_unknown_fields_are_ignored() {
+fn unknown_model_is_a_404_and_unknown_fields_are_refused_by_name() {
     let e = check(Endpoint::Completions, r#"{"model":"gpt-9","prompt":"a"}"#).unwrap_err();
     assert_eq!(e.status(), 404);
-    assert!(check(Endpoint::Completions, r#"{"prompt":"a","frobnicate":1}"#).is_ok());
+    let body = r#"{"prompt":"a","frobnicate":1}"#;
+    assert_eq!(param_of(check(Endpoint::Completions, body)), "frobnicate");
+    let body = r#"{"prompt":"a","stream":true,"stream_options":{"include_usage":true,"x":1}}"#;
+    assert_eq!(
+        param_of(check(Endpoint::Completions, body)),
+        "stream_options"
+    );
+    // Refused fields at their "off" value are accepted.
+    let off = r#"{"prompt":"a","response_format":{"type":"text"},"store":false,"n":1}"#;
+    assert!(check(Endpoint::Completions, off).is_ok());
+    let named = r#"{"messages":[{"role":"user","content":"a","name":"bob"}]}"#;
+    assert_eq!(param_of(check(Endpoint::Chat, named)), "messages");
+    assert_eq!(
+        param_of(check(
+            Endpoint::Completions,
+            r#"{"prompt":"a","response_format":{"type":"json_object"}}"#
+        )),
+        "response_format"
+    );
+}
+
+#[test]
+fn echo_logit_bias_and_min_tokens_are_checked() {
+    let v = check(Endpoint::Completions, r#"{"prompt":"a b","echo":true}"#).unwrap();
+    assert!(v.echo.is_some());
+    let v = check(
+        Endpoint::Completions,
+        r#"{"prompt":"a","logit_bias":{"7":-100,"3":2.5},"min_tokens":2,"stop_token_ids":[5]}"#,
+    )
+    .unwrap();
+    assert_eq!(v.sampling.logit_bias, vec![(3, 2.5), (7, -100.0)]);
+    assert_eq!(
+        (v.sampling.min_tokens, v.sampling.min_tokens_stops.clone()),
+        (2, vec![5])
+    );
+    for (field, body) in [
+        ("echo", r#"{"prompt":"a","echo":true,"logprobs":1}"#),
+        ("logit_bias", r#"{"prompt":"a","logit_bias":{"x":1}}"#),
+        ("logit_bias", r#"{"prompt":"a","logit_bias":{"1":101}}"#),
+        (
+            "min_tokens",
+            r#"{"prompt":"a","max_tokens":2,"min_tokens":3}"#,
+        ),
+        ("min_tokens", r#"{"prompt":"a","min_tokens":1,"stop":"x"}"#),
+        (
+            "stream_options",
+            r#"{"prompt":"a","stream":true,"stream_options":{"continuous_usage_stats":true}}"#,
+        ),
+    ] {
+        assert_eq!(
+            param_of(check(Endpoint::Completions, body)),
+            field,
+            "{body}"
+        );
+    }
+    assert_eq!(
+        param_of(check(
+            Endpoint::Chat,
+            r#"{"messages":[{"role":"user","content":"a"}],"echo":true}"#
+        )),
+        "echo"
+    );
 }
 
 #[test]
@@ -151,8 +212,10 @@ fn priority_in_the_body_changes_nothing() {
 #[test]
 fn unsupported_features_are_refused_by_name() {
     for (field, body) in [
-        ("n", r#"{"prompt":"a","n":2}"#),
-        ("echo", r#"{"prompt":"a","echo":true}"#),
+        ("n", r#"{"prompt":"a","n":0}"#),
+        ("n", r#"{"prompt":"a","n":65}"#),
+        ("n", r#"{"prompt":["a","b"],"n":33}"#),
+        ("logprobs", r#"{"prompt":"a","n":2,"logprobs":1}"#),
         ("logprobs", r#"{"prompt":"a","logprobs":21}"#),
         ("stop", r#"{"prompt":"a","stop":["1","2","3","4","5"]}"#),
         (
@@ -293,4 +356,39 @@ fn the_prompt_limit_is_the_smaller_of_the_tenants_and_the_models_context() {
         msg.contains("the model's context (max_model_len - 1) of 49 tokens"),
         "{msg}"
     );
+}
+
+#[test]
+fn a_list_of_prompts_is_checked_prompt_by_prompt() {
+    let v = check(Endpoint::Completions, r#"{"prompt":["a b","c"]}"#).unwrap();
+    assert_eq!((v.prompt.len(), v.more_prompts.len()), (2, 1));
+    let v = check(Endpoint::Completions, r#"{"prompt":[[1,2],[3]]}"#).unwrap();
+    assert_eq!(
+        (v.prompt.clone(), v.more_prompts.clone()),
+        (vec![1, 2], vec![vec![3]])
+    );
+    // The tenant's max_prompt_tokens (10) holds for every prompt.
+    let long = r#"{"prompt":["a","a a a a a a a a a a a"]}"#;
+    assert_eq!(param_of(check(Endpoint::Completions, long)), "prompt");
+    assert_eq!(
+        param_of(check(Endpoint::Completions, r#"{"prompt":["a",""]}"#)),
+        "prompt"
+    );
+    let many = format!(
+        r#"{{"prompt":[{}]}}"#,
+        vec!["\"a\""; MAX_PROMPTS + 1].join(",")
+    );
+    assert_eq!(param_of(check(Endpoint::Completions, &many)), "prompt");
+}
+
+#[test]
+fn n_is_honoured_in_completions_and_refused_in_chat() {
+    assert_eq!(
+        check(Endpoint::Completions, r#"{"prompt":"a","n":4}"#)
+            .unwrap()
+            .n,
+        4
+    );
+    let chat_n = r#"{"messages":[{"role":"user","content":"a"}],"n":2}"#;
+    assert_eq!(param_of(check(Endpoint::Chat, chat_n)), "n");
 }

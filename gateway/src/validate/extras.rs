@@ -1,0 +1,117 @@
+//! The fields honoured since the rule "no field accepted and ignored": `logit_bias`,
+//! `min_tokens`, `echo`, `stream_options.continuous_usage_stats`.
+
+use superinfer_engine::SamplingParams;
+
+use super::Endpoint;
+use crate::error::{GatewayError, Result};
+use crate::text::Text;
+
+/// vLLM's `min_tokens`: at most `max_tokens`, not with stop strings; it holds back the
+/// request's `stop_token_ids` too.
+pub(super) fn min_tokens(
+    min: Option<u32>,
+    max_tokens: u32,
+    stop: &[String],
+    stop_token_ids: &[u32],
+    sampling: &mut SamplingParams,
+) -> Result<()> {
+    let Some(min) = min else {
+        return Ok(());
+    };
+    if min > max_tokens {
+        return Err(GatewayError::invalid(
+            "min_tokens",
+            format!("`min_tokens` ({min}) is more than `max_tokens` ({max_tokens})"),
+        ));
+    }
+    if min > 0 && !stop.is_empty() {
+        return Err(GatewayError::invalid(
+            "min_tokens",
+            "`min_tokens` with `stop` strings is not supported; use `stop_token_ids`",
+        ));
+    }
+    sampling.min_tokens = min;
+    sampling.min_tokens_stops = stop_token_ids.to_vec();
+    Ok(())
+}
+
+/// `stream_options.continuous_usage_stats`: only with `include_usage`.
+pub(super) fn continuous_usage(
+    o: Option<&crate::wire::StreamOptions>,
+    include_usage: bool,
+) -> Result<bool> {
+    let on = o.and_then(|o| o.continuous_usage_stats).unwrap_or(false);
+    if on && !include_usage {
+        return Err(GatewayError::invalid(
+            "stream_options",
+            "`continuous_usage_stats` needs \"include_usage\": true",
+        ));
+    }
+    Ok(on)
+}
+
+/// `logit_bias`: token ids of the vocabulary (as strings) to biases in [-100, 100].
+pub(super) fn logit_bias(
+    bias: Option<std::collections::HashMap<String, f32>>,
+    text: &Text,
+) -> Result<Vec<(u32, f32)>> {
+    let mut out = Vec::new();
+    for (k, b) in bias.unwrap_or_default() {
+        let id: u32 = k.parse().map_err(|_| {
+            GatewayError::invalid(
+                "logit_bias",
+                format!("`logit_bias` key {k:?} is not a token id"),
+            )
+        })?;
+        if text.vocab_size().is_some_and(|v| id as usize >= v) {
+            return Err(GatewayError::invalid(
+                "logit_bias",
+                format!("`logit_bias`: token id {id} is outside the vocabulary"),
+            ));
+        }
+        if !(-100.0..=100.0).contains(&b) {
+            return Err(GatewayError::invalid(
+                "logit_bias",
+                format!("`logit_bias` values must be in [-100, 100], got {b}"),
+            ));
+        }
+        out.push((id, b));
+    }
+    out.sort_by_key(|&(id, _)| id);
+    Ok(out)
+}
+
+/// `echo` on completions: the prompt's text before the answer (not with a list of prompts,
+/// nor with `logprobs`, which would need the prompt's log-probabilities).
+pub(super) fn echo_text(
+    on: bool,
+    endpoint: Endpoint,
+    prompt: &[u32],
+    several: bool,
+    logprobs: Option<u32>,
+    text: &Text,
+) -> Result<Option<String>> {
+    if several && (on || logprobs.is_some()) {
+        let field = if logprobs.is_some() {
+            "logprobs"
+        } else {
+            "echo"
+        };
+        return Err(GatewayError::invalid(
+            field,
+            format!("`{field}` with a list of prompts or `n` > 1 is not supported"),
+        ));
+    }
+    if !on {
+        return Ok(None);
+    }
+    let refuse = |msg: &str| Err(GatewayError::invalid("echo", msg));
+    if endpoint == Endpoint::Chat {
+        return refuse("`echo` is not supported in chat completions");
+    }
+    if logprobs.is_some() {
+        return refuse("`echo` with `logprobs` is not supported (no prompt log-probabilities)");
+    }
+    Ok(Some(text.prompt_text(prompt)))
+}

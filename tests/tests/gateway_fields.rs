@@ -1,0 +1,274 @@
+//! The request-field table of `docs/API.md`, walked row by row against a server on the
+//! embedded tiny model: every honoured or no-effect field answers 200, every refused one 400
+//! naming it. Then what the newer honoured fields do: `logit_bias`, `echo`,
+//! `stream_options.continuous_usage_stats`.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use superinfer_engine::TextCodec;
+use superinfer_tests::{error_message, sse_events, TestOptions, TestServer};
+
+const API: &str = include_str!("../../docs/API.md");
+
+struct Row {
+    field: String,
+    endpoints: Vec<&'static str>,
+    status: String,
+    example: Value,
+}
+
+/// The rows between `<!-- fields -->` and `<!-- /fields -->`.
+fn rows() -> Vec<Row> {
+    let start = API
+        .find("<!-- fields -->")
+        .expect("the table's start marker");
+    let end = API
+        .find("<!-- /fields -->")
+        .expect("the table's end marker");
+    API[start..end]
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").map(|c| c.trim_matches(['|', ' '])).collect();
+            let endpoints = match cells[1] {
+                "both" => vec!["/v1/completions", "/v1/chat/completions"],
+                "completions" => vec!["/v1/completions"],
+                "chat" => vec!["/v1/chat/completions"],
+                other => panic!("endpoint {other:?} in {l}"),
+            };
+            Row {
+                field: cells[0].trim_matches('`').to_owned(),
+                endpoints,
+                status: cells[2].to_owned(),
+                example: serde_json::from_str(cells[3].trim_matches('`')).expect(l),
+            }
+        })
+        .collect()
+}
+
+fn base(path: &str) -> Value {
+    if path == "/v1/completions" {
+        json!({"prompt": "In the beginning", "max_tokens": 3})
+    } else {
+        json!({"messages": [{"role": "user", "content": "In the beginning"}], "max_tokens": 3})
+    }
+}
+
+async fn tiny() -> TestServer {
+    TestServer::start_with(TestOptions {
+        sim_profile: None,
+        ..TestOptions::default()
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_row_of_the_field_table_is_honoured_or_refused_by_name() {
+    let s = tiny().await;
+    // Some 120 requests: a tenant whose rate quota does not get in the way.
+    let quotas = json!({"requests_per_s": 10000.0, "burst": 10000, "tokens_per_min": 100000000});
+    let (_, key) = s
+        .create_tenant(json!({"name": "walker", "quotas": quotas}))
+        .await;
+    let rows = rows();
+    assert!(rows.len() >= 60, "{} rows", rows.len());
+    for row in &rows {
+        for path in &row.endpoints {
+            let mut body = base(path);
+            let obj = body.as_object_mut().unwrap();
+            obj.extend(row.example.as_object().expect("an object").clone());
+            let resp = s.post(path, &key, &body).await;
+            let status = resp.status();
+            let text = resp.text().await.unwrap();
+            match row.status.as_str() {
+                "honoured" | "no effect" => {
+                    assert_eq!(
+                        status,
+                        StatusCode::OK,
+                        "{} on {path}: {body} → {text}",
+                        row.field
+                    )
+                }
+                "refused" => {
+                    assert_eq!(
+                        status,
+                        StatusCode::BAD_REQUEST,
+                        "{} on {path}: {body} → {text}",
+                        row.field
+                    );
+                    let v: Value = serde_json::from_str(&text).unwrap();
+                    error_message(&v);
+                    let param = row.field.split('.').next().unwrap();
+                    assert_eq!(v["error"]["param"], param, "{path}: {body} → {v}");
+                }
+                other => panic!("status {other:?} of {}", row.field),
+            }
+        }
+    }
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logit_bias_echo_and_continuous_usage_do_what_they_say() {
+    let s = tiny().await;
+    let codec = TextCodec::from_model_dir(&s.dir.path().join("model")).unwrap();
+    let id = codec.encode(" the", false).unwrap()[0];
+    let body = json!({"prompt": "In the beginning", "max_tokens": 4, "temperature": 0,
+                      "ignore_eos": true, "logit_bias": {id.to_string(): 100}});
+    let v: Value = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["choices"][0]["text"], codec.decode(&[id; 4]), "{v}");
+
+    let body =
+        json!({"prompt": "In the beginning", "max_tokens": 4, "echo": true, "ignore_eos": true});
+    let v: Value = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let text = v["choices"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("In the beginning") && text.len() > 16,
+        "{v}"
+    );
+    let streamed = json!({"prompt": "In the beginning", "max_tokens": 4, "echo": true,
+                          "ignore_eos": true, "stream": true});
+    let body = s
+        .post("/v1/completions", &s.key, &streamed)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let first: Value = serde_json::from_str(&sse_events(&body)[0]).unwrap();
+    assert_eq!(first["choices"][0]["text"], "In the beginning", "{first}");
+
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+                      "ignore_eos": true, "stream": true,
+                      "stream_options": {"include_usage": true, "continuous_usage_stats": true}});
+    let text = s
+        .post("/v1/chat/completions", &s.key, &body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let events = sse_events(&text);
+    let counts: Vec<u64> = events[1..events.len() - 1]
+        .iter()
+        .map(|e| {
+            serde_json::from_str::<Value>(e).unwrap()["usage"]["completion_tokens"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+    assert_eq!(counts.last(), Some(&4), "{counts:?}");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_of_prompts_gives_one_choice_each_streamed_or_not() {
+    let s = tiny().await;
+    let prompts = ["In the beginning", "And God said", "Let there be light"];
+    let one = |p: &str| json!({"prompt": p, "max_tokens": 5, "temperature": 0, "ignore_eos": true});
+    let mut alone = Vec::new();
+    for p in prompts {
+        let v: Value = s
+            .post("/v1/completions", &s.key, &one(p))
+            .await
+            .json()
+            .await
+            .unwrap();
+        alone.push(v["choices"][0]["text"].as_str().unwrap().to_owned());
+    }
+    let mut body = one("");
+    body["prompt"] = json!(prompts);
+    let v: Value = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3, "{v}");
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i, "{v}");
+        assert_eq!(c["text"], alone[i], "greedy: the same text as alone ({v})");
+    }
+    assert_eq!(v["usage"]["completion_tokens"], 15, "{v}");
+
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let text = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let events = sse_events(&text);
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let mut streamed = vec![String::new(); 3];
+    let mut finishes = 0;
+    for e in &events[..events.len() - 2] {
+        let v: Value = serde_json::from_str(e).unwrap();
+        let c = &v["choices"][0];
+        let i = c["index"].as_u64().unwrap() as usize;
+        streamed[i].push_str(c["text"].as_str().unwrap());
+        finishes += usize::from(c["finish_reason"].is_string());
+    }
+    assert_eq!(streamed, alone);
+    assert_eq!(finishes, 3);
+    let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(usage["usage"]["completion_tokens"], 15, "{usage}");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_choices_per_prompt_differ_by_seed_and_repeat_exactly() {
+    let s = tiny().await;
+    let body = json!({"prompt": ["In the beginning", "And God said"], "n": 3, "max_tokens": 6,
+                      "temperature": 1.0, "seed": 5, "ignore_eos": true});
+    let a: Value = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let b: Value = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let texts = |v: &Value| -> Vec<String> {
+        v["choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["text"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(texts(&a).len(), 6, "{a}");
+    assert_eq!(texts(&a), texts(&b), "seeded: the same choices again");
+    assert_ne!(
+        texts(&a)[0],
+        texts(&a)[1],
+        "choices of one prompt draw from different seeds: {a}"
+    );
+    // Choice 3 is the second prompt's first: the same as that prompt alone with the seed.
+    let alone = json!({"prompt": "And God said", "max_tokens": 6, "temperature": 1.0, "seed": 5,
+                       "ignore_eos": true});
+    let c: Value = s
+        .post("/v1/completions", &s.key, &alone)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(c["choices"][0]["text"], a["choices"][3]["text"], "{a} {c}");
+    assert_eq!(a["usage"]["completion_tokens"], 36, "{a}");
+    s.shutdown().await;
+}
