@@ -7,6 +7,7 @@ use superinfer_tenants::Tenant;
 
 mod extras;
 mod fields;
+mod strict;
 
 use extras::{continuous_usage, echo_text, logit_bias, min_tokens};
 
@@ -66,7 +67,11 @@ pub const MAX_STOP_STRINGS: usize = 4;
 
 /// Parses a body, naming the field at fault when a value has the wrong type.
 pub fn parse(bytes: &[u8]) -> Result<Body> {
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|inner| {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize::<_, strict::Strict>(&mut de)
+        .map_err(parse_error)?
+        .0;
+    de.end().map_err(|inner| {
         GatewayError::bad_request(format!(
             "the body is not valid JSON ({inner}); send a JSON object such as \
              {{\"model\": \"…\", \"prompt\": \"Hello\"}}"
