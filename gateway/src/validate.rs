@@ -7,7 +7,11 @@ use superinfer_tenants::Tenant;
 
 mod extras;
 mod fields;
+mod prompt;
 mod strict;
+
+pub(crate) use prompt::chat_messages;
+use prompt::{chat_tokens, prompt_list, PromptLimit};
 
 use extras::{continuous_usage, echo_text, logit_bias, min_tokens};
 
@@ -474,177 +478,6 @@ fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>> {
         ));
     }
     Ok(v)
-}
-
-/// Refuses text that cannot fit the tenant's `max_prompt_tokens` by its length in bytes alone,
-/// before any of it is tokenized (a token covers at most [`Text::max_prompt_bytes`] bytes).
-fn check_bytes(field: &str, bytes: usize, text: &Text, limit: PromptLimit) -> Result<()> {
-    let tokens = limit.tokens;
-    match text.max_prompt_bytes(tokens) {
-        Some(max) if bytes > max => Err(GatewayError::invalid(
-            field,
-            format!(
-                "the prompt is {bytes} bytes long; {} of {tokens} tokens fits at most {max} \
-                 bytes of text: shorten the prompt",
-                limit.what
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// The most prompt tokens a request may have: the tenant's `max_prompt_tokens`, or less when
-/// the model's context leaves less (room for at least one output token).
-#[derive(Clone, Copy, Debug)]
-struct PromptLimit {
-    tokens: u32,
-    what: &'static str,
-}
-
-impl PromptLimit {
-    fn of(tenant: &Tenant, model: &ModelInfo) -> PromptLimit {
-        let own = tenant.quotas.max_prompt_tokens;
-        let context = model.max_model_len.saturating_sub(1).max(1);
-        if context < own {
-            PromptLimit {
-                tokens: context,
-                what: "the model's context (max_model_len - 1)",
-            }
-        } else {
-            PromptLimit {
-                tokens: own,
-                what: "this tenant's limit (max_prompt_tokens)",
-            }
-        }
-    }
-}
-
-/// The prompts of a completion: one, or a list (one choice each), at most [`MAX_PROMPTS`].
-/// Each text prompt must fit `limit` by its length in bytes before it is tokenized.
-fn prompt_list(prompt: Option<Prompt>, text: &Text, limit: PromptLimit) -> Result<Vec<Vec<u32>>> {
-    match &prompt {
-        Some(Prompt::Text(s)) => check_bytes("prompt", s.len(), text, limit)?,
-        Some(Prompt::Texts(v)) => {
-            for s in v {
-                check_bytes("prompt", s.len(), text, limit)?;
-            }
-        }
-        _ => {}
-    }
-    let lists = match prompt {
-        None => {
-            return Err(GatewayError::invalid(
-                "prompt",
-                "`prompt` is required: the text to complete",
-            ))
-        }
-        Some(Prompt::Text(s)) => vec![encode(text, &s)?],
-        Some(Prompt::Texts(v)) if v.is_empty() => vec![Vec::new()],
-        Some(Prompt::Texts(v)) => v.iter().map(|s| encode(text, s)).collect::<Result<_>>()?,
-        Some(Prompt::Tokens(ids)) => vec![ids],
-        Some(Prompt::TokenLists(v)) if v.is_empty() => vec![Vec::new()],
-        Some(Prompt::TokenLists(v)) => v,
-    };
-    if lists.len() > MAX_PROMPTS {
-        return Err(GatewayError::invalid(
-            "prompt",
-            format!(
-                "at most {MAX_PROMPTS} prompts per request, got {}",
-                lists.len()
-            ),
-        ));
-    }
-    lists
-        .into_iter()
-        .map(|ids| checked_prompt(ids, text))
-        .collect()
-}
-
-fn checked_prompt(ids: Vec<u32>, text: &Text) -> Result<Vec<u32>> {
-    if let (Some(vocab), Some(&max)) = (text.vocab_size(), ids.iter().max()) {
-        if max as usize >= vocab {
-            return Err(GatewayError::invalid(
-                "prompt",
-                format!("token id {max} is outside the vocabulary (0..{vocab})"),
-            ));
-        }
-    }
-    if ids.is_empty() {
-        return Err(GatewayError::invalid(
-            "prompt",
-            "the prompt is empty: send at least one token of text",
-        ));
-    }
-    Ok(ids)
-}
-
-fn encode(text: &Text, s: &str) -> Result<Vec<u32>> {
-    text.encode(s)
-        .map_err(|e| GatewayError::invalid("prompt", format!("cannot tokenize the prompt: {e}")))
-}
-
-const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
-
-fn chat_tokens(
-    messages: Option<Vec<Message>>,
-    text: &Text,
-    limit: PromptLimit,
-) -> Result<Vec<u32>> {
-    let parsed = chat_messages(messages.unwrap_or_default())?;
-    // The template only adds text, so the contents alone must fit.
-    let bytes = parsed.iter().map(|m| m.content.len()).sum();
-    check_bytes("messages", bytes, text, limit)?;
-    let ids = text.encode_chat(&parsed).map_err(|e| {
-        GatewayError::invalid("messages", format!("cannot apply the chat template: {e}"))
-    })?;
-    if ids.is_empty() {
-        return Err(GatewayError::invalid(
-            "messages",
-            "the conversation has no tokens",
-        ));
-    }
-    Ok(ids)
-}
-
-/// The messages of a body as the chat template takes them: known roles, text content.
-pub(crate) fn chat_messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>> {
-    if messages.is_empty() {
-        return Err(GatewayError::invalid(
-            "messages",
-            "`messages` must hold at least one message, e.g. [{\"role\": \"user\", \"content\": \"Hi\"}]",
-        ));
-    }
-    let mut parsed = Vec::with_capacity(messages.len());
-    for (i, m) in messages.into_iter().enumerate() {
-        if !ROLES.contains(&m.role.as_str()) {
-            return Err(GatewayError::invalid(
-                format!("messages[{i}].role"),
-                format!("unknown role `{}`; use one of {}", m.role, ROLES.join(", ")),
-            ));
-        }
-        let content = match m.content {
-            None => String::new(),
-            Some(Content::Text(s)) => s,
-            Some(Content::Parts(parts)) => {
-                let mut s = String::new();
-                for p in parts {
-                    match (p.kind.as_str(), p.text) {
-                        ("text", Some(t)) => s.push_str(&t),
-                        _ => return Err(GatewayError::invalid(
-                            format!("messages[{i}].content"),
-                            "only {\"type\": \"text\", \"text\": …} content parts are supported",
-                        )),
-                    }
-                }
-                s
-            }
-        };
-        parsed.push(ChatMessage {
-            role: m.role,
-            content,
-        });
-    }
-    Ok(parsed)
 }
 
 #[cfg(test)]
