@@ -22,6 +22,22 @@ const LIVE: u64 = 2000;
 
 type SimEngine = Engine<SimRunner, SimTransfer, VirtualClock>;
 
+/// Request `i` (of tenant `i % 3`) with a prompt of `context` tokens.
+fn request(i: u64, context: u32, max_tokens: u32) -> EngineRequest {
+    EngineRequest {
+        id: RequestId(i),
+        tenant: TenantId((i % 3) as u32),
+        weight: 1.0,
+        slo: Slo::default(),
+        prompt: vec![7; context as usize],
+        max_tokens,
+        ignore_eos: true,
+        stop_token_ids: vec![],
+        sampling: SamplingParams::default(),
+        arrival: None,
+    }
+}
+
 /// 2,000 requests of `context` prompt tokens, all prefilled and decoding, three tenants;
 /// with `queued`, 100 more wait for a seat (every seat is taken), so every step plans.
 fn warmed(policy: PolicyKind, context: u32, queued: bool) -> SimEngine {
@@ -48,19 +64,7 @@ fn warmed(policy: PolicyKind, context: u32, queued: bool) -> SimEngine {
     )
     .expect("engine");
     for i in 0..LIVE {
-        e.submit(EngineRequest {
-            id: RequestId(i),
-            tenant: TenantId((i % 3) as u32),
-            weight: 1.0,
-            slo: Slo::default(),
-            prompt: vec![7; context as usize],
-            max_tokens,
-            ignore_eos: true,
-            stop_token_ids: vec![],
-            sampling: SamplingParams::default(),
-            arrival: None,
-        })
-        .expect("submit");
+        e.submit(request(i, context, max_tokens)).expect("submit");
     }
     let decoding = |e: &SimEngine| {
         (0..LIVE).all(|i| {
@@ -74,19 +78,7 @@ fn warmed(policy: PolicyKind, context: u32, queued: bool) -> SimEngine {
     }
     if queued {
         for i in LIVE..LIVE + 100 {
-            e.submit(EngineRequest {
-                id: RequestId(i),
-                tenant: TenantId((i % 3) as u32),
-                weight: 1.0,
-                slo: Slo::default(),
-                prompt: vec![7; context as usize],
-                max_tokens,
-                ignore_eos: true,
-                stop_token_ids: vec![],
-                sampling: SamplingParams::default(),
-                arrival: None,
-            })
-            .expect("submit");
+            e.submit(request(i, context, max_tokens)).expect("submit");
         }
     }
     e

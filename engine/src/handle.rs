@@ -261,15 +261,14 @@ fn serve<R: ModelRunner, T: Transfer, C: Clock>(
         }
         l.aborts();
         let mut pause = Duration::ZERO;
+        let mut published = false;
         if !l.engine.is_empty() {
             match l.engine.step() {
                 Ok(report) => {
                     // The gauges first: a client that sees its request finish and then reads
                     // the metrics must not find it still running.
-                    if let Ok(mut s) = l.shared.stats.lock() {
-                        *s = l.engine.stats();
-                    }
-                    l.route();
+                    l.publish_stats();
+                    published = !l.route();
                     if cfg.pace && report.ran {
                         pause = Duration::from_secs_f64(report.elapsed);
                     } else if !report.ran {
@@ -279,8 +278,8 @@ fn serve<R: ModelRunner, T: Transfer, C: Clock>(
                 Err(e) => l.fail_all(&e.to_string()),
             }
         }
-        if let Ok(mut s) = l.shared.stats.lock() {
-            *s = l.engine.stats();
+        if !published {
+            l.publish_stats();
         }
         if !pause.is_zero() {
             std::thread::sleep(pause);
@@ -291,6 +290,13 @@ fn serve<R: ModelRunner, T: Transfer, C: Clock>(
 }
 
 impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
+    /// The gauges the handle reads (`EngineHandle::stats`), as of now.
+    fn publish_stats(&self) {
+        if let Ok(mut s) = self.shared.stats.lock() {
+            *s = self.engine.stats();
+        }
+    }
+
     /// Handles one command; `false` means shut down.
     fn command(&mut self, cmd: Command) -> bool {
         match cmd {
@@ -329,7 +335,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
         let _ = self.engine.take_events();
     }
 
-    fn route(&mut self) {
+    /// Sends the step's events to their streams; returns whether it aborted a request whose
+    /// client went away (the gauges changed since they were published).
+    fn route(&mut self) -> bool {
+        let mut aborted = false;
         for ev in self.engine.take_events() {
             match ev {
                 EngineEvent::Token {
@@ -346,6 +355,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                         // The client went away: abort now, frees its blocks before the next step.
                         self.streams.remove(&id);
                         self.engine.abort(id);
+                        aborted = true;
                     }
                 }
                 EngineEvent::Finished {
@@ -369,6 +379,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                 }
             }
         }
+        aborted
     }
 
     fn fail_all(&mut self, msg: &str) {

@@ -88,7 +88,7 @@ async fn generate(
         })?
         .map_err(|e| refuse("invalid", e))?;
     if !valid.more_prompts.is_empty() || valid.n > 1 {
-        return several::generate(&state, ctx, slot, valid, started).await;
+        return several::generate(&state, ctx, slot, valid, started, kill).await;
     }
     let stream =
         admission::submit(&state, &ctx.tenant, &valid).map_err(|e| refuse("overloaded", e))?;

@@ -117,10 +117,7 @@ impl Text {
                 Ok(ids)
             }
             Backend::Model { codec: c, .. } => {
-                let msgs: Vec<superinfer_engine::ChatMessage> = messages
-                    .iter()
-                    .map(|m| superinfer_engine::ChatMessage::new(&m.role, &m.content))
-                    .collect();
+                let msgs = engine_messages(messages);
                 c.encode_chat(&msgs).map_err(|e| e.to_string())
             }
         }
@@ -155,10 +152,7 @@ impl Text {
                 Ok(ids)
             }
             Backend::Model { codec: c, .. } => {
-                let msgs: Vec<superinfer_engine::ChatMessage> = messages
-                    .iter()
-                    .map(|m| superinfer_engine::ChatMessage::new(&m.role, &m.content))
-                    .collect();
+                let msgs = engine_messages(messages);
                 let text = c
                     .render_chat(&msgs, add_generation_prompt)
                     .map_err(|e| e.to_string())?;
@@ -261,6 +255,14 @@ fn word_id(word: &str) -> u32 {
         h = h.wrapping_mul(0x0100_0193);
     }
     h % 32_000
+}
+
+/// The conversation as the engine's chat template takes it.
+fn engine_messages(messages: &[ChatMessage]) -> Vec<superinfer_engine::ChatMessage> {
+    messages
+        .iter()
+        .map(|m| superinfer_engine::ChatMessage::new(&m.role, &m.content))
+        .collect()
 }
 
 #[cfg(test)]

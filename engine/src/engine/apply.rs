@@ -110,15 +110,16 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             .sum();
         let (h2d, d2h) = self.pool.blocks_in_flight();
         let max_seqs = self.cfg.max_num_seqs as usize;
+        let (prefill_tokens, long_prefill_slots) = self.prefill_room();
         let cap = Capacity {
             free_hbm: self.pool.hbm_free() + landing,
             free_dram: self.pool.dram_free(),
             b_xfer,
             h2d: self.xfer_left(h2d, copies.h2d.len()),
             d2h: self.xfer_left(d2h, copies.d2h.len()),
-            prefill_tokens: self.prefill_budget(),
+            prefill_tokens,
             long_prefill_tokens: self.cfg.long_prefill(),
-            long_prefill_slots: self.long_prefill_slots(),
+            long_prefill_slots,
             seats: max_seqs.saturating_sub(self.resident()) as u32,
         };
         let plan = self.policy.plan(now, &view, cap);
@@ -139,28 +140,25 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             && self.pool.hbm_free() as usize >= running
     }
 
-    /// Tokens of this step's budget left for new prefills: decode tokens and the prefills
-    /// already under way come first (the batch is built in that order).
-    fn prefill_budget(&self) -> u32 {
+    /// In one pass over the running requests: the tokens of this step's budget left for new
+    /// prefills (decode tokens and the prefills already under way come first, the batch is
+    /// built in that order; a long prefill counts as at most the threshold), and the long
+    /// prefills that may still start (the limit less those under way).
+    fn prefill_room(&self) -> (u32, u32) {
         let long = self.cfg.long_prefill();
-        let busy: u32 = self
+        let (mut busy, mut long_under_way) = (0u32, 0u32);
+        for r in self
             .requests
             .values()
             .filter(|r| r.state == ReqState::Running)
-            .map(|r| r.remaining().min(long))
-            .sum();
-        self.cfg.max_batched_tokens.saturating_sub(busy)
-    }
-
-    /// Long prefills that may still start: the limit less the long prefills under way.
-    fn long_prefill_slots(&self) -> u32 {
-        let long = self.cfg.long_prefill();
-        let under_way = self
-            .requests
-            .values()
-            .filter(|r| r.state == ReqState::Running && r.remaining() > long)
-            .count() as u32;
-        self.cfg.max_long_prefills.saturating_sub(under_way)
+        {
+            busy = busy.saturating_add(r.remaining().min(long));
+            long_under_way += u32::from(r.remaining() > long);
+        }
+        (
+            self.cfg.max_batched_tokens.saturating_sub(busy),
+            self.cfg.max_long_prefills.saturating_sub(long_under_way),
+        )
     }
 
     fn state_of(&self, id: RequestId) -> Option<ReqState> {

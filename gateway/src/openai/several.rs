@@ -6,17 +6,16 @@
 //! `include_usage`) one usage chunk and `[DONE]`. A failure of one choice ends the response
 //! with an error (the others are aborted).
 
-use axum::body::Body;
-use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::response::{event, ChunkKind, ResponseMeta, Usage, DONE};
+use super::sse::Out;
 use crate::admission;
+use crate::conn::ConnKill;
 use crate::error::{GatewayError, Result};
 use crate::generate::{Generation, Piece, StopMatcher};
 use crate::limits::InFlight;
@@ -31,6 +30,7 @@ pub async fn generate(
     slot: crate::quota::Slot,
     valid: ValidRequest,
     started: Instant,
+    kill: Option<ConnKill>,
 ) -> Result<Response> {
     let slot: Arc<InFlight> = slot
         .take()
@@ -79,7 +79,12 @@ pub async fn generate(
     );
     meta.continuous_usage = valid.continuous_usage;
     if valid.stream {
-        Ok(respond(gens, meta, state.metrics.clone()))
+        let out = Out {
+            metrics: state.metrics.clone(),
+            limits: state.stream,
+            kill,
+        };
+        Ok(respond(gens, meta, out))
     } else {
         collect(gens, meta, &state.metrics).await
     }
@@ -148,7 +153,7 @@ struct Merge {
     tail: Vec<Bytes>,
 }
 
-fn respond(gens: Vec<Generation>, meta: ResponseMeta, metrics: Metrics) -> Response {
+fn respond(gens: Vec<Generation>, meta: ResponseMeta, out: Out) -> Response {
     let open = gens.len();
     let merged = stream::select_all(
         gens.into_iter()
@@ -156,7 +161,7 @@ fn respond(gens: Vec<Generation>, meta: ResponseMeta, metrics: Metrics) -> Respo
             .map(|(i, g)| pieces(i as u32, g)),
     );
     let start = Merge {
-        metrics,
+        metrics: out.metrics.clone(),
         pieces: merged,
         open,
         usage: Usage::new(0, 0),
@@ -164,7 +169,7 @@ fn respond(gens: Vec<Generation>, meta: ResponseMeta, metrics: Metrics) -> Respo
     };
     let events = stream::unfold((start, meta), |(mut m, meta)| async move {
         if let Some(b) = m.tail.pop() {
-            return Some((Ok::<_, Infallible>(b), (m, meta)));
+            return Some((b, (m, meta)));
         }
         if m.open == 0 {
             return None;
@@ -193,14 +198,7 @@ fn respond(gens: Vec<Generation>, meta: ResponseMeta, metrics: Metrics) -> Respo
                 }
             }
         };
-        Some((Ok(b), (m, meta)))
+        Some((b, (m, meta)))
     });
-    let mut resp = Response::new(Body::from_stream(events));
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    resp
+    super::sse::respond_with(events, out)
 }

@@ -50,8 +50,15 @@ pub struct Out {
 /// drops the [`Generation`] (the engine aborts the request and frees its KV blocks), counts a
 /// `slow_reader` abort and closes the connection.
 pub fn respond(gen: Generation, meta: ResponseMeta, out: Out) -> Response {
+    let events = events(gen, meta, out.metrics.clone());
+    respond_with(events, out)
+}
+
+/// Any stream of SSE events through the bounded buffer and its slow-reader abort (also
+/// `openai/several.rs`'s interleaved choices).
+pub fn respond_with(events: impl Stream<Item = Bytes> + Send + 'static, out: Out) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(out.limits.buffer.max(1));
-    tokio::spawn(produce(events(gen, meta, out.metrics.clone()), tx, out));
+    tokio::spawn(produce(events, tx, out));
     let body = stream::unfold(rx, |mut rx| async move {
         let b = rx.recv().await?;
         Some((Ok::<_, Infallible>(b), rx))
