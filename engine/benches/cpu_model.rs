@@ -23,6 +23,7 @@ fn table(first: u32, n: u32) -> Vec<LogicalBlock> {
             dram: None,
             state: BlockState::Dirty,
             inflight: None,
+            entry: None,
         })
         .collect()
 }

@@ -102,6 +102,7 @@ fn seqs(n: usize, len: usize, first_block: u32) -> Vec<Seq> {
                     dram: None,
                     state: BlockState::Dirty,
                     inflight: None,
+                    entry: None,
                 })
                 .collect(),
         })

@@ -35,6 +35,7 @@ fn request(i: u64, context: u32, max_tokens: u32) -> EngineRequest {
         stop_token_ids: vec![],
         sampling: SamplingParams::default(),
         arrival: None,
+        cache: None,
     }
 }
 

@@ -12,7 +12,8 @@ pub use xfer::measure_duplex_rate;
 
 use crate::clock::Clock;
 use crate::error::EngineError;
-use crate::kv::KvPool;
+use crate::kv::prefix::extend_chain;
+use crate::kv::{CacheScope, KvPool, PrefixHit};
 use crate::request::{EngineRequest, FinishReason, ReqState, Request};
 use crate::runner::ModelRunner;
 use crate::sampling::TokenLogprobs;
@@ -64,6 +65,12 @@ pub struct EngineConfig {
     pub long_prefill_tokens: Option<u32>,
     /// Long prefills under way at once.
     pub max_long_prefills: u32,
+    /// Keep full blocks as a prefix cache across both tiers, per namespace
+    /// (docs/PREFIX_CACHE.md). Off: every prompt is prefilled from its first token.
+    pub prefix_cache: bool,
+    /// Let the prefix cache keep blocks whose only copy is in DRAM (and copy them in on a
+    /// hit). Off: an HBM-only prefix cache, as vLLM's, over the same rotation machinery.
+    pub prefix_cache_dram: bool,
 }
 
 impl EngineConfig {
@@ -91,6 +98,8 @@ impl Default for EngineConfig {
             shed_late: None,
             long_prefill_tokens: None,
             max_long_prefills: 1,
+            prefix_cache: true,
+            prefix_cache_dram: true,
         }
     }
 }
@@ -116,6 +125,8 @@ pub enum EngineEvent {
         preemptions: u32,
         /// With `FinishReason::Error`: what went wrong.
         error: Option<String>,
+        /// Prompt tokens found in the prefix cache at its first admission.
+        cached: PrefixHit,
     },
 }
 
@@ -163,6 +174,14 @@ pub struct EngineStats {
     /// The link's rate the automatic budget uses: blocks per second per direction with both
     /// directions busy (measured at start, or the twin's profile); 0 with a fixed budget.
     pub link_blocks_per_s: f64,
+    /// Prefix-cache blocks with a copy in HBM / in DRAM (an entry may have both).
+    pub prefix_hbm_blocks: u32,
+    pub prefix_dram_blocks: u32,
+    /// Prompt tokens looked up in the prefix cache at first admissions, and those found, by
+    /// tier.
+    pub prefix_query_tokens: u64,
+    pub prefix_hit_hbm_tokens: u64,
+    pub prefix_hit_dram_tokens: u64,
 }
 
 /// Live requests per state, kept as they move (so no step counts them by scanning).
@@ -255,7 +274,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             )?,
         };
         let xfer = xfer::XferBudget::new(cfg.b_xfer, share, rate);
-        let pool = KvPool::new(cfg.hbm_blocks, cfg.dram_blocks);
+        let pool = KvPool::new(cfg.hbm_blocks, cfg.dram_blocks)
+            .with_prefix_cache(cfg.prefix_cache, cfg.prefix_cache_dram);
         Ok(Engine {
             cfg,
             policy,
@@ -357,7 +377,18 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 });
             }
         }
-        let req = Request::new(spec, self.clock.now());
+        let mut req = Request::new(spec, self.clock.now());
+        if self.cfg.prefix_cache {
+            let scope = req
+                .spec
+                .cache
+                .clone()
+                .unwrap_or_else(|| CacheScope::tenant(req.spec.tenant));
+            req.cache_root = scope.root();
+            req.cache_base = CacheScope::base_key(&scope.base);
+            let bs = self.cfg.block_size;
+            extend_chain(&mut req.hashes, req.cache_root, &req.tokens, bs);
+        }
         self.policy.on_arrival(req.spec.tenant, req.spec.weight);
         self.late.queued(req.spec.tenant);
         self.census.add(req.state);
@@ -415,7 +446,15 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             completion_tokens: req.generated,
             preemptions: req.rotations + req.recomputes,
             error,
+            cached: req.cached,
         });
+    }
+
+    /// Drops the prefix cache of the namespace named `base` (a tenant's own,
+    /// [`CacheScope::tenant_base`], or a shared one; every salt of it): no request hits it
+    /// again; blocks in use stay until their requests let go. Returns the blocks dropped.
+    pub fn drop_prefix_cache(&mut self, base: &str) -> u32 {
+        self.pool.drop_namespace(CacheScope::base_key(base))
     }
 
     /// Gauges and counters now.
@@ -431,6 +470,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         s.hbm_used = s.hbm_capacity - self.pool.hbm_free();
         s.dram_used = s.dram_capacity - self.pool.dram_free();
         (s.bytes_h2d, s.bytes_d2h) = self.transfer.bytes_moved();
+        (s.prefix_hbm_blocks, s.prefix_dram_blocks) = self.pool.prefix_blocks();
         s.b_xfer = self.xfer.last();
         s.link_blocks_per_s = self.xfer.rate();
         s

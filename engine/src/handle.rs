@@ -5,6 +5,7 @@
 use crate::clock::Clock;
 use crate::engine::{Engine, EngineEvent, EngineStats};
 use crate::error::EngineError;
+use crate::kv::PrefixHit;
 use crate::request::{EngineRequest, FinishReason};
 use crate::runner::ModelRunner;
 use crate::sampling::TokenLogprobs;
@@ -57,11 +58,15 @@ pub enum StreamEvent {
         prompt_tokens: u32,
         completion_tokens: u32,
         error: Option<String>,
+        /// Prompt tokens found in the prefix cache (`usage.prompt_tokens_details`).
+        cached: PrefixHit,
     },
 }
 
 enum Command {
     Submit(Box<EngineRequest>, tmpsc::Sender<StreamEvent>),
+    /// Drop a namespace's prefix cache; the blocks dropped are sent back.
+    DropPrefixCache(String, tokio::sync::oneshot::Sender<u32>),
     Shutdown,
 }
 
@@ -143,6 +148,19 @@ impl EngineHandle {
             shared: self.shared.clone(),
             done: false,
         })
+    }
+
+    /// Drops the prefix cache of namespace `base` (a tenant's own, `CacheScope::tenant_base`,
+    /// or a shared one; every salt of it) and returns the blocks dropped. Blocks in use by
+    /// live requests stay until those let go, but no request hits them again.
+    pub async fn drop_prefix_cache(&self, base: String) -> Result<u32, EngineError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        match self.tx.try_send(Command::DropPrefixCache(base, tx)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Err(EngineError::QueueFull(0)),
+            Err(TrySendError::Disconnected(_)) => return Err(EngineError::Stopped),
+        }
+        rx.await.map_err(|_| EngineError::Stopped)
     }
 
     /// Gauges and counters as of the last step.
@@ -301,6 +319,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
     fn command(&mut self, cmd: Command) -> bool {
         match cmd {
             Command::Shutdown => false,
+            Command::DropPrefixCache(base, tx) => {
+                let _ = tx.send(self.engine.drop_prefix_cache(&base));
+                self.publish_stats();
+                true
+            }
             Command::Submit(req, tx) => {
                 let id = req.id;
                 match self.engine.submit(*req) {
@@ -314,6 +337,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                             prompt_tokens: 0,
                             completion_tokens: 0,
                             error: Some(e.to_string()),
+                            cached: PrefixHit::default(),
                         });
                     }
                 }
@@ -365,6 +389,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                     prompt_tokens,
                     completion_tokens,
                     error,
+                    cached,
                     ..
                 } => {
                     if let Some(tx) = self.streams.remove(&id) {
@@ -374,6 +399,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                             prompt_tokens,
                             completion_tokens,
                             error,
+                            cached,
                         });
                     }
                 }
@@ -393,6 +419,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                     prompt_tokens: 0,
                     completion_tokens: 0,
                     error: Some(msg.to_string()),
+                    cached: PrefixHit::default(),
                 });
             }
         }

@@ -1,6 +1,7 @@
 //! Requests as the engine holds them: what a caller submits ([`EngineRequest`]), the states a
 //! request moves through ([`ReqState`]) and its times.
 
+use crate::kv::{BlockHash, CacheScope, PrefixHit};
 use crate::sampling::SamplingParams;
 use superinfer_policies::{Phase, RequestId, Slo, TenantId};
 
@@ -23,6 +24,9 @@ pub struct EngineRequest {
     pub sampling: SamplingParams,
     /// Arrival time on the engine clock; `None`: the time of `submit`.
     pub arrival: Option<f64>,
+    /// The prefix-cache namespace its blocks are found and shared in; `None`: the tenant's own
+    /// ([`CacheScope::tenant`]).
+    pub cache: Option<CacheScope>,
 }
 
 /// Where a request is in its life. `Evicting` and `Restoring` are the in-flight states
@@ -39,6 +43,8 @@ pub enum ReqState {
 /// The allowed request transitions (finishing is allowed from every state).
 pub const REQ_TRANSITIONS: &[(ReqState, ReqState)] = &[
     (ReqState::Waiting, ReqState::Running),
+    // Admitted with prefix-cache hits found only in DRAM: running once they are copied in.
+    (ReqState::Waiting, ReqState::Restoring),
     (ReqState::Running, ReqState::Evicting),
     (ReqState::Running, ReqState::Rotary),
     (ReqState::Evicting, ReqState::Rotary),
@@ -86,6 +92,14 @@ pub struct Request {
     /// Tokens whose KV it has been charged for (the most it ever had): prefill below this
     /// after a recompute is the scheduler's waste, not new service.
     pub charged_kv: u32,
+    /// Hashes of the full blocks of `tokens`, in its namespace (empty with the prefix cache
+    /// off).
+    pub hashes: Vec<BlockHash>,
+    /// The root of its hash chain (its namespace) and its base namespace's key.
+    pub cache_root: BlockHash,
+    pub cache_base: u64,
+    /// What its first admission found in the prefix cache.
+    pub cached: PrefixHit,
 }
 
 impl Request {
@@ -107,6 +121,10 @@ impl Request {
             recomputes: 0,
             run_tokens: 0,
             charged_kv: 0,
+            hashes: Vec::new(),
+            cache_root: BlockHash(0),
+            cache_base: 0,
+            cached: PrefixHit::default(),
         }
     }
 

@@ -183,6 +183,7 @@ fn request(id: u64, prompt: Vec<u32>) -> EngineRequest {
         stop_token_ids: vec![],
         sampling: SamplingParams::default(),
         arrival: None,
+        cache: None,
     }
 }
 

@@ -264,6 +264,7 @@ fn request(id: u64, n: usize, max_tokens: u32) -> EngineRequest {
         stop_token_ids: vec![],
         sampling: SamplingParams::default(),
         arrival: None,
+        cache: None,
     }
 }
 

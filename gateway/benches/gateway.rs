@@ -109,6 +109,7 @@ fn engine_request() -> EngineRequest {
         stop_token_ids: vec![],
         sampling: SamplingParams::default(),
         arrival: None,
+        cache: None,
     }
 }
 

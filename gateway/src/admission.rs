@@ -27,6 +27,7 @@ pub fn engine_request(tenant: &Tenant, v: &ValidRequest) -> EngineRequest {
         stop_token_ids: v.stop_token_ids.clone(),
         sampling: v.sampling.clone(),
         arrival: None,
+        cache: None,
     }
 }
 

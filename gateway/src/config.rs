@@ -315,6 +315,7 @@ impl ServeConfig {
                 .or(dw.max_consecutive_rotations),
             fairness_quantum_tokens: s.fairness_quantum.unwrap_or(dw.fairness_quantum_tokens),
             decode_cost: s.decode_cost.unwrap_or(dw.decode_cost),
+            cached_cost: dw.cached_cost,
             defer_late: s.defer_late.unwrap_or(dw.defer_late),
             preempt_for_seats: s.preempt_for_seats.unwrap_or(dw.preempt_for_seats),
         };

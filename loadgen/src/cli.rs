@@ -208,6 +208,7 @@ pub fn wlvf_config(args: &SimArgs) -> WlvfConfig {
             .or(WlvfConfig::default().max_consecutive_rotations),
         fairness_quantum_tokens: args.fairness_quantum,
         decode_cost: args.decode_cost,
+        cached_cost: WlvfConfig::default().cached_cost,
         defer_late: args.defer_late,
         preempt_for_seats: args.preempt_for_seats,
     }

@@ -203,4 +203,7 @@ pub struct Service {
     pub prefill: u64,
     /// Tokens generated (likewise, once each).
     pub decode: u64,
+    /// Prompt tokens found in the prefix cache at admission (not prefilled; charged at a
+    /// discount by fairness counters, once each).
+    pub cached: u64,
 }

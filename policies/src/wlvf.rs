@@ -27,6 +27,9 @@ pub struct WlvfConfig {
     pub fairness_quantum_tokens: f64,
     /// Cost of one generated token, in prompt tokens (VTC's `w_q / w_p`).
     pub decode_cost: f64,
+    /// Cost of one prompt token found in the prefix cache, in prompt tokens: it takes HBM (and
+    /// maybe a copy-in) but no compute (docs/SCHEDULING.md, "Prefix cache").
+    pub cached_cost: f64,
     /// Serve first what can still meet its SLO: a waiting request whose TTFT deadline has
     /// passed ranks below every other request of its band (it is still served, after them,
     /// and the wait cap still promotes it). Off: plain LVF's order inside a band.
@@ -48,6 +51,7 @@ impl Default for WlvfConfig {
             max_consecutive_rotations: Some(1),
             fairness_quantum_tokens: 1024.0,
             decode_cost: 1.0,
+            cached_cost: 0.1,
             defer_late: true,
             preempt_for_seats: false,
         }
@@ -70,6 +74,12 @@ impl WlvfConfig {
             return Err(format!(
                 "decode_cost must be a number above 0, got {}",
                 self.decode_cost
+            ));
+        }
+        if !(self.cached_cost.is_finite() && self.cached_cost >= 0.0) {
+            return Err(format!(
+                "cached_cost must be a number of at least 0, got {}",
+                self.cached_cost
             ));
         }
         if let Some(c) = self.max_wait_s.filter(|&c| !positive(c)) {
@@ -223,7 +233,9 @@ impl Policy for Wlvf {
     }
 
     fn on_service(&mut self, tenant: TenantId, weight: f64, service: Service) {
-        let cost = service.prefill as f64 + self.cfg.decode_cost * service.decode as f64;
+        let cost = service.prefill as f64
+            + self.cfg.decode_cost * service.decode as f64
+            + self.cfg.cached_cost * service.cached as f64;
         self.counters.charge(tenant, weight, cost);
     }
 

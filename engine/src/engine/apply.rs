@@ -4,10 +4,13 @@
 
 use super::Engine;
 use crate::clock::Clock;
+use crate::kv::pool::HitCost;
+use crate::kv::prefix::extend_chain;
+use crate::kv::PrefixHit;
 use crate::request::{ReqState, Request};
 use crate::runner::ModelRunner;
 use crate::transfer::{CopyBatch, Transfer};
-use superinfer_policies::{Capacity, Phase, Plan, ReqView, RequestId};
+use superinfer_policies::{Capacity, Phase, Plan, ReqView, RequestId, Service};
 
 impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// Copies that landed: evicted requests become rotary, restored ones running.
@@ -40,12 +43,39 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         tokens.div_ceil(self.cfg.block_size)
     }
 
+    /// The cached run a waiting request would start with, and its cost: full blocks only, and
+    /// never the block of the last token (its logits are computed, so it is written).
+    fn hit_of(&self, r: &Request) -> HitCost {
+        let limit = (r.tokens.len() as u32).saturating_sub(1) / self.cfg.block_size;
+        let limit = (limit as usize).min(r.hashes.len());
+        self.pool.hit_cost(&r.hashes[..limit])
+    }
+
+    /// Blocks a waiting request takes from what is available, and the copies of its DRAM hits.
+    fn admission_cost(&self, r: &Request) -> (u32, HitCost) {
+        let hit = self.hit_of(r);
+        let total = self.blocks_for(r.tokens.len() as u32);
+        (total - hit.blocks + hit.slots, hit)
+    }
+
     fn view_of(&self, r: &Request, phase: Phase) -> ReqView {
         let id = r.spec.id;
         let b = self.pool.summary(id);
+        let growth = self.blocks_for(r.kv_len + 1).saturating_sub(b.len);
+        let (mut copy_in, mut prefill) = (0, 0);
         let blocks = match phase {
-            Phase::Waiting => self.blocks_for(r.tokens.len() as u32),
-            _ => b.len.max(self.blocks_for(r.kv_len + 1)),
+            Phase::Waiting => {
+                let (need, hit) = self.admission_cost(r);
+                copy_in = hit.copies;
+                prefill = r.remaining() - hit.blocks * self.cfg.block_size;
+                need
+            }
+            Phase::Running => b.held_hbm + growth,
+            Phase::Rotary => {
+                let c = self.pool.restore_cost(id);
+                copy_in = c.copies;
+                c.slots + growth
+            }
         };
         let running = phase == Phase::Running;
         ReqView {
@@ -59,13 +89,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             t_run: r.t_run,
             blocks,
             held_hbm: if running { b.held_hbm } else { 0 },
-            copy_in: if phase == Phase::Rotary { b.parked } else { 0 },
+            copy_in,
             unsynced: if running { b.dirty } else { 0 },
-            prefill: if phase == Phase::Waiting {
-                r.remaining()
-            } else {
-                0
-            },
+            prefill,
             prefilling: running && r.prefilling(),
             just_started: running && r.run_tokens == 0,
             consecutive_rotations: r.consecutive_rotations,
@@ -112,8 +138,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let max_seqs = self.cfg.max_num_seqs as usize;
         let (prefill_tokens, long_prefill_slots) = self.prefill_room();
         let cap = Capacity {
-            free_hbm: self.pool.hbm_free() + landing,
-            free_dram: self.pool.dram_free(),
+            free_hbm: self.pool.hbm_available() + landing,
+            free_dram: self.pool.dram_available(),
             b_xfer,
             h2d: self.xfer_left(h2d, copies.h2d.len()),
             d2h: self.xfer_left(d2h, copies.d2h.len()),
@@ -137,7 +163,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let running = self.census.count(ReqState::Running);
         self.census.count(ReqState::Waiting) == 0
             && self.census.count(ReqState::Rotary) == 0
-            && self.pool.hbm_free() as usize >= running
+            && self.pool.hbm_available() as usize >= running
     }
 
     /// In one pass over the running requests: the tokens of this step's budget left for new
@@ -209,18 +235,18 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 _ => continue,
             };
             let need = if restore {
-                self.pool.parked(id)
+                self.pool.restore_cost(id).slots
             } else {
-                self.blocks_for(self.requests[&id].tokens.len() as u32)
+                self.admission_cost(&self.requests[&id]).0
             };
-            if self.pool.hbm_free() < reserved + need {
+            if self.pool.hbm_available() < reserved + need {
                 reserved += need;
                 continue;
             }
             if restore {
                 self.take_restore(id, now, copies);
             } else {
-                self.take_admission(id, now, need);
+                self.take_admission(id, now, copies);
             }
         }
     }
@@ -245,21 +271,58 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
     }
 
-    /// Admits a waiting request whose `need` blocks fit the free HBM blocks.
-    fn take_admission(&mut self, id: RequestId, now: f64, need: u32) {
-        if !self.pool.grow_to(id, need as usize) {
+    /// Admits a waiting request whose blocks fit the available HBM: its cached prefix is used
+    /// in place or copied in (then it is restoring until the copies land), the rest prefilled.
+    fn take_admission(&mut self, id: RequestId, now: f64, copies: &mut CopyBatch) {
+        let r = &self.requests[&id];
+        let hit = self.hit_of(r);
+        let total = self.blocks_for(r.tokens.len() as u32) as usize;
+        let hashes = &r.hashes[..hit.blocks as usize];
+        let Some((in_hbm, from_dram)) =
+            self.pool
+                .admit(id, hashes, total, r.cache_base, &mut copies.h2d)
+        else {
             debug_assert!(false, "{id:?} fit the free blocks but was not admitted");
             return;
-        }
+        };
         self.counters.admitted += 1;
-        self.move_req(id, ReqState::Running);
+        let in_flight = self.pool.any_in_flight(id);
+        if in_flight {
+            self.move_req(id, ReqState::Restoring);
+            self.transit.insert(id);
+        } else {
+            self.move_req(id, ReqState::Running);
+        }
+        let bs = self.cfg.block_size;
         let req = self.requests.get_mut(&id).expect("live");
-        if req.recomputes == 0 && req.t_first.is_none() {
+        req.kv_len = (in_hbm + from_dram) * bs;
+        let first = req.recomputes == 0 && req.t_first.is_none();
+        if first {
             let ratio = (now - req.t_arr) / req.spec.slo.ttft_s;
             self.late.admitted(req.spec.tenant, ratio);
+            req.cached = PrefixHit {
+                hbm: in_hbm * bs,
+                dram: from_dram * bs,
+            };
+            if self.cfg.prefix_cache {
+                self.counters.prefix_query_tokens += req.spec.prompt.len() as u64;
+                self.counters.prefix_hit_hbm_tokens += u64::from(in_hbm * bs);
+                self.counters.prefix_hit_dram_tokens += u64::from(from_dram * bs);
+            }
         }
         req.t_run = Some(now);
         req.run_tokens = 0;
+        // Cached tokens are service at a discount, charged once (like any prefill).
+        let cached = u64::from(req.kv_len.saturating_sub(req.charged_kv));
+        req.charged_kv = req.charged_kv.max(req.kv_len);
+        if cached > 0 {
+            let (tenant, weight) = (req.spec.tenant, req.spec.weight);
+            let service = Service {
+                cached,
+                ..Service::default()
+            };
+            self.policy.on_service(tenant, weight, service);
+        }
     }
 
     /// Drops a running request's KV; it waits to prefill its whole sequence again.
@@ -270,6 +333,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.counters.recomputes += 1;
         self.move_req(id, ReqState::Waiting);
         let req = self.requests.get_mut(&id).expect("caller checked");
+        if self.cfg.prefix_cache {
+            // Its generated tokens' full blocks too: the cache may hold them now.
+            let bs = self.cfg.block_size;
+            extend_chain(&mut req.hashes, req.cache_root, &req.tokens, bs);
+        }
         req.kv_len = 0;
         req.t_run = None;
         req.recomputes += 1;

@@ -6,6 +6,7 @@ use super::{Engine, EngineConfig, EngineEvent, StepReport};
 use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::kv::pool::LogicalBlock;
+use crate::kv::prefix::extend_chain;
 use crate::kv::KvPool;
 use crate::request::{FinishReason, ReqState, Request};
 use crate::runner::{BatchEntry, ModelRunner, StepBatch};
@@ -185,8 +186,15 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let charge = Charge::of(req, span);
         req.kv_len = span.end;
         if span.end / bs > span.pos / bs {
-            // A block filled: it is due for eager writeback.
+            // A block filled: it is due for eager writeback, and (with the prefix cache) it
+            // is named, so that once synced it becomes a cache entry.
             self.writeback_due.insert(span.id);
+            if self.cfg.prefix_cache {
+                let kv = span.end as usize;
+                extend_chain(&mut req.hashes, req.cache_root, &req.tokens[..kv], bs);
+                self.pool
+                    .sealed(span.id, (span.end / bs) as usize, &req.hashes);
+            }
         }
         let mut finished = None;
         if let (true, Some(tok)) = (span.sample, token) {
@@ -238,13 +246,13 @@ impl Charge {
         req.charged_kv = req.charged_kv.max(span.end);
         let service = if decode_step {
             Service {
-                prefill: 0,
                 decode: u64::from(fresh),
+                ..Service::default()
             }
         } else {
             Service {
                 prefill: u64::from(fresh),
-                decode: 0,
+                ..Service::default()
             }
         };
         Charge {

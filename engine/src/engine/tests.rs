@@ -1,6 +1,6 @@
 use super::*;
 use crate::clock::VirtualClock;
-use crate::kv::BlockState;
+use crate::kv::{BlockState, CacheScope};
 use crate::profile::Profile;
 use crate::runner::sim::SimRunner;
 use crate::sampling::SamplingParams;
@@ -55,12 +55,14 @@ fn request(id: u64, tenant: u32, prompt: u32, max_tokens: u32) -> EngineRequest 
         tenant: TenantId(tenant),
         weight: f64::from(tenant + 1),
         slo: Slo::default(),
-        prompt: vec![7; prompt as usize],
+        // Distinct per request: the prefix cache finds nothing unless a test means it to.
+        prompt: (0..prompt).map(|i| id as u32 * 1000 + i).collect(),
         max_tokens,
         ignore_eos: true,
         stop_token_ids: vec![],
         sampling: SamplingParams::default(),
         arrival: None,
+        cache: None,
     }
 }
 
@@ -100,8 +102,8 @@ fn one_request_runs_to_its_length() {
             ..
         })
     ));
-    assert_eq!(e.pool().hbm_free(), 64);
-    assert_eq!(e.pool().dram_free(), 128);
+    assert_eq!(e.pool().hbm_available(), 64);
+    assert_eq!(e.pool().dram_available(), 128);
 }
 
 #[test]
@@ -145,8 +147,20 @@ fn chunked_prefill_respects_the_token_budget() {
 
 #[test]
 fn full_blocks_are_written_back_eagerly_and_rotation_copies_only_the_tail() {
-    // 12 HBM blocks: request 1 (40 prompt tokens) holds 3 of them.
-    let mut e = engine(PolicyKind::Lvf, 12, 128, 64);
+    // 12 HBM blocks: request 1 (40 prompt tokens) holds 3 of them. The private path: with the
+    // prefix cache on, synced full blocks become shared entries (tests/prefix.rs).
+    let mut e = engine_with(
+        PolicyKind::Lvf,
+        EngineConfig {
+            hbm_blocks: 12,
+            dram_blocks: 128,
+            b_xfer: Some(64),
+            max_batched_tokens: 256,
+            max_num_seqs: 64,
+            prefix_cache: false,
+            ..EngineConfig::default()
+        },
+    );
     e.submit(request(1, 0, 40, 100)).unwrap();
     for _ in 0..3 {
         e.step().unwrap();
@@ -260,7 +274,9 @@ fn check_requests(e: &TestEngine) {
             ReqState::Running => assert!(table.iter().all(|b| b.hbm.is_some()), "{id:?}"),
             ReqState::Rotary => {
                 assert!(
-                    table.iter().all(|b| b.state == BlockState::Parked),
+                    table
+                        .iter()
+                        .all(|b| matches!(b.state, BlockState::Parked | BlockState::SharedOut)),
                     "{id:?} {table:?}"
                 )
             }
@@ -269,13 +285,59 @@ fn check_requests(e: &TestEngine) {
         if r.state == ReqState::Running && !r.prefilling() {
             assert!(table.len() as u32 * 16 >= r.kv_len);
         }
+        // Its hashes name its own tokens in its own namespace, and every block it shares is
+        // the entry of exactly that hash (the pool checks the latter): no hit crosses
+        // namespaces, and a cached block holds what this request would have computed.
+        let mut own = Vec::new();
+        let root = CacheScope::tenant(r.spec.tenant).root();
+        crate::kv::prefix::extend_chain(&mut own, root, &r.tokens, 16);
+        assert_eq!(own[..r.hashes.len()], r.hashes[..], "{id:?} hashes");
+        let named = e.pool().table_hashes(*id);
+        assert_eq!(named, &r.hashes[..named.len()], "{id:?} table hashes");
+        assert!(
+            named.len() as u32 * 16 <= r.kv_len,
+            "{id:?} named past its KV"
+        );
     }
+}
+
+/// A prompt of about `len` tokens that the prefix cache can hit: a system prompt and a
+/// message, a recent prompt with a new turn, or tokens from a tiny alphabet (chance repeats);
+/// tenants are drawn apart from prompts, so identical prompts of two tenants are common.
+fn reusing_prompt(rng: &mut ChaCha8Rng, recent: &mut Vec<Vec<u32>>, len: usize) -> Vec<u32> {
+    let mut p: Vec<u32> = match rng.random_range(0..3) {
+        0 => (0..40)
+            .map(|i| rng.random_range(0..2u32) * 100 + i)
+            .collect(),
+        1 if !recent.is_empty() => recent[rng.random_range(0..recent.len())].clone(),
+        _ => Vec::new(),
+    };
+    p.extend((0..len).map(|_| rng.random_range(0..3u32)));
+    p.truncate(150);
+    if recent.len() == 8 {
+        recent.remove(0);
+    }
+    recent.push(p.clone());
+    p
 }
 
 fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    // Small tiers so that rotation, recompute (DRAM full) and quarantine all happen.
-    let mut e = engine(kind, 48, 40, 12);
+    // Small tiers so that rotation, recompute (DRAM full) and quarantine all happen; every
+    // other seed with an HBM-only prefix cache.
+    let mut e = engine_with(
+        kind,
+        EngineConfig {
+            hbm_blocks: 48,
+            dram_blocks: 40,
+            b_xfer: Some(12),
+            max_batched_tokens: 256,
+            max_num_seqs: 64,
+            prefix_cache_dram: seed % 2 == 0,
+            ..EngineConfig::default()
+        },
+    );
+    let mut recent: Vec<Vec<u32>> = Vec::new();
     let mut next_id = 0u64;
     let mut live: Vec<u64> = Vec::new();
     let mut finished: HashMap<u64, usize> = HashMap::new();
@@ -285,9 +347,9 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
         match rng.random_range(0..100) {
             0..=24 => {
                 let (p, m) = (rng.random_range(1..120), rng.random_range(1..60));
-                if e.submit(request(next_id, rng.random_range(0..3), p, m))
-                    .is_ok()
-                {
+                let mut req = request(next_id, rng.random_range(0..3), p, m);
+                req.prompt = reusing_prompt(&mut rng, &mut recent, p as usize);
+                if e.submit(req).is_ok() {
                     live.push(next_id);
                 }
                 next_id += 1;
@@ -335,6 +397,15 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
     assert!(s.finished > 100, "{s:?}");
     if kind != PolicyKind::Fcfs && kind != PolicyKind::Sf {
         assert!(s.rotations_out > 0, "{kind}: no rotation happened: {s:?}");
+    }
+    assert!(s.prefix_hit_hbm_tokens > 0, "{kind}: no HBM hit: {s:?}");
+    if seed % 2 == 0 {
+        assert!(s.prefix_hit_dram_tokens > 0, "{kind}: no DRAM hit: {s:?}");
+    } else {
+        assert_eq!(
+            s.prefix_hit_dram_tokens, 0,
+            "{kind}: a DRAM hit in an HBM-only cache"
+        );
     }
 }
 

@@ -41,6 +41,7 @@ fn request(prompt: usize, max_tokens: u32) -> EngineRequest {
         stop_token_ids: vec![],
         sampling: SamplingParams::default(),
         arrival: None,
+        cache: None,
     }
 }
 

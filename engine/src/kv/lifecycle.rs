@@ -17,6 +17,12 @@ pub enum BlockState {
     Parked,
     /// Rotating in: the copy from DRAM into a fresh HBM slot is in flight.
     Restoring,
+    /// A reference to a prefix-cache entry whose HBM copy this request uses (in place, shared
+    /// with any other request holding it). Immutable: nothing writes into it.
+    Shared,
+    /// A reference to a prefix-cache entry while the request is out of HBM: it keeps the
+    /// entry (and its DRAM copy) alive for the restore.
+    SharedOut,
     /// Released (terminal).
     Freed,
 }
@@ -39,6 +45,17 @@ pub const TRANSITIONS: &[(BlockState, BlockState)] = &[
     // Rotation in.
     (Parked, Restoring),
     (Restoring, Synced),
+    // Prefix cache: a full block turns into a cache entry once its mirror is synced (its
+    // slots move to the entry, the block references it); a request rotating out keeps its
+    // reference but not the HBM copy; rotating in it uses the entry's HBM copy in place, or
+    // copies the entry in from DRAM (a shared restore lands as Shared).
+    (Synced, Shared),
+    (Shared, SharedOut),
+    (SharedOut, Shared),
+    (SharedOut, Restoring),
+    (Restoring, Shared),
+    (Shared, Freed),
+    (SharedOut, Freed),
     // Finish, abort or recompute: any live state may be released (in-flight slots are
     // quarantined until their copy lands).
     (Dirty, Freed),
@@ -49,6 +66,10 @@ pub const TRANSITIONS: &[(BlockState, BlockState)] = &[
     (Restoring, Freed),
 ];
 
+/// The states a block may be created in: a fresh slot (`Dirty`), or a prefix-cache hit
+/// (`SharedOut`, then held like a restore: in place or copied in from DRAM).
+pub const BORN: &[BlockState] = &[Dirty, SharedOut];
+
 /// Whether `from -> to` is in [`TRANSITIONS`].
 pub fn allowed(from: BlockState, to: BlockState) -> bool {
     TRANSITIONS.iter().any(|&(f, t)| f == from && t == to)
@@ -56,7 +77,7 @@ pub fn allowed(from: BlockState, to: BlockState) -> bool {
 
 impl BlockState {
     /// Number of states (for per-state counters).
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 9;
 
     /// Position of the state in a per-state counter array.
     pub fn index(self) -> usize {
@@ -67,13 +88,23 @@ impl BlockState {
             Evicting => 3,
             Parked => 4,
             Restoring => 5,
-            Freed => 6,
+            Shared => 6,
+            SharedOut => 7,
+            Freed => 8,
         }
     }
 
     /// Holds an HBM slot.
     pub fn in_hbm(self) -> bool {
-        matches!(self, Dirty | WritingBack | Synced | Evicting | Restoring)
+        matches!(
+            self,
+            Dirty | WritingBack | Synced | Evicting | Restoring | Shared
+        )
+    }
+
+    /// References a prefix-cache entry (which owns the slots).
+    pub fn is_shared(self) -> bool {
+        matches!(self, Shared | SharedOut)
     }
 
     /// Has a copy in flight.
@@ -95,5 +126,9 @@ mod tests {
         assert!(!allowed(Parked, Synced));
         assert!(!allowed(Restoring, Dirty));
         assert!(allowed(Synced, Parked));
+        // Shared blocks are immutable: never dirty again, never evicted by a copy.
+        assert!(!allowed(Shared, Dirty));
+        assert!(!allowed(Shared, Evicting));
+        assert!(!allowed(SharedOut, Parked));
     }
 }

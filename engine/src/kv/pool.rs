@@ -11,7 +11,12 @@
 //! are immutable). Free lists hand out the lowest free slot first, so that a request's blocks
 //! tend to be adjacent and their copies merge.
 
+mod cache;
 mod check;
+mod shared;
+
+pub use cache::EntryId;
+pub use shared::HitCost;
 
 use super::block::{DramBlock, HbmBlock};
 use super::lifecycle::{allowed, BlockState};
@@ -28,6 +33,9 @@ pub struct LogicalBlock {
     pub state: BlockState,
     /// The ticket of the copy in flight, if any.
     pub inflight: Option<Ticket>,
+    /// The prefix-cache entry it references (`Shared`, `SharedOut`, or `Restoring` into the
+    /// entry's HBM copy); the entry owns `hbm` and `dram` then.
+    pub entry: Option<EntryId>,
 }
 
 /// A slot of either tier, for the quarantine of slots released while a copy still uses them.
@@ -37,8 +45,10 @@ enum Slot {
     Dram(DramBlock),
 }
 
-/// Blocks waiting for the ticket of the batch being built (assigned by [`KvPool::commit`]).
-type Pending = Vec<(RequestId, usize)>;
+/// Blocks waiting for the ticket of the batch being built (assigned by [`KvPool::commit`]),
+/// and whether each carries a copy of its own (a block waiting on a shared entry's copy-in
+/// does not).
+type Pending = Vec<(RequestId, usize, bool)>;
 
 /// One request's blocks with their per-state counts.
 #[derive(Clone, Debug, Default)]
@@ -51,6 +61,12 @@ struct Table {
     /// (a restored partial tail). Full blocks are never written again, so only the first
     /// write after a restore can hit a synced block; `wrote` looks at the block only then.
     restored: bool,
+    /// Prefix-cache hashes of its full blocks (block `i` has `hashes[i]` once it is full).
+    hashes: Vec<crate::kv::BlockHash>,
+    /// The key of its namespace's base (entries made from its blocks carry it).
+    base: u64,
+    /// Its `Shared` blocks whose entry nobody else holds (rotating it out frees those).
+    sole: u32,
 }
 
 impl Table {
@@ -73,7 +89,8 @@ impl Table {
     }
 }
 
-/// A request's block counts: table length, blocks in HBM, dirty (unsynced) and parked.
+/// A request's block counts: table length, blocks in HBM that rotating it out frees (its
+/// own, and shared ones nobody else holds), dirty (unsynced) and parked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BlockSummary {
     pub len: u32,
@@ -123,6 +140,13 @@ pub struct KvPool {
     pending: Pending,
     /// Transitions seen that the table does not allow (always empty unless there is a bug).
     illegal: Vec<(BlockState, BlockState)>,
+    /// The prefix cache's entries (`kv/pool/cache.rs`).
+    cache: cache::Cache,
+    /// Full blocks become cache entries; off: freed as before.
+    prefix: bool,
+    /// Entries may live in DRAM only (off: an HBM-only cache; entries leave with their HBM
+    /// copy unless a rotary request still references them).
+    dram_level: bool,
 }
 
 impl KvPool {
@@ -139,7 +163,17 @@ impl KvPool {
             flight: (0, 0),
             pending: Vec::new(),
             illegal: Vec::new(),
+            cache: cache::Cache::default(),
+            prefix: false,
+            dram_level: true,
         }
+    }
+
+    /// Turns the prefix cache on (`dram_level`: entries may live in DRAM only).
+    pub fn with_prefix_cache(mut self, on: bool, dram_level: bool) -> KvPool {
+        self.prefix = on;
+        self.dram_level = dram_level;
+        self
     }
 
     pub fn hbm_capacity(&self) -> u32 {
@@ -156,6 +190,11 @@ impl KvPool {
 
     pub fn dram_free(&self) -> u32 {
         self.dram_free.len() as u32
+    }
+
+    /// The prefix-cache hashes a request's table knows (its full blocks' names; for checks).
+    pub fn table_hashes(&self, id: RequestId) -> &[crate::kv::BlockHash] {
+        self.tables.get(&id).map_or(&[], |t| t.hashes.as_slice())
     }
 
     /// The block table of a request (empty if it has none).
@@ -178,7 +217,8 @@ impl KvPool {
             held_hbm: [Dirty, WritingBack, Synced, Evicting, Restoring]
                 .into_iter()
                 .map(|s| t.count(s))
-                .sum(),
+                .sum::<u32>()
+                + t.sole,
             dirty: t.count(Dirty),
             parked: t.count(Parked),
         }
@@ -254,17 +294,19 @@ impl KvPool {
         if need == 0 {
             return true;
         }
-        if need > self.hbm_free.len() {
+        if need > self.hbm_available() as usize {
             return false;
         }
-        let table = self.tables.entry(id).or_default();
+        self.tables.entry(id).or_default();
         for _ in 0..need {
-            let slot = self.hbm_free.take().expect("checked enough free slots");
+            let slot = self.take_hbm().expect("checked enough free slots");
+            let table = self.tables.get_mut(&id).expect("made above");
             table.blocks.push(LogicalBlock {
                 hbm: Some(HbmBlock(slot)),
                 dram: None,
                 state: BlockState::Dirty,
                 inflight: None,
+                entry: None,
             });
             table.counts[BlockState::Dirty.index()] += 1;
         }
@@ -276,13 +318,17 @@ impl KvPool {
         let Some(t) = self.tables.get_mut(&id) else {
             return;
         };
+        let state = t.blocks.get(i).map(|b| b.state);
+        if state.is_some_and(BlockState::is_shared) {
+            // A cache hit stops before the last prompt token: nothing writes a shared block.
+            self.illegal.push((BlockState::Shared, BlockState::Dirty));
+            debug_assert!(false, "a write into shared block {i} of {id:?}");
+            return;
+        }
         if !std::mem::take(&mut t.restored) {
             return;
         }
-        if t.blocks
-            .get(i)
-            .is_some_and(|b| b.state == BlockState::Synced)
-        {
+        if state == Some(BlockState::Synced) {
             t.set(i, BlockState::Dirty, &mut self.illegal);
             t.clean_below = t.clean_below.min(i);
         }
@@ -312,7 +358,7 @@ impl KvPool {
                     break;
                 }
                 let mirror = b.dram;
-                let Some(dram) = mirror.or_else(|| self.dram_free.take().map(DramBlock)) else {
+                let Some(dram) = mirror.or_else(|| self.take_dram().map(DramBlock)) else {
                     break;
                 };
                 self.copy_out(id, i, dram, BlockState::WritingBack, out);
@@ -338,7 +384,7 @@ impl KvPool {
         let hbm = b.hbm.expect("dirty blocks are in HBM");
         b.dram = Some(dram);
         self.set(id, i, to);
-        self.pending.push((id, i));
+        self.pending.push((id, i, true));
         out.push(D2hCopy {
             src: hbm,
             dst: dram,
@@ -357,7 +403,7 @@ impl KvPool {
     /// mirror, blocks being written back finish that copy as their eviction. Returns `false`
     /// (and changes nothing) when DRAM cannot hold the missing mirrors.
     pub fn evict(&mut self, id: RequestId, out: &mut Vec<D2hCopy>) -> bool {
-        if self.mirrors_missing(id) > self.dram_free.len() {
+        if self.mirrors_missing(id) > self.dram_available() as usize {
             return false;
         }
         for i in 0..self.table(id).len() {
@@ -372,23 +418,31 @@ impl KvPool {
                 BlockState::Dirty => {
                     let dram = match b.dram {
                         Some(d) => d,
-                        None => DramBlock(self.dram_free.take().expect("checked enough DRAM")),
+                        None => DramBlock(self.take_dram().expect("checked enough DRAM")),
                     };
                     self.copy_out(id, i, dram, BlockState::Evicting, out);
                 }
                 BlockState::WritingBack => self.set(id, i, BlockState::Evicting),
+                BlockState::Shared => self.let_go(id, i),
                 s => debug_assert!(false, "evicting a block in state {s:?}"),
             }
         }
         true
     }
 
-    /// Restores a rotary `id`: every parked block gets a fresh HBM slot and an H2D copy.
-    /// Returns `false` (and changes nothing) when HBM has no room.
+    /// Restores a rotary `id`: every parked block gets a fresh HBM slot and an H2D copy; a
+    /// shared block uses its entry's HBM copy in place, or copies the entry in. Returns
+    /// `false` (and changes nothing) when HBM has no room.
     pub fn restore(&mut self, id: RequestId, out: &mut Vec<H2dCopy>) -> bool {
-        let parked = self.parked(id) as usize;
-        if parked > self.hbm_free.len() {
+        if self.restore_cost(id).slots > self.hbm_available() {
             return false;
+        }
+        // Shared blocks first: holding their entries keeps the slots taken below from
+        // evicting the HBM copies they use.
+        for i in 0..self.table(id).len() {
+            if self.block(id, i).state == BlockState::SharedOut {
+                self.hold_again(id, i, out);
+            }
         }
         for i in 0..self.table(id).len() {
             let b = self.block(id, i);
@@ -396,10 +450,10 @@ impl KvPool {
                 continue;
             }
             let dram = b.dram.expect("parked blocks have a mirror");
-            let slot = HbmBlock(self.hbm_free.take().expect("checked enough HBM"));
+            let slot = HbmBlock(self.take_hbm().expect("checked enough HBM"));
             self.block_mut(id, i).hbm = Some(slot);
             self.set(id, i, BlockState::Restoring);
-            self.pending.push((id, i));
+            self.pending.push((id, i, true));
             out.push(H2dCopy {
                 src: dram,
                 dst: slot,
@@ -411,8 +465,9 @@ impl KvPool {
     /// The batch just built was submitted as `tickets`: its blocks are now in flight, each
     /// under the ticket of its direction (restores host-to-device, the rest device-to-host).
     pub fn commit(&mut self, tickets: Tickets) {
+        self.cache.commit(tickets.h2d);
         let pending = std::mem::take(&mut self.pending);
-        for (id, i) in pending {
+        for (id, i, copies) in pending {
             let Some(b) = self.tables.get_mut(&id).and_then(|t| t.blocks.get_mut(i)) else {
                 continue;
             };
@@ -423,6 +478,9 @@ impl KvPool {
             };
             b.inflight = Some(ticket);
             self.inflight.entry(ticket).or_default().push((id, i));
+            if !copies {
+                continue;
+            }
             let n = self.ticket_blocks.entry(ticket).or_default();
             if h2d {
                 n.0 += 1;
@@ -446,6 +504,9 @@ impl KvPool {
             self.flight.0 -= h;
             self.flight.1 -= d;
         }
+        for e in self.cache.complete(ticket) {
+            self.delete_entry(e);
+        }
         for (id, i) in self.inflight.remove(&ticket).unwrap_or_default() {
             let Some(b) = self.tables.get(&id).and_then(|t| t.blocks.get(i)) else {
                 continue;
@@ -454,11 +515,12 @@ impl KvPool {
                 continue;
             }
             let to = match b.state {
+                BlockState::Restoring if b.entry.is_some() => BlockState::Shared,
                 BlockState::WritingBack | BlockState::Restoring => BlockState::Synced,
                 BlockState::Evicting => BlockState::Parked,
                 _ => continue,
             };
-            if b.state == BlockState::Restoring {
+            if b.state == BlockState::Restoring && to == BlockState::Synced {
                 self.tables.get_mut(&id).expect("exists").restored = true;
             }
             let b = self.block_mut(id, i);
@@ -468,6 +530,9 @@ impl KvPool {
                 self.hbm_free.give(slot.0);
             }
             self.set(id, i, to);
+            if to == BlockState::Synced {
+                self.donate(id, i);
+            }
         }
         let (done, keep): (Vec<_>, Vec<_>) =
             self.quarantine.drain(..).partition(|(t, _)| *t == ticket);
@@ -487,11 +552,21 @@ impl KvPool {
             return;
         };
         for i in 0..table.blocks.len() {
+            // Shared blocks go back to their entry; synced full blocks stay as cache entries.
+            match self.block(id, i).state {
+                BlockState::Shared | BlockState::SharedOut => self.release(id, i),
+                BlockState::Restoring if self.block(id, i).entry.is_some() => self.release(id, i),
+                BlockState::Synced | BlockState::Parked => self.keep_on_free(id, i),
+                _ => {}
+            }
             self.set(id, i, BlockState::Freed);
         }
         let table = self.tables.remove(&id).expect("exists");
-        self.pending.retain(|&(p, _)| p != id);
+        self.pending.retain(|&(p, _, _)| p != id);
         for b in table.blocks {
+            if b.entry.is_some() {
+                continue;
+            }
             match b.inflight {
                 Some(t) => {
                     self.quarantine.extend(b.hbm.map(|h| (t, Slot::Hbm(h))));

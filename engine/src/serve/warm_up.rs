@@ -34,6 +34,7 @@ pub fn warm_up<R: ModelRunner + ?Sized>(
             dram: None,
             state: BlockState::Dirty,
             inflight: None,
+            entry: None,
         })
         .collect();
     // Greedy with a seed of its own: the runner's generator (for requests without a seed)

@@ -213,6 +213,7 @@ fn engine_request(spec: &RequestSpec, tenant: &TenantSpec) -> EngineRequest {
         stop_token_ids: Vec::new(),
         sampling: SamplingParams::default(),
         arrival: Some(spec.arrival_s),
+        cache: None,
     }
 }
 

@@ -5,7 +5,10 @@ use crate::types::Slo;
 use crate::Lvf;
 
 fn served(prefill: u64) -> Service {
-    Service { prefill, decode: 0 }
+    Service {
+        prefill,
+        ..Service::default()
+    }
 }
 
 fn of(tenant: u32, weight: f64, r: ReqView) -> ReqView {

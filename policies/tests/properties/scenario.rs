@@ -195,7 +195,7 @@ pub(crate) fn scenario() -> impl Strategy<Value = Scenario> {
 pub(crate) fn prefill(tokens: u64) -> Service {
     Service {
         prefill: tokens,
-        decode: 0,
+        ..Service::default()
     }
 }
 

@@ -103,7 +103,7 @@ fn a_failed_model_step_ends_only_its_batch_and_the_engine_serves_on() {
         }
         assert_eq!(e.stats().failed_steps, 1);
         assert_eq!(
-            e.pool().hbm_free(),
+            e.pool().hbm_available(),
             64,
             "blocks of the failed batch returned"
         );

@@ -79,6 +79,7 @@ fn table(first: u32, n: usize) -> Vec<LogicalBlock> {
             dram: None,
             state: BlockState::Dirty,
             inflight: None,
+            entry: None,
         })
         .collect()
 }

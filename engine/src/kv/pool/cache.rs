@@ -1,0 +1,266 @@
+//! The prefix cache's entries: full, immutable blocks named by their [`BlockHash`], each with
+//! a DRAM copy (always: an entry is made from a synced block) and maybe an HBM copy, reference
+//! counts, and a least-recently-used order per tier for what nobody holds.
+//!
+//! - `refs`: logical blocks of live requests that reference the entry (any state). While above
+//!   zero the entry (and its DRAM copy) stays.
+//! - `holders`: the requests holding the HBM copy (their block is `Shared`, or `Restoring`
+//!   into it). While any, or while its copy-in is in flight, the HBM copy is pinned.
+//! - An unpinned HBM copy can be dropped at once (the DRAM copy has the same bytes): it is
+//!   in the HBM LRU. An entry nobody references is in the DRAM LRU; evicting it there deletes
+//!   it (and its unpinned HBM copy).
+
+use crate::kv::block::{DramBlock, HbmBlock};
+use crate::kv::prefix::BlockHash;
+use crate::transfer::Ticket;
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet};
+use superinfer_policies::RequestId;
+
+/// An entry's place in the cache's slab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EntryId(pub u32);
+
+/// One cached block.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub hash: BlockHash,
+    /// The base namespace's key ([`crate::kv::CacheScope::base_key`]), for dropping it.
+    pub base: u64,
+    pub hbm: Option<HbmBlock>,
+    pub dram: DramBlock,
+    pub refs: u32,
+    pub holders: Vec<RequestId>,
+    /// The copy-in of its HBM copy, in flight under this ticket.
+    pub inflight: Option<Ticket>,
+    /// Its copy-in is in the batch being built (no ticket yet).
+    pub pending: bool,
+    /// In the index: new requests can hit it (false once its namespace was dropped).
+    pub listed: bool,
+    last_use: u64,
+}
+
+impl Entry {
+    /// Its HBM copy must stay: someone holds it or it is being copied in.
+    pub fn pinned(&self) -> bool {
+        !self.holders.is_empty() || self.inflight.is_some() || self.pending
+    }
+
+    fn hbm_evictable(&self) -> bool {
+        self.hbm.is_some() && !self.pinned()
+    }
+
+    fn dram_evictable(&self) -> bool {
+        self.refs == 0 && self.inflight.is_none() && !self.pending
+    }
+}
+
+/// The entries, their index by hash and the LRU orders.
+#[derive(Debug, Default)]
+pub struct Cache {
+    slab: Vec<Option<Entry>>,
+    vacant: Vec<u32>,
+    index: FxHashMap<BlockHash, EntryId>,
+    /// Entries with an unpinned HBM copy, least recently used first.
+    hbm_lru: BTreeSet<(u64, EntryId)>,
+    /// Entries nobody references, least recently used first.
+    dram_lru: BTreeSet<(u64, EntryId)>,
+    tick: u64,
+    /// Entries whose copy-in each ticket carries.
+    by_ticket: BTreeMap<Ticket, Vec<EntryId>>,
+    /// Entries whose copy-in is in the batch being built.
+    pending: Vec<EntryId>,
+    with_hbm: u32,
+}
+
+impl Cache {
+    pub fn get(&self, e: EntryId) -> &Entry {
+        self.slab[e.0 as usize].as_ref().expect("live entry")
+    }
+
+    /// Changes entry `e` through `f`, keeping the LRU orders true.
+    pub fn update<T>(&mut self, e: EntryId, f: impl FnOnce(&mut Entry) -> T) -> T {
+        let entry = self.slab[e.0 as usize].as_mut().expect("live entry");
+        let key = (entry.last_use, e);
+        let had_hbm = entry.hbm.is_some();
+        self.hbm_lru.remove(&key);
+        self.dram_lru.remove(&key);
+        let out = f(entry);
+        let entry = self.slab[e.0 as usize].as_ref().expect("live entry");
+        let key = (entry.last_use, e);
+        if entry.hbm_evictable() {
+            self.hbm_lru.insert(key);
+        }
+        if entry.dram_evictable() {
+            self.dram_lru.insert(key);
+        }
+        match (had_hbm, entry.hbm.is_some()) {
+            (false, true) => self.with_hbm += 1,
+            (true, false) => self.with_hbm -= 1,
+            _ => {}
+        }
+        out
+    }
+
+    /// Marks `e` as just used (it goes to the back of the LRU orders).
+    pub fn touch(&mut self, e: EntryId) {
+        self.tick += 1;
+        let tick = self.tick;
+        self.update(e, |entry| entry.last_use = tick);
+    }
+
+    /// The listed entry named `hash`.
+    pub fn lookup(&self, hash: BlockHash) -> Option<EntryId> {
+        self.index.get(&hash).copied()
+    }
+
+    /// Adds an entry for a synced block (`refs` references to it, `holder` holding its HBM
+    /// copy). The hash must not be listed yet.
+    pub fn insert(
+        &mut self,
+        hash: BlockHash,
+        base: u64,
+        hbm: Option<HbmBlock>,
+        dram: DramBlock,
+        holder: Option<RequestId>,
+    ) -> EntryId {
+        let entry = Entry {
+            hash,
+            base,
+            hbm,
+            dram,
+            refs: u32::from(holder.is_some()),
+            holders: holder.into_iter().collect(),
+            inflight: None,
+            pending: false,
+            listed: true,
+            last_use: 0,
+        };
+        let id = match self.vacant.pop() {
+            Some(i) => {
+                self.slab[i as usize] = Some(entry);
+                EntryId(i)
+            }
+            None => {
+                self.slab.push(Some(entry));
+                EntryId(self.slab.len() as u32 - 1)
+            }
+        };
+        let prev = self.index.insert(hash, id);
+        debug_assert!(prev.is_none(), "hash listed twice");
+        if hbm.is_some() {
+            self.with_hbm += 1;
+        }
+        self.touch(id);
+        id
+    }
+
+    /// Deletes entry `e` (nobody references it, no copy in flight); returns its slots.
+    pub fn remove(&mut self, e: EntryId) -> (Option<HbmBlock>, DramBlock) {
+        let entry = self.slab[e.0 as usize].take().expect("live entry");
+        debug_assert!(entry.refs == 0 && entry.inflight.is_none() && !entry.pending);
+        let key = (entry.last_use, e);
+        self.hbm_lru.remove(&key);
+        self.dram_lru.remove(&key);
+        if entry.listed {
+            self.index.remove(&entry.hash);
+        }
+        if entry.hbm.is_some() {
+            self.with_hbm -= 1;
+        }
+        self.vacant.push(e.0);
+        (entry.hbm, entry.dram)
+    }
+
+    /// Takes `e` out of the index: no new hits; it goes once nobody references it.
+    pub fn unlist(&mut self, e: EntryId) {
+        let hash = self.update(e, |entry| {
+            let was = entry.listed;
+            entry.listed = false;
+            was.then_some(entry.hash)
+        });
+        if let Some(h) = hash {
+            self.index.remove(&h);
+        }
+    }
+
+    /// The least recently used entry with an unpinned HBM copy.
+    pub fn hbm_victim(&self) -> Option<EntryId> {
+        self.hbm_lru.first().map(|&(_, e)| e)
+    }
+
+    /// The least recently used entry nobody references.
+    pub fn dram_victim(&self) -> Option<EntryId> {
+        self.dram_lru.first().map(|&(_, e)| e)
+    }
+
+    /// HBM copies that could be dropped now.
+    pub fn hbm_evictable(&self) -> u32 {
+        self.hbm_lru.len() as u32
+    }
+
+    /// Entries that could be deleted now.
+    pub fn dram_evictable(&self) -> u32 {
+        self.dram_lru.len() as u32
+    }
+
+    /// Entries with an HBM copy, and entries in all (each has a DRAM copy).
+    pub fn blocks_per_tier(&self) -> (u32, u32) {
+        (self.with_hbm, (self.slab.len() - self.vacant.len()) as u32)
+    }
+
+    /// Entry `e`'s copy-in joins the batch being built.
+    pub fn copy_in_pending(&mut self, e: EntryId) {
+        self.update(e, |entry| entry.pending = true);
+        self.pending.push(e);
+    }
+
+    /// The batch was submitted: its copy-ins are in flight under `ticket`.
+    pub fn commit(&mut self, ticket: Option<Ticket>) {
+        for e in std::mem::take(&mut self.pending) {
+            let Some(t) = ticket else {
+                debug_assert!(false, "a copy-in without a ticket");
+                continue;
+            };
+            self.update(e, |entry| {
+                entry.pending = false;
+                entry.inflight = Some(t);
+            });
+            self.by_ticket.entry(t).or_default().push(e);
+        }
+    }
+
+    /// The copies of `ticket` landed: entries copied in by it are settled. Returns those that
+    /// nobody references and that were dropped from the index meanwhile (to delete).
+    pub fn complete(&mut self, ticket: Ticket) -> Vec<EntryId> {
+        let mut orphans = Vec::new();
+        for e in self.by_ticket.remove(&ticket).unwrap_or_default() {
+            let orphan = self.update(e, |entry| {
+                entry.inflight = None;
+                entry.refs == 0 && !entry.listed
+            });
+            if orphan {
+                orphans.push(e);
+            }
+        }
+        orphans
+    }
+
+    /// Every live entry (for checks and for dropping a namespace).
+    pub fn entries(&self) -> impl Iterator<Item = (EntryId, &Entry)> {
+        self.slab
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|e| (EntryId(i as u32), e)))
+    }
+
+    /// The entries of the index (for checks).
+    pub fn listed(&self) -> impl Iterator<Item = (&BlockHash, &EntryId)> {
+        self.index.iter()
+    }
+
+    /// Entries whose copy-in is in flight, per ticket (for checks).
+    pub fn in_flight(&self) -> impl Iterator<Item = (&Ticket, &Vec<EntryId>)> {
+        self.by_ticket.iter()
+    }
+}
