@@ -346,7 +346,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     }
 
     /// Parks a running request in DRAM, or recomputes it when DRAM cannot hold it.
-    fn rotate_out(&mut self, id: RequestId, copies: &mut CopyBatch) {
+    pub(super) fn rotate_out(&mut self, id: RequestId, copies: &mut CopyBatch) {
         if !self.pool.evict(id, &mut copies.d2h) {
             self.recompute(id);
             return;

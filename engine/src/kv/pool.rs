@@ -556,7 +556,9 @@ impl KvPool {
             match self.block(id, i).state {
                 BlockState::Shared | BlockState::SharedOut => self.release(id, i),
                 BlockState::Restoring if self.block(id, i).entry.is_some() => self.release(id, i),
-                BlockState::Synced | BlockState::Parked => self.keep_on_free(id, i),
+                BlockState::Synced | BlockState::Parked | BlockState::WritingBack => {
+                    self.keep_on_free(id, i)
+                }
                 _ => {}
             }
             self.set(id, i, BlockState::Freed);

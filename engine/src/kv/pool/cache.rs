@@ -31,7 +31,8 @@ pub struct Entry {
     pub dram: DramBlock,
     pub refs: u32,
     pub holders: Vec<RequestId>,
-    /// The copy-in of its HBM copy, in flight under this ticket.
+    /// A copy of its bytes in flight under this ticket: the copy-in of its HBM copy, or the
+    /// writeback of the block it was made from.
     pub inflight: Option<Ticket>,
     /// Its copy-in is in the batch being built (no ticket yet).
     pub pending: bool,
@@ -213,6 +214,13 @@ impl Cache {
     pub fn copy_in_pending(&mut self, e: EntryId) {
         self.update(e, |entry| entry.pending = true);
         self.pending.push(e);
+    }
+
+    /// Entry `e`'s bytes are still being copied under `ticket` (the writeback of the block it
+    /// was made from): pinned until that lands.
+    pub fn track(&mut self, e: EntryId, ticket: Ticket) {
+        self.update(e, |entry| entry.inflight = Some(ticket));
+        self.by_ticket.entry(ticket).or_default().push(e);
     }
 
     /// The batch was submitted: its copy-ins are in flight under `ticket`.

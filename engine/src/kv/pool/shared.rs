@@ -234,8 +234,9 @@ impl KvPool {
         self.hold(e, id);
     }
 
-    /// Block `i` of a finishing `id`, synced or parked: it stays as an entry nobody
-    /// references (unless its hash is cached already, or it is not full).
+    /// Block `i` of a finishing `id`, synced, parked or being written back: it stays as an
+    /// entry nobody references (unless its hash is cached already, or it is not full). One
+    /// being written back is pinned until its copy lands (a hit in the meantime waits for it).
     pub(super) fn keep_on_free(&mut self, id: RequestId, i: usize) {
         let t = &self.tables[&id];
         let Some(&hash) = t.hashes.get(i) else {
@@ -246,11 +247,15 @@ impl KvPool {
         if !self.prefix || (parked && !self.dram_level) || self.cache.lookup(hash).is_some() {
             return;
         }
-        let (hbm, dram) = (
+        let (hbm, dram, writing) = (
             b.hbm,
-            b.dram.expect("synced and parked blocks have a mirror"),
+            b.dram.expect("these states have a mirror"),
+            b.inflight,
         );
         let e = self.cache.insert(hash, t.base, hbm, dram, None);
+        if let Some(ticket) = writing {
+            self.cache.track(e, ticket);
+        }
         self.block_mut(id, i).entry = Some(e);
     }
 

@@ -1,0 +1,229 @@
+//! The prefix cache in the engine (issue 12): hits in HBM and from DRAM, isolation between
+//! namespaces, shared namespaces and salts, dropping a namespace, the HBM-only cache, and
+//! rotation that never copies or drops what others still use.
+
+use super::*;
+use crate::kv::CacheScope;
+
+fn cache_engine(hbm: u32, dram_level: bool) -> TestEngine {
+    engine_with(
+        PolicyKind::Wlvf,
+        EngineConfig {
+            hbm_blocks: hbm,
+            dram_blocks: 512,
+            b_xfer: Some(64),
+            max_batched_tokens: 512,
+            max_num_seqs: 64,
+            prefix_cache_dram: dram_level,
+            ..EngineConfig::default()
+        },
+    )
+}
+
+/// A request of `tenant` whose prompt is `prompt`.
+fn asking(id: u64, tenant: u32, prompt: &[u32], max_tokens: u32) -> EngineRequest {
+    let mut r = request(id, tenant, 1, max_tokens);
+    r.prompt = prompt.to_vec();
+    r
+}
+
+/// 100 tokens: six full blocks and a partial one.
+fn chat() -> Vec<u32> {
+    (0..100).map(|i| 5000 + i).collect()
+}
+
+/// Runs one request to its end; returns its Finished event's cached prefix, its time to first
+/// token, and the prefill tokens the engine computed for it.
+fn run_one(e: &mut TestEngine, req: EngineRequest) -> (PrefixHit, f64, u32) {
+    let id = req.id;
+    let t0 = e.clock().now();
+    e.submit(req).unwrap();
+    let (mut first, mut prefill) = (None, 0);
+    for _ in 0..1000 {
+        if e.request(id).is_none() {
+            break;
+        }
+        let r = e.step().unwrap();
+        prefill += r.prefill_tokens;
+        if let Some(t) = r.idle_until {
+            e.clock_mut().skip_to(t);
+        }
+        e.pool().check().unwrap();
+        for ev in e.take_events() {
+            match ev {
+                EngineEvent::Token { id: i, t, .. } if i == id => {
+                    first.get_or_insert(t - t0);
+                }
+                EngineEvent::Finished { id: i, cached, .. } if i == id => {
+                    return (cached, first.expect("a token first"), prefill);
+                }
+                _ => {}
+            }
+        }
+    }
+    panic!("{id:?} did not finish");
+}
+
+/// Steps until the pool's writebacks have landed (so the blocks are cache entries).
+fn settle(e: &mut TestEngine) {
+    for _ in 0..20 {
+        e.clock_mut().advance(0.01);
+        e.step().unwrap();
+    }
+}
+
+#[test]
+fn a_repeated_prompt_hits_in_hbm_and_prefills_only_its_tail() {
+    let mut e = cache_engine(256, true);
+    let (miss, ttft_miss, prefill_miss) = run_one(&mut e, asking(1, 0, &chat(), 4));
+    assert_eq!(miss, PrefixHit::default());
+    assert_eq!(prefill_miss, 100);
+    settle(&mut e);
+    let (hit, ttft_hit, prefill_hit) = run_one(&mut e, asking(2, 0, &chat(), 4));
+    // Six full blocks cached; the partial tail (4 tokens) is prefilled again.
+    assert_eq!(hit, PrefixHit { hbm: 96, dram: 0 });
+    assert_eq!(prefill_hit, 4);
+    assert!(ttft_hit < ttft_miss, "{ttft_hit} vs {ttft_miss}");
+    let s = e.stats();
+    assert_eq!(s.prefix_hit_hbm_tokens, 96);
+    assert_eq!(s.prefix_query_tokens, 200);
+    assert!(
+        s.prefix_hbm_blocks >= 6 && s.prefix_dram_blocks >= 6,
+        "{s:?}"
+    );
+}
+
+#[test]
+fn a_prompt_of_whole_blocks_recomputes_its_last_block() {
+    let mut e = cache_engine(256, true);
+    let prompt: Vec<u32> = (0..64).collect();
+    // Two tokens: it ends while its writebacks are in flight; its blocks are kept anyway.
+    run_one(&mut e, asking(1, 0, &prompt, 2));
+    settle(&mut e);
+    // Its last token's logits are computed, so its block is never shared: 3 of 4 blocks hit.
+    let (hit, _, prefill) = run_one(&mut e, asking(2, 0, &prompt, 2));
+    assert_eq!(hit.tokens(), 48);
+    assert_eq!(prefill, 16);
+}
+
+#[test]
+fn another_tenant_gets_no_hit_and_no_faster_first_token() {
+    let mut e = cache_engine(256, true);
+    let (_, ttft_a, _) = run_one(&mut e, asking(1, 0, &chat(), 4));
+    settle(&mut e);
+    let (hit, ttft_b, prefill) = run_one(&mut e, asking(2, 1, &chat(), 4));
+    assert_eq!(hit, PrefixHit::default());
+    assert_eq!(prefill, 100);
+    // The same work on an idle engine: the same time to first token, to the tick.
+    assert!((ttft_b - ttft_a).abs() < 1e-9, "{ttft_b} vs {ttft_a}");
+}
+
+#[test]
+fn a_shared_namespace_hits_across_tenants_and_a_salt_narrows_it() {
+    let mut e = cache_engine(256, true);
+    let shared = |id, tenant, salt: Option<&str>| {
+        let mut r = asking(id, tenant, &chat(), 4);
+        r.cache = Some(CacheScope::shared("team").salted(salt.map(String::from)));
+        r
+    };
+    run_one(&mut e, shared(1, 0, None));
+    settle(&mut e);
+    assert_eq!(run_one(&mut e, shared(2, 1, None)).0.tokens(), 96);
+    // A salt is a namespace of its own: first a miss, then a hit for the same salt only.
+    assert_eq!(run_one(&mut e, shared(3, 1, Some("s1"))).0.tokens(), 0);
+    settle(&mut e);
+    assert_eq!(run_one(&mut e, shared(4, 2, Some("s1"))).0.tokens(), 96);
+    assert_eq!(run_one(&mut e, shared(5, 2, Some("s2"))).0.tokens(), 0);
+    // The tenant's own namespace is not the shared one.
+    assert_eq!(run_one(&mut e, asking(6, 0, &chat(), 4)).0.tokens(), 0);
+}
+
+#[test]
+fn dropping_a_namespace_ends_its_hits_and_spares_the_others() {
+    let mut e = cache_engine(256, true);
+    run_one(&mut e, asking(1, 0, &chat(), 4));
+    run_one(&mut e, asking(2, 1, &chat(), 4));
+    settle(&mut e);
+    let dropped = e.drop_prefix_cache(&CacheScope::tenant_base(TenantId(0)));
+    assert!(dropped >= 6, "{dropped}");
+    e.pool().check().unwrap();
+    assert_eq!(run_one(&mut e, asking(3, 0, &chat(), 4)).0.tokens(), 0);
+    assert_eq!(run_one(&mut e, asking(4, 1, &chat(), 4)).0.tokens(), 96);
+}
+
+/// Fills HBM with other prompts, so that the first prompt's cached copies leave HBM (their
+/// DRAM copies stay).
+fn push_out_of_hbm(e: &mut TestEngine) {
+    for i in 0..6 {
+        let other: Vec<u32> = (0..200).map(|t| 90_000 + i * 1000 + t).collect();
+        run_one(e, asking(100 + u64::from(i), 0, &other, 8));
+        settle(e);
+    }
+}
+
+#[test]
+fn a_hit_only_in_dram_is_copied_in_through_the_copy_engine() {
+    let mut e = cache_engine(24, true);
+    run_one(&mut e, asking(1, 0, &chat(), 4));
+    settle(&mut e);
+    push_out_of_hbm(&mut e);
+    let h2d = e.stats().bytes_h2d;
+    let (hit, _, prefill) = run_one(&mut e, asking(2, 0, &chat(), 4));
+    assert_eq!(hit, PrefixHit { hbm: 0, dram: 96 });
+    assert_eq!(prefill, 4);
+    let block = e.runner.geometry().block_bytes();
+    assert_eq!(e.stats().bytes_h2d - h2d, 6 * block);
+}
+
+#[test]
+fn an_hbm_only_cache_forgets_what_left_hbm() {
+    let mut e = cache_engine(24, false);
+    run_one(&mut e, asking(1, 0, &chat(), 4));
+    settle(&mut e);
+    assert_eq!(run_one(&mut e, asking(2, 0, &chat(), 4)).0.tokens(), 96);
+    settle(&mut e);
+    push_out_of_hbm(&mut e);
+    let (hit, _, prefill) = run_one(&mut e, asking(3, 0, &chat(), 4));
+    assert_eq!(hit, PrefixHit::default());
+    assert_eq!(prefill, 100);
+}
+
+#[test]
+fn rotating_out_a_request_copies_none_of_the_blocks_others_share() {
+    let mut e = cache_engine(256, true);
+    run_one(&mut e, asking(1, 0, &chat(), 4));
+    settle(&mut e);
+    // Two requests share the six cached blocks; rotating one out leaves them in HBM for the
+    // other and copies at most its private tail.
+    e.submit(asking(2, 0, &chat(), 200)).unwrap();
+    e.submit(asking(3, 0, &chat(), 200)).unwrap();
+    for _ in 0..5 {
+        e.step().unwrap();
+    }
+    let shared = |e: &TestEngine, id| {
+        e.pool()
+            .table(RequestId(id))
+            .iter()
+            .filter(|b| b.state == BlockState::Shared)
+            .count()
+    };
+    assert_eq!(shared(&e, 2), 6);
+    assert_eq!(shared(&e, 3), 6);
+    let d2h = e.stats().bytes_d2h;
+    let mut copies = crate::transfer::CopyBatch::default();
+    e.rotate_out(RequestId(2), &mut copies);
+    assert!(copies.d2h.len() <= 1, "{:?}", copies.d2h);
+    let hbm: Vec<_> = e.pool().hbm_slots(RequestId(3));
+    assert_eq!(hbm.len(), e.pool().table(RequestId(3)).len());
+    assert!(e.pool().table(RequestId(2))[..6]
+        .iter()
+        .all(|b| b.state == BlockState::SharedOut && b.hbm.is_none()));
+    let tickets = e.transfer.submit(e.clock().now(), copies);
+    e.pool.commit(tickets);
+    e.pool().check().unwrap();
+    assert!(e.stats().bytes_d2h - d2h <= e.runner.geometry().block_bytes());
+    // Both finish; the cache keeps the blocks.
+    drain(&mut e, 2000);
+    assert!(e.is_empty());
+    assert_eq!(run_one(&mut e, asking(4, 0, &chat(), 4)).0.tokens(), 96);
+}
