@@ -38,6 +38,7 @@ pub mod transfer;
 pub use engine::{Engine, EngineConfig, EngineEvent, EngineStats, StepReport};
 pub use error::EngineError;
 pub use handle::{spawn, EngineHandle, EngineThread, HandleConfig, RequestStream, StreamEvent};
+pub use kv::{CacheScope, PrefixHit};
 pub use request::{EngineRequest, FinishReason, ReqState};
 pub use sampling::{SamplingParams, TokenLogprobs};
 pub use text::{ChatMessage, IncrementalDecoder, TextCodec};
