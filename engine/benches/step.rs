@@ -1,7 +1,8 @@
 //! Host time of one whole `Engine::step` (poll copies, view, plan, apply, writeback, batch,
 //! events) over 2,000 live decoding requests, with the simulated runner and copy engine on a
 //! virtual clock, so only the engine's own work is timed. `wlvf-queued`: 100 more requests
-//! wait for a seat, so every step builds the view and plans (a decode-only step skips both).
+//! wait for a seat, so every step builds the view and plans (a decode-only step skips both);
+//! `-nocache`: the prefix cache off.
 //! Goals (issue 11): under 300 µs
 //! with 2,000-token contexts, and within 1.5x of the same step with 200-token contexts (the
 //! per-step cost must not grow with context length).
@@ -29,7 +30,9 @@ fn request(i: u64, context: u32, max_tokens: u32) -> EngineRequest {
         tenant: TenantId((i % 3) as u32),
         weight: 1.0,
         slo: Slo::default(),
-        prompt: vec![7; context as usize],
+        // Distinct prompts: each request's blocks are its own (the prefix cache still names
+        // every block that fills, and that cost is measured).
+        prompt: (0..context).map(|t| (i as u32) << 12 | t).collect(),
         max_tokens,
         ignore_eos: true,
         stop_token_ids: vec![],
@@ -41,7 +44,7 @@ fn request(i: u64, context: u32, max_tokens: u32) -> EngineRequest {
 
 /// 2,000 requests of `context` prompt tokens, all prefilled and decoding, three tenants;
 /// with `queued`, 100 more wait for a seat (every seat is taken), so every step plans.
-fn warmed(policy: PolicyKind, context: u32, queued: bool) -> SimEngine {
+fn warmed(policy: PolicyKind, context: u32, queued: bool, prefix_cache: bool) -> SimEngine {
     let profile = Profile::builtin("h200-llama-3-8b").expect("built-in profile");
     let transfer = SimTransfer::new(&profile.hw, profile.model.geometry(16).block_bytes());
     let runner = SimRunner::new(profile, 16);
@@ -54,6 +57,7 @@ fn warmed(policy: PolicyKind, context: u32, queued: bool) -> SimEngine {
         dram_blocks: blocks,
         max_num_seqs: LIVE as u32,
         max_batched_tokens: 4096,
+        prefix_cache,
         ..EngineConfig::default()
     };
     let mut e = Engine::new(
@@ -91,18 +95,23 @@ fn bench_step(c: &mut Criterion) {
         .sample_size(30)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(4));
-    for (policy, queued) in [
-        (PolicyKind::Wlvf, false),
-        (PolicyKind::Fcfs, false),
-        (PolicyKind::Wlvf, true),
+    // `-nocache`: the same step with the prefix cache off, side by side (its cost is naming
+    // each block that fills and turning synced blocks into entries).
+    for (policy, queued, cache) in [
+        (PolicyKind::Wlvf, false, true),
+        (PolicyKind::Wlvf, false, false),
+        (PolicyKind::Fcfs, false, true),
+        (PolicyKind::Wlvf, true, true),
+        (PolicyKind::Wlvf, true, false),
     ] {
         for context in [200u32, 2000] {
-            let mut e = warmed(policy, context, queued);
-            let name = if queued {
-                format!("{}-queued", policy.as_str())
-            } else {
-                policy.as_str().to_string()
-            };
+            let mut e = warmed(policy, context, queued, cache);
+            let name = format!(
+                "{}{}{}",
+                policy.as_str(),
+                if queued { "-queued" } else { "" },
+                if cache { "" } else { "-nocache" }
+            );
             group.bench_function(BenchmarkId::new(name, context), |b| {
                 b.iter(|| {
                     let r = e.step().expect("step");

@@ -273,6 +273,7 @@ fn run_engine(
     hbm_blocks: u32,
     policy: PolicyKind,
     reqs: &[EngineRequest],
+    prefix_cache: bool,
 ) -> (
     BTreeMap<RequestId, Vec<u32>>,
     superinfer_engine::EngineStats,
@@ -285,6 +286,7 @@ fn run_engine(
         policy,
         dtype: ModelDtype::Bf16,
         seed: Some(1),
+        prefix_cache,
         ..EngineOptions::default()
     };
     let (mut e, _, _) = gpu_engine(
@@ -326,8 +328,8 @@ fn rotation_through_the_cuda_copy_engine_leaves_greedy_outputs_unchanged() {
     let reqs: Vec<EngineRequest> = (0..120u64)
         .map(|i| request(i, 3 + (i as usize * 37) % 60, 2 + (i % 13) as u32))
         .collect();
-    let (want, _) = run_engine(dir.path(), 2048, PolicyKind::Fcfs, &reqs);
-    let (got, stats) = run_engine(dir.path(), 40, PolicyKind::Lvf, &reqs);
+    let (want, _) = run_engine(dir.path(), 2048, PolicyKind::Fcfs, &reqs, false);
+    let (got, stats) = run_engine(dir.path(), 40, PolicyKind::Lvf, &reqs, false);
     println!("tight HBM (40 blocks): {stats:?}");
     assert!(stats.rotations_out > 0 && stats.restores > 0, "{stats:?}");
     assert!(stats.bytes_d2h > 0 && stats.bytes_h2d > 0, "{stats:?}");
@@ -340,6 +342,47 @@ fn rotation_through_the_cuda_copy_engine_leaves_greedy_outputs_unchanged() {
     assert!(
         wrong.is_empty(),
         "{} outputs changed under rotation: {wrong:?}",
+        wrong.len()
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn prefix_cache_hits_in_hbm_and_from_dram_leave_greedy_outputs_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), 5).unwrap();
+    // One tenant; every prompt starts with the same 48-token system prompt, and every third
+    // one repeats an earlier prompt whole (a retry, or a conversation's next turn).
+    let system = prompt(999, 48);
+    let reqs: Vec<EngineRequest> = (0..90u64)
+        .map(|i| {
+            let mut r = request(i, 3 + (i as usize * 37) % 60, 2 + (i % 13) as u32);
+            let own = if i % 3 == 2 {
+                prompt(i - 2, r.prompt.len())
+            } else {
+                r.prompt
+            };
+            r.tenant = TenantId(0);
+            r.prompt = system.iter().copied().chain(own).collect();
+            r
+        })
+        .collect();
+    let (want, _) = run_engine(dir.path(), 2048, PolicyKind::Fcfs, &reqs, false);
+    // 40 HBM blocks: admissions queue behind each other, cached copies leave HBM and come
+    // back from DRAM.
+    let (got, stats) = run_engine(dir.path(), 40, PolicyKind::Wlvf, &reqs, true);
+    println!("prefix cache, tight HBM (40 blocks): {stats:?}");
+    assert!(stats.prefix_hit_hbm_tokens > 0, "{stats:?}");
+    assert!(stats.prefix_hit_dram_tokens > 0, "{stats:?}");
+    assert_eq!(got.len(), reqs.len());
+    let wrong: Vec<_> = got
+        .iter()
+        .filter(|(id, t)| want[id] != **t)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} outputs changed with the prefix cache: {wrong:?}",
         wrong.len()
     );
 }
