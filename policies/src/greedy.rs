@@ -264,7 +264,9 @@ fn take_one(
     plan: &mut Plan,
 ) -> Take {
     let need = i64::from(r.blocks);
-    if r.phase == Phase::Rotary && r.copy_in > budget.h2d {
+    // Restores, and admissions whose cached prefix is only in DRAM, copy in within the
+    // iteration's host-to-device budget.
+    if r.copy_in > budget.h2d {
         return Take::NoCopy;
     }
     if r.phase == Phase::Waiting {
@@ -298,6 +300,7 @@ fn take_one(
     match r.phase {
         Phase::Waiting => {
             budget.prefill.take(r);
+            budget.h2d -= r.copy_in;
             plan.admit.push(r.id);
         }
         Phase::Rotary => {

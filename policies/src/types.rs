@@ -57,7 +57,8 @@ pub struct ReqView {
     pub blocks: u32,
     /// HBM blocks it holds now (running only; 0 otherwise).
     pub held_hbm: u32,
-    /// Blocks that must be copied host-to-device to restore it (rotary only).
+    /// Blocks that must be copied host-to-device to restore it (rotary), or to bring in its
+    /// cached prefix found only in DRAM (waiting); 0 otherwise.
     pub copy_in: u32,
     /// Tokens it must prefill before its next token if admitted (waiting only; 0 otherwise).
     /// Admissions share the iteration's prefill token budget ([`Capacity::prefill_tokens`]).

@@ -7,6 +7,7 @@
 # Settings (environment or VAR=value arguments), defaults in brackets:
 #   POLICIES [fcfs,lvf,wlvf]  RPS [22]  DURATION [120]  HBM_KV_GB [4]  DRAM_KV_GB [48]
 #   MAX_BATCHED_TOKENS [2048]  B_XFER [auto: the server's automatic budget; a number fixes it]  TENANTS [3: weights 1,2,4, equal Poisson shares of RPS]
+#   CACHE [on: the prefix cache; a list of on, off (--no-prefix-cache), hbm (HBM-only)]
 #   DATASET [sharegpt]  SEED [42]  DRAIN [60]  MAX_ROTATIONS [unset: the server's 1; weighted
 #   LVF's cap on consecutive rotations of one request]  PROGRESS_TOKENS [unset: the server's
 #   32; tokens of one running period that reset the count]  WORKLOAD [unset: a loadgen
@@ -52,16 +53,25 @@ case "${1:-}" in
       echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
       echo "commit: $(git rev-parse --short HEAD 2>/dev/null) (+ working tree)"
-      echo "settings: POLICIES=$POLICIES RPS=$RPS DURATION=$DURATION HBM_KV_GB=$HBM_KV_GB" \
+      echo "settings: POLICIES=$POLICIES RPS=$RPS CACHE=${CACHE:-on} DURATION=$DURATION HBM_KV_GB=$HBM_KV_GB" \
         "DRAM_KV_GB=$DRAM_KV_GB MAX_BATCHED_TOKENS=$MBT B_XFER=$B_XFER MAX_ROTATIONS=${MAX_ROTATIONS:-} PROGRESS_TOKENS=${PROGRESS_TOKENS:-} DATASET=$DATASET SEED=$SEED"
     } | tee "$out/env.txt"
     : > "$out/summary.md"
     printf 'run\tttft_attainment\ttbt_attainment\ttokens_per_s\tp99_ttft_s\tp99_tbt_s\n' > "$out/attainment.tsv"
     runs=()
     port=18000
+    CACHE=${CACHE:-on}
     for rps in ${RPS//,/ }; do
+      for cache in ${CACHE//,/ }; do
       for policy in ${POLICIES//,/ }; do
         run=$policy-rps$rps
+        cache_args=()
+        case "$cache" in
+          on) ;;
+          off) cache_args=(--no-prefix-cache); run=$run-nocache ;;
+          hbm) cache_args=(--prefix-cache-hbm-only); run=$run-hbmcache ;;
+          *) echo "CACHE: on, off or hbm, got $cache" >&2; exit 2 ;;
+        esac
         data=/tmp/slo-data-$run
         rm -rf "$data"
         # Three tenants (weights 1, 2, 4) sharing the offered load equally, or the tenants of
@@ -110,7 +120,7 @@ PY
         port=$((port + 1))
         "$bins/superinfer" serve --device cuda --model random:llama-3-8b --policy "$policy" \
           --hbm-kv-gb "$HBM_KV_GB" --dram-kv-gb "$DRAM_KV_GB" --max-batched-tokens "$MBT" \
-          "${caps[@]}" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
+          "${caps[@]}" "${cache_args[@]}" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
           > "$out/$run.server.log" 2>&1 &
         server=$!
         for _ in $(seq 1 300); do
@@ -136,6 +146,7 @@ for r in json.load(open(sys.argv[1]))["runs"]:
           "throughput_tokens_per_s", "p99_ttft_s", "p99_tbt_s")), sep="\t")
 PY
         runs+=("$run" "$run.server.log" "$run.tenants.toml")
+      done
       done
     done
     (cd "$out" && for f in "${runs[@]}"; do [ -e "$f" ] && echo "$f"; done > runs.list \

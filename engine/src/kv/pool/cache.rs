@@ -79,23 +79,30 @@ impl Cache {
         self.slab[e.0 as usize].as_ref().expect("live entry")
     }
 
-    /// Changes entry `e` through `f`, keeping the LRU orders true.
+    /// Changes entry `e` through `f`, keeping the LRU orders true (touching them only where
+    /// the entry's place in them changed: most updates are of held entries, in neither).
     pub fn update<T>(&mut self, e: EntryId, f: impl FnOnce(&mut Entry) -> T) -> T {
         let entry = self.slab[e.0 as usize].as_mut().expect("live entry");
-        let key = (entry.last_use, e);
-        let had_hbm = entry.hbm.is_some();
-        self.hbm_lru.remove(&key);
-        self.dram_lru.remove(&key);
+        let place = |en: &Entry| (en.last_use, en.hbm_evictable(), en.dram_evictable());
+        let (before, had_hbm) = (place(entry), entry.hbm.is_some());
         let out = f(entry);
-        let entry = self.slab[e.0 as usize].as_ref().expect("live entry");
-        let key = (entry.last_use, e);
-        if entry.hbm_evictable() {
-            self.hbm_lru.insert(key);
+        let (after, has_hbm) = (place(entry), entry.hbm.is_some());
+        if before != after {
+            let (old, new) = ((before.0, e), (after.0, e));
+            if before.1 {
+                self.hbm_lru.remove(&old);
+            }
+            if before.2 {
+                self.dram_lru.remove(&old);
+            }
+            if after.1 {
+                self.hbm_lru.insert(new);
+            }
+            if after.2 {
+                self.dram_lru.insert(new);
+            }
         }
-        if entry.dram_evictable() {
-            self.dram_lru.insert(key);
-        }
-        match (had_hbm, entry.hbm.is_some()) {
+        match (had_hbm, has_hbm) {
             (false, true) => self.with_hbm += 1,
             (true, false) => self.with_hbm -= 1,
             _ => {}
@@ -115,8 +122,8 @@ impl Cache {
         self.index.get(&hash).copied()
     }
 
-    /// Adds an entry for a synced block (`refs` references to it, `holder` holding its HBM
-    /// copy). The hash must not be listed yet.
+    /// Adds an entry for a synced block, referenced and held by `holder` if given (else
+    /// nobody's, and cached). The hash must not be listed yet.
     pub fn insert(
         &mut self,
         hash: BlockHash,
@@ -137,6 +144,7 @@ impl Cache {
             listed: true,
             last_use: 0,
         };
+        let held = entry.refs > 0;
         let id = match self.vacant.pop() {
             Some(i) => {
                 self.slab[i as usize] = Some(entry);
@@ -152,7 +160,17 @@ impl Cache {
         if hbm.is_some() {
             self.with_hbm += 1;
         }
-        self.touch(id);
+        self.tick += 1;
+        let tick = self.tick;
+        if held {
+            // In neither LRU order (it is held and referenced): only its time changes.
+            self.slab[id.0 as usize]
+                .as_mut()
+                .expect("just made")
+                .last_use = tick;
+        } else {
+            self.update(id, |entry| entry.last_use = tick);
+        }
         id
     }
 

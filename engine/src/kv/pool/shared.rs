@@ -227,11 +227,11 @@ impl KvPool {
         }
         let b = &t.blocks[i];
         let (hbm, dram) = (b.hbm, b.dram.expect("synced blocks have a mirror"));
-        let e = self.cache.insert(hash, t.base, hbm, dram, None);
-        self.cache.update(e, |entry| entry.refs = 1);
+        let e = self.cache.insert(hash, t.base, hbm, dram, Some(id));
         self.block_mut(id, i).entry = Some(e);
         self.set(id, i, BlockState::Shared);
-        self.hold(e, id);
+        // It holds the new entry alone.
+        self.table_mut(id).sole += 1;
     }
 
     /// Block `i` of a finishing `id`, synced, parked or being written back: it stays as an
@@ -332,13 +332,13 @@ impl KvPool {
 
     /// `id` holds entry `e`'s HBM copy; the sole-holder counts follow.
     fn hold(&mut self, e: EntryId, id: RequestId) {
-        let holders = self.cache.update(e, |entry| {
+        let (n, first) = self.cache.update(e, |entry| {
             entry.holders.push(id);
-            entry.holders.clone()
+            (entry.holders.len(), entry.holders[0])
         });
-        match holders.as_slice() {
-            [only] => self.table_mut(*only).sole += 1,
-            [first, _] => self.table_mut(*first).sole -= 1,
+        match n {
+            1 => self.table_mut(first).sole += 1,
+            2 => self.table_mut(first).sole -= 1,
             _ => {}
         }
     }
