@@ -153,6 +153,7 @@ pub struct EngineStats {
     pub rotary: usize,
     pub evicting: usize,
     pub restoring: usize,
+    /// Blocks in use (cached blocks nobody uses count as free).
     pub hbm_used: u32,
     pub hbm_capacity: u32,
     pub dram_used: u32,
@@ -467,8 +468,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         s.restoring = self.census.count(ReqState::Restoring);
         s.hbm_capacity = self.pool.hbm_capacity();
         s.dram_capacity = self.pool.dram_capacity();
-        s.hbm_used = s.hbm_capacity - self.pool.hbm_free();
-        s.dram_used = s.dram_capacity - self.pool.dram_free();
+        // Cached blocks nobody uses are dropped on demand: they count as free here, as they
+        // do for the scheduler (`prefix_*_blocks` count them).
+        s.hbm_used = s.hbm_capacity - self.pool.hbm_available();
+        s.dram_used = s.dram_capacity - self.pool.dram_available();
         (s.bytes_h2d, s.bytes_d2h) = self.transfer.bytes_moved();
         (s.prefix_hbm_blocks, s.prefix_dram_blocks) = self.pool.prefix_blocks();
         s.b_xfer = self.xfer.last();

@@ -180,8 +180,7 @@ impl KvPool {
         // Hits in HBM first: holding them keeps the slots taken after from evicting them.
         for in_hbm in [true, false] {
             for i in 0..hits.len() {
-                let e = self.block(id, i).entry.expect("a hit");
-                if self.cache.get(e).hbm.is_some() == in_hbm {
+                if self.entry_in_hbm(self.block(id, i)) == in_hbm {
                     self.hold_again(id, i, out);
                 }
             }
@@ -328,6 +327,11 @@ impl KvPool {
         if idle && (!entry.listed || (!self.dram_level && entry.hbm.is_none())) {
             self.delete_entry(e);
         }
+    }
+
+    /// Whether the entry block `b` references has an HBM copy.
+    pub(super) fn entry_in_hbm(&self, b: &LogicalBlock) -> bool {
+        b.entry.is_some_and(|e| self.cache.get(e).hbm.is_some())
     }
 
     /// `id` holds entry `e`'s HBM copy; the sole-holder counts follow.
