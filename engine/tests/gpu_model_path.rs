@@ -278,6 +278,20 @@ fn run_engine(
     BTreeMap<RequestId, Vec<u32>>,
     superinfer_engine::EngineStats,
 ) {
+    run_waves(dir, hbm_blocks, policy, &[reqs.to_vec()], prefix_cache)
+}
+
+/// Submits each wave of requests once the previous one has finished; tokens per request.
+fn run_waves(
+    dir: &Path,
+    hbm_blocks: u32,
+    policy: PolicyKind,
+    waves: &[Vec<EngineRequest>],
+    prefix_cache: bool,
+) -> (
+    BTreeMap<RequestId, Vec<u32>>,
+    superinfer_engine::EngineStats,
+) {
     let opts = EngineOptions {
         hbm_blocks: Some(hbm_blocks),
         dram_blocks: Some(4096),
@@ -296,25 +310,32 @@ fn run_engine(
         policy.build(&WlvfConfig::default()),
     )
     .unwrap();
-    for r in reqs {
-        e.submit(r.clone()).unwrap();
-    }
     let mut out: BTreeMap<RequestId, Vec<u32>> = BTreeMap::new();
-    let mut idle = 0u64;
-    while !e.is_empty() {
-        let r = e.step().expect("step");
-        e.pool().check().expect("pool invariants");
-        if r.ran {
-            idle = 0;
-        } else {
-            idle += 1;
-            assert!(idle < 10_000_000, "engine stuck: {:?}", e.stats());
-            std::thread::yield_now();
+    for wave in waves {
+        for r in wave {
+            e.submit(r.clone()).unwrap();
         }
-        for ev in e.take_events() {
-            if let EngineEvent::Token { id, token, .. } = ev {
-                out.entry(id).or_default().push(token);
+        let mut idle = 0u64;
+        while !e.is_empty() {
+            let r = e.step().expect("step");
+            e.pool().check().expect("pool invariants");
+            if r.ran {
+                idle = 0;
+            } else {
+                idle += 1;
+                assert!(idle < 10_000_000, "engine stuck: {:?}", e.stats());
+                std::thread::yield_now();
             }
+            for ev in e.take_events() {
+                if let EngineEvent::Token { id, token, .. } = ev {
+                    out.entry(id).or_default().push(token);
+                }
+            }
+        }
+        // Let the last writebacks land: their blocks become cache entries for the next wave.
+        for _ in 0..50 {
+            e.step().expect("step");
+            std::thread::yield_now();
         }
     }
     (out, e.stats())
@@ -352,9 +373,12 @@ fn prefix_cache_hits_in_hbm_and_from_dram_leave_greedy_outputs_unchanged() {
     let dir = tempfile::tempdir().unwrap();
     write_tiny_model(dir.path(), 5).unwrap();
     // One tenant; every prompt starts with the same 48-token system prompt, and every third
-    // one repeats an earlier prompt whole (a retry, or a conversation's next turn).
+    // one repeats an earlier prompt whole (a retry, or a conversation's next turn). Three
+    // waves, each after the last finished: the first fills the cache, the second (other
+    // prompts, 150 tokens each) pushes it out of HBM, the third repeats the first's prompts
+    // and finds them in DRAM.
     let system = prompt(999, 48);
-    let reqs: Vec<EngineRequest> = (0..90u64)
+    let first: Vec<EngineRequest> = (0..30u64)
         .map(|i| {
             let mut r = request(i, 3 + (i as usize * 37) % 60, 2 + (i % 13) as u32);
             let own = if i % 3 == 2 {
@@ -367,14 +391,24 @@ fn prefix_cache_hits_in_hbm_and_from_dram_leave_greedy_outputs_unchanged() {
             r
         })
         .collect();
-    let (want, _) = run_engine(dir.path(), 2048, PolicyKind::Fcfs, &reqs, false);
+    let push: Vec<EngineRequest> = (100..110u64).map(|i| request(i, 150, 4)).collect();
+    let again: Vec<EngineRequest> = first
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.id = RequestId(r.id.0 + 1000);
+            r
+        })
+        .collect();
+    let waves = [first, push, again];
+    let (want, _) = run_waves(dir.path(), 2048, PolicyKind::Fcfs, &waves, false);
     // 40 HBM blocks: admissions queue behind each other, cached copies leave HBM and come
     // back from DRAM.
-    let (got, stats) = run_engine(dir.path(), 40, PolicyKind::Wlvf, &reqs, true);
+    let (got, stats) = run_waves(dir.path(), 40, PolicyKind::Wlvf, &waves, true);
     println!("prefix cache, tight HBM (40 blocks): {stats:?}");
     assert!(stats.prefix_hit_hbm_tokens > 0, "{stats:?}");
     assert!(stats.prefix_hit_dram_tokens > 0, "{stats:?}");
-    assert_eq!(got.len(), reqs.len());
+    assert_eq!(got.len(), 70);
     let wrong: Vec<_> = got
         .iter()
         .filter(|(id, t)| want[id] != **t)
