@@ -281,6 +281,24 @@ fn run_engine(
     run_waves(dir, hbm_blocks, policy, &[reqs.to_vec()], prefix_cache)
 }
 
+/// Every request of `got` produced what it did in `want`.
+fn same_outputs(
+    want: &BTreeMap<RequestId, Vec<u32>>,
+    got: &BTreeMap<RequestId, Vec<u32>>,
+    what: &str,
+) {
+    let wrong: Vec<_> = got
+        .iter()
+        .filter(|(id, t)| want[id] != **t)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} outputs changed {what}: {wrong:?}",
+        wrong.len()
+    );
+}
+
 /// Submits each wave of requests once the previous one has finished; tokens per request.
 fn run_waves(
     dir: &Path,
@@ -355,16 +373,7 @@ fn rotation_through_the_cuda_copy_engine_leaves_greedy_outputs_unchanged() {
     assert!(stats.rotations_out > 0 && stats.restores > 0, "{stats:?}");
     assert!(stats.bytes_d2h > 0 && stats.bytes_h2d > 0, "{stats:?}");
     assert_eq!(got.len(), reqs.len());
-    let wrong: Vec<_> = got
-        .iter()
-        .filter(|(id, t)| want[id] != **t)
-        .map(|(id, _)| *id)
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "{} outputs changed under rotation: {wrong:?}",
-        wrong.len()
-    );
+    same_outputs(&want, &got, "under rotation");
 }
 
 #[test]
@@ -409,16 +418,7 @@ fn prefix_cache_hits_in_hbm_and_from_dram_leave_greedy_outputs_unchanged() {
     assert!(stats.prefix_hit_hbm_tokens > 0, "{stats:?}");
     assert!(stats.prefix_hit_dram_tokens > 0, "{stats:?}");
     assert_eq!(got.len(), 70);
-    let wrong: Vec<_> = got
-        .iter()
-        .filter(|(id, t)| want[id] != **t)
-        .map(|(id, _)| *id)
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "{} outputs changed with the prefix cache: {wrong:?}",
-        wrong.len()
-    );
+    same_outputs(&want, &got, "with the prefix cache");
 }
 
 #[test]
