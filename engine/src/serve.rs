@@ -98,6 +98,10 @@ pub struct EngineOptions {
     /// Run one prefill and one decode through the runner before the engine starts
     /// ([`warm_up`]), so the first requests do not pay for first-use loading.
     pub warm_up: bool,
+    /// Keep full blocks as a prefix cache (`EngineConfig::prefix_cache`).
+    pub prefix_cache: bool,
+    /// Let the prefix cache keep DRAM-only blocks (`EngineConfig::prefix_cache_dram`).
+    pub prefix_cache_dram: bool,
 }
 
 impl Default for EngineOptions {
@@ -119,6 +123,8 @@ impl Default for EngineOptions {
             dtype: ModelDtype::F32,
             seed: None,
             warm_up: true,
+            prefix_cache: true,
+            prefix_cache_dram: true,
         }
     }
 }
@@ -136,6 +142,8 @@ impl EngineOptions {
             max_queue: self.max_queue,
             progress_tokens: self.progress_tokens,
             shed_late: self.shed_late,
+            prefix_cache: self.prefix_cache,
+            prefix_cache_dram: self.prefix_cache_dram,
             ..EngineConfig::default()
         }
     }
