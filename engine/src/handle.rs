@@ -50,6 +50,8 @@ pub enum StreamEvent {
         token: u32,
         t: f64,
         logprobs: Option<TokenLogprobs>,
+        /// Prompt tokens found in the prefix cache (as `Finished`'s).
+        cached: PrefixHit,
     },
     /// The end (always the last event).
     Finished {
@@ -370,9 +372,15 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                     token,
                     t,
                     logprobs,
+                    cached,
                 } => {
                     let gone = self.streams.get(&id).is_some_and(|tx| {
-                        tx.try_send(StreamEvent::Token { token, t, logprobs })
+                        tx.try_send(StreamEvent::Token {
+                            token,
+                            t,
+                            logprobs,
+                            cached,
+                        })
                             .is_err()
                     });
                     if gone {
