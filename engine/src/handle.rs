@@ -381,7 +381,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                             logprobs,
                             cached,
                         })
-                            .is_err()
+                        .is_err()
                     });
                     if gone {
                         // The client went away: abort now, frees its blocks before the next step.

@@ -248,12 +248,16 @@ fn shared_flag(query: Option<&str>) -> Result<bool> {
 }
 
 async fn drop_base(state: &Shared, base: String) -> Result<u32> {
-    state.engine.drop_prefix_cache(base).await.map_err(|e| match e {
-        EngineError::Stopped => GatewayError::ShuttingDown,
-        EngineError::QueueFull(_) => GatewayError::Overloaded {
-            message: "the engine inbox is full; retry after the Retry-After seconds".into(),
-            retry_after_s: 1,
-        },
-        other => GatewayError::Engine(other.to_string()),
-    })
+    state
+        .engine
+        .drop_prefix_cache(base)
+        .await
+        .map_err(|e| match e {
+            EngineError::Stopped => GatewayError::ShuttingDown,
+            EngineError::QueueFull(_) => GatewayError::Overloaded {
+                message: "the engine inbox is full; retry after the Retry-After seconds".into(),
+                retry_after_s: 1,
+            },
+            other => GatewayError::Engine(other.to_string()),
+        })
 }

@@ -274,7 +274,8 @@ impl Metrics {
                 .absolute(engine.bytes_h2d);
             metrics::counter!("superinfer_transfer_bytes_total", "direction" => "d2h")
                 .absolute(engine.bytes_d2h);
-            metrics::gauge!(PREFIX_BLOCKS, "tier" => "hbm").set(f64::from(engine.prefix_hbm_blocks));
+            metrics::gauge!(PREFIX_BLOCKS, "tier" => "hbm")
+                .set(f64::from(engine.prefix_hbm_blocks));
             metrics::gauge!(PREFIX_BLOCKS, "tier" => "dram")
                 .set(f64::from(engine.prefix_dram_blocks));
             metrics::gauge!("superinfer_b_xfer_blocks").set(f64::from(engine.b_xfer));

@@ -13,8 +13,8 @@ mod strict;
 pub(crate) use prompt::chat_messages;
 use prompt::{chat_tokens, prompt_list, PromptLimit};
 
-use extras::{cache_salt, continuous_usage, echo_text, logit_bias, min_tokens};
 pub use extras::MAX_CACHE_SALT_BYTES;
+use extras::{cache_salt, continuous_usage, echo_text, logit_bias, min_tokens};
 
 use crate::error::{GatewayError, Result};
 use crate::text::{ChatMessage, Text};

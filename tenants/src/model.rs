@@ -12,7 +12,9 @@ use std::fmt;
 
 use crate::error::Result;
 
-pub use validate::{MAX_CACHE_NAMESPACE_CHARS, MAX_NAME_CHARS, MAX_TBT_MS, MAX_TTFT_MS, MAX_WEIGHT};
+pub use validate::{
+    MAX_CACHE_NAMESPACE_CHARS, MAX_NAME_CHARS, MAX_TBT_MS, MAX_TTFT_MS, MAX_WEIGHT,
+};
 
 /// A tenant's id: allocated from a persistent counter, never reused, the same number as the
 /// engine's `superinfer_policies::TenantId(u32)` so the gateway can map it directly.

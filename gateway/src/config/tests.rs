@@ -298,7 +298,12 @@ fn the_prefix_cache_is_on_by_default_and_each_source_can_turn_it_off() {
     let file: Settings = toml::from_str("prefix_cache_hbm_only = true\n").unwrap();
     // A flag given `false` wins over the file.
     let flags = parse(&["superinfer", "serve", "--prefix-cache-hbm-only", "false"]);
-    assert!(ServeConfig::resolve(flags.or(file)).unwrap().engine.prefix_cache_dram);
+    assert!(
+        ServeConfig::resolve(flags.or(file))
+            .unwrap()
+            .engine
+            .prefix_cache_dram
+    );
     let both = Settings {
         no_prefix_cache: Some(true),
         prefix_cache_hbm_only: Some(true),

@@ -124,9 +124,7 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
                 State::Running(mut gen) => match gen.next().await {
                     Some(Piece::Text(t)) => {
                         let lp = gen.take_logprobs();
-                        let live = meta
-                            .continuous_usage
-                            .then(|| Usage::live(&gen));
+                        let live = meta.continuous_usage.then(|| Usage::live(&gen));
                         let b = meta.chunk_with(ChunkKind::Text(&t, &lp), live);
                         Some((b, (State::Running(gen), meta)))
                     }

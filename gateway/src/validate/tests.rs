@@ -409,7 +409,11 @@ fn cache_salt_is_a_bounded_non_empty_string() {
         r#"{"prompt":"a","cache_salt":5}"#,
         long.as_str(),
     ] {
-        assert_eq!(param_of(check(Endpoint::Completions, bad)), "cache_salt", "{bad}");
+        assert_eq!(
+            param_of(check(Endpoint::Completions, bad)),
+            "cache_salt",
+            "{bad}"
+        );
     }
     let edge = format!(
         r#"{{"prompt":"a","cache_salt":"{}"}}"#,

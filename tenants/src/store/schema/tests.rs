@@ -137,9 +137,14 @@ fn a_version_1_store_is_migrated_on_open_and_keeps_everything() {
     s.check().unwrap();
     assert_eq!(stored_version(&s.db).unwrap(), Some(2));
     let gold = s.get_by_name("gold").unwrap().unwrap();
-    assert_eq!((gold.id, gold.weight, gold.cache_namespace), (TenantId(1), 3.0, None));
+    assert_eq!(
+        (gold.id, gold.weight, gold.cache_namespace),
+        (TenantId(1), 3.0, None)
+    );
     assert_eq!(gold.created_at_ms, 1_700_000_000_000);
-    assert!(matches!(s.authenticate(keys[1].expose()).unwrap(), Auth::Granted(t) if t.name == "silver"));
+    assert!(
+        matches!(s.authenticate(keys[1].expose()).unwrap(), Auth::Granted(t) if t.name == "silver")
+    );
     // The new field is stored from now on.
     let patch = crate::TenantPatch {
         cache_namespace: Some(Some("team-a".into())),
