@@ -113,6 +113,9 @@ pub enum EngineEvent {
         token: u32,
         t: f64,
         logprobs: Option<TokenLogprobs>,
+        /// Prompt tokens found in the prefix cache at its first admission (as `Finished`'s),
+        /// so a caller that stops the request early still knows them.
+        cached: PrefixHit,
     },
     /// The request ended (exactly once per request).
     Finished {

@@ -50,6 +50,8 @@ pub enum StreamEvent {
         token: u32,
         t: f64,
         logprobs: Option<TokenLogprobs>,
+        /// Prompt tokens found in the prefix cache (as `Finished`'s).
+        cached: PrefixHit,
     },
     /// The end (always the last event).
     Finished {
@@ -370,10 +372,16 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                     token,
                     t,
                     logprobs,
+                    cached,
                 } => {
                     let gone = self.streams.get(&id).is_some_and(|tx| {
-                        tx.try_send(StreamEvent::Token { token, t, logprobs })
-                            .is_err()
+                        tx.try_send(StreamEvent::Token {
+                            token,
+                            t,
+                            logprobs,
+                            cached,
+                        })
+                        .is_err()
                     });
                     if gone {
                         // The client went away: abort now, frees its blocks before the next step.

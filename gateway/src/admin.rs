@@ -12,17 +12,21 @@
 //! | DELETE | /admin/v1/tenants/{tenant} | delete (its key stops working) |
 //! | POST | /admin/v1/tenants/{tenant}/rotate-key | new key; the old one stops working |
 //! | GET | /admin/v1/tenants/{tenant}/stats | the tenant's live statistics |
+//! | DELETE | /admin/v1/tenants/{tenant}/prefix-cache[?shared=true] | drop its prefix cache |
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete as delete_route, get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use superinfer_engine::kv::CacheScope;
+use superinfer_engine::EngineError;
+use superinfer_policies::TenantId as EngineTenantId;
 use superinfer_tenants::{KeyHash, NewTenant, Tenant, TenantPatch, TenantRef, TenantStore};
 
 use crate::auth::bearer;
@@ -53,6 +57,10 @@ pub fn router(state: Shared) -> Router<Shared> {
         )
         .route("/admin/v1/tenants/{tenant}/rotate-key", post(rotate_key))
         .route("/admin/v1/tenants/{tenant}/stats", get(stats))
+        .route(
+            "/admin/v1/tenants/{tenant}/prefix-cache",
+            delete_route(drop_prefix_cache),
+        )
         .layer(axum::middleware::from_fn_with_state(state, admin_auth))
 }
 
@@ -169,4 +177,87 @@ async fn stats(State(state): State<Shared>, Path(key): Path<String>) -> Result<R
         .get(tenant.id)
         .ok_or_else(|| GatewayError::TenantNotFound(format!("named `{}`", tenant.name)))?;
     Ok(Json(crate::openai::stats_body(&ctx)).into_response())
+}
+
+/// `DELETE /admin/v1/tenants/{tenant}/prefix-cache`: drops the tenant's own prefix-cache
+/// namespace (every salt). A tenant in a shared namespace shares it with other tenants, so that
+/// one is dropped only with `?shared=true`; the answer says which were dropped. Blocks that live
+/// requests still use are freed when those end, but no request hits them again.
+async fn drop_prefix_cache(
+    State(state): State<Shared>,
+    Path(key): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response> {
+    let shared = shared_flag(query.as_deref())?;
+    let tenant = blocking(&state, move |s| resolve(s, &key)).await?;
+    let own = CacheScope::tenant_base(EngineTenantId(tenant.id.0));
+    let n = drop_base(&state, own.clone()).await?;
+    let mut total = u64::from(n);
+    let mut namespaces = vec![json!({"namespace": own, "dropped_blocks": n})];
+    let shared_ns = tenant.cache_namespace.clone();
+    let note = match (&shared_ns, shared) {
+        (Some(name), true) => {
+            let base = CacheScope::shared_base(name);
+            let n = drop_base(&state, base.clone()).await?;
+            total += u64::from(n);
+            namespaces.push(json!({"namespace": base, "dropped_blocks": n}));
+            None
+        }
+        (Some(name), false) => Some(format!(
+            "the shared namespace `{name}` was not dropped (other tenants may use it); add \
+             ?shared=true to drop it too"
+        )),
+        (None, true) => Some("the tenant has no shared namespace".to_string()),
+        (None, false) => None,
+    };
+    tracing::info!(tenant = %tenant.name, id = tenant.id.0, blocks = total, "prefix cache dropped");
+    Ok(Json(json!({
+        "object": "prefix_cache.dropped",
+        "tenant": {"id": tenant.id, "name": tenant.name},
+        "dropped_blocks": total,
+        "namespaces": namespaces,
+        "cache_namespace": shared_ns,
+        "note": note,
+    }))
+    .into_response())
+}
+
+/// The query of the drop call: nothing, or `shared=true|false`.
+fn shared_flag(query: Option<&str>) -> Result<bool> {
+    let mut shared = false;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        shared = match pair.split_once('=') {
+            Some(("shared", "true")) => true,
+            Some(("shared", "false")) => false,
+            Some(("shared", v)) => {
+                return Err(GatewayError::invalid(
+                    "shared",
+                    format!("`shared` must be true or false, got {v:?}"),
+                ))
+            }
+            _ => {
+                let name = pair.split('=').next().unwrap_or(pair);
+                return Err(GatewayError::invalid(
+                    name,
+                    format!("unknown query parameter `{name}`; the only one is `shared`"),
+                ));
+            }
+        };
+    }
+    Ok(shared)
+}
+
+async fn drop_base(state: &Shared, base: String) -> Result<u32> {
+    state
+        .engine
+        .drop_prefix_cache(base)
+        .await
+        .map_err(|e| match e {
+            EngineError::Stopped => GatewayError::ShuttingDown,
+            EngineError::QueueFull(_) => GatewayError::Overloaded {
+                message: "the engine inbox is full; retry after the Retry-After seconds".into(),
+                retry_after_s: 1,
+            },
+            other => GatewayError::Engine(other.to_string()),
+        })
 }

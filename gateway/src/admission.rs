@@ -2,6 +2,7 @@
 //! engine's queue is full or its inbox cannot take the request, or the server is draining;
 //! otherwise submit the validated request with the tenant's SLO and weight.
 
+use superinfer_engine::kv::CacheScope;
 use superinfer_engine::{EngineError, EngineRequest, RequestStream};
 use superinfer_policies::{RequestId, Slo, TenantId};
 use superinfer_tenants::Tenant;
@@ -10,8 +11,18 @@ use crate::error::{GatewayError, Result};
 use crate::state::AppState;
 use crate::validate::ValidRequest;
 
-/// The engine request for a tenant's validated request: identity, weight and SLO come from the
-/// tenant record only.
+/// The prefix-cache namespace of a tenant's request: its shared namespace when the tenant
+/// has one (`cache_namespace`), else its own; salted with the request's `cache_salt`.
+pub fn cache_scope(tenant: &Tenant, salt: Option<&str>) -> CacheScope {
+    let base = match &tenant.cache_namespace {
+        Some(name) => CacheScope::shared(name),
+        None => CacheScope::tenant(TenantId(tenant.id.0)),
+    };
+    base.salted(salt.map(str::to_owned))
+}
+
+/// The engine request for a tenant's validated request: identity, weight, SLO and cache
+/// namespace come from the tenant record only (the body can only salt the namespace).
 pub fn engine_request(tenant: &Tenant, v: &ValidRequest) -> EngineRequest {
     EngineRequest {
         id: RequestId(0),
@@ -27,7 +38,7 @@ pub fn engine_request(tenant: &Tenant, v: &ValidRequest) -> EngineRequest {
         stop_token_ids: v.stop_token_ids.clone(),
         sampling: v.sampling.clone(),
         arrival: None,
-        cache: None,
+        cache: Some(cache_scope(tenant, v.cache_salt.as_deref())),
     }
 }
 

@@ -86,6 +86,11 @@ pub struct EngineOptions {
     pub max_queue: usize,
     /// Longest prompt + output of one request; capped by the KV capacity.
     pub max_model_len: u32,
+    /// Keep full blocks as a prefix cache (`--no-prefix-cache` turns it off).
+    pub prefix_cache: bool,
+    /// The prefix cache may keep blocks whose only copy is in DRAM (`--prefix-cache-hbm-only`
+    /// turns it off).
+    pub prefix_cache_dram: bool,
 }
 
 impl Default for EngineOptions {
@@ -101,6 +106,8 @@ impl Default for EngineOptions {
             shed_late: None,
             max_queue: 1024,
             max_model_len: 8192,
+            prefix_cache: true,
+            prefix_cache_dram: true,
         }
     }
 }
@@ -179,6 +186,8 @@ fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptio
         shed_late: opts.shed_late,
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
+        prefix_cache: opts.prefix_cache,
+        prefix_cache_dram: opts.prefix_cache_dram,
         ..defaults
     }
 }
@@ -330,6 +339,8 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
         shed_late: opts.shed_late,
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
+        prefix_cache: opts.prefix_cache,
+        prefix_cache_dram: opts.prefix_cache_dram,
         ..defaults
     };
     let policy = opts.policy.build(&opts.wlvf);

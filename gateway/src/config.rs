@@ -99,6 +99,14 @@ pub struct Settings {
     /// (docs/SCHEDULING.md, "Overload") [default: off].
     #[arg(long, env = "SUPERINFER_SHED_LATE")]
     pub shed_late: Option<f64>,
+    /// Turn the prefix cache off: every prompt is prefilled from its first token
+    /// (docs/OPERATIONS.md, "Prefix cache") [default: the cache is on].
+    #[arg(long, env = "SUPERINFER_NO_PREFIX_CACHE", num_args = 0..=1, default_missing_value = "true")]
+    pub no_prefix_cache: Option<bool>,
+    /// Keep the prefix cache in HBM only (as vLLM's): blocks whose only copy is in DRAM are
+    /// not kept as cache entries [default: both tiers].
+    #[arg(long, env = "SUPERINFER_PREFIX_CACHE_HBM_ONLY", num_args = 0..=1, default_missing_value = "true")]
+    pub prefix_cache_hbm_only: Option<bool>,
     /// HBM tier size in KV blocks [default: from the model and memory].
     #[arg(long, env = "SUPERINFER_HBM_BLOCKS")]
     pub hbm_blocks: Option<u32>,
@@ -203,6 +211,8 @@ impl Settings {
             decode_cost: self.decode_cost.or(lower.decode_cost),
             defer_late: self.defer_late.or(lower.defer_late),
             preempt_for_seats: self.preempt_for_seats.or(lower.preempt_for_seats),
+            no_prefix_cache: self.no_prefix_cache.or(lower.no_prefix_cache),
+            prefix_cache_hbm_only: self.prefix_cache_hbm_only.or(lower.prefix_cache_hbm_only),
             hbm_blocks: self.hbm_blocks.or(lower.hbm_blocks),
             dram_blocks: self.dram_blocks.or(lower.dram_blocks),
             b_xfer: self.b_xfer.or(lower.b_xfer),
@@ -291,6 +301,11 @@ impl ServeConfig {
                 bail!("{name} sizes the GPU's tiers; it needs device cuda");
             }
         }
+        let prefix_cache = !s.no_prefix_cache.unwrap_or(false);
+        let hbm_only = s.prefix_cache_hbm_only.unwrap_or(false);
+        if !prefix_cache && hbm_only {
+            bail!("prefix_cache_hbm_only chooses the tiers of the prefix cache; no_prefix_cache turns it off: set one of them");
+        }
         let drain = s.drain_timeout_s.unwrap_or(30.0);
         if !(drain.is_finite() && drain >= 0.0) {
             bail!("drain_timeout_s must be a number of seconds >= 0, got {drain}");
@@ -355,6 +370,8 @@ impl ServeConfig {
                 },
                 max_model_len: positive("max_model_len", s.max_model_len)?
                     .unwrap_or(d.max_model_len),
+                prefix_cache,
+                prefix_cache_dram: !hbm_only,
             },
             max_body_bytes: s.max_body_bytes.unwrap_or(4 << 20),
             drain_timeout: Duration::from_secs_f64(drain),

@@ -7,6 +7,7 @@ pub use superinfer_engine::text::StopMatcher;
 
 use std::sync::Arc;
 use std::time::Instant;
+use superinfer_engine::kv::PrefixHit;
 use superinfer_engine::{FinishReason, RequestStream, StreamEvent};
 
 use crate::limits::InFlight;
@@ -39,6 +40,8 @@ pub struct Outcome {
     pub completion_tokens: u32,
     /// Set when the engine failed or refused the request.
     pub error: Option<String>,
+    /// Prompt tokens found in the prefix cache, by tier.
+    pub cached: PrefixHit,
 }
 
 /// Streams one request's text.
@@ -52,6 +55,8 @@ pub struct Generation {
     gaps: Vec<f64>,
     prompt_tokens: u32,
     tokens: u32,
+    /// The prefix-cache hit, as the engine reports it with each token and the end.
+    cached: PrefixHit,
     pending_done: Option<Outcome>,
     finished: bool,
     /// Log-probabilities of tokens not yet reported (when the request asked for them).
@@ -81,6 +86,7 @@ impl Generation {
             gaps: Vec::new(),
             prompt_tokens,
             tokens: 0,
+            cached: PrefixHit::default(),
             pending_done: None,
             finished: false,
             logprobs: Vec::new(),
@@ -98,8 +104,12 @@ impl Generation {
             let event = stream.next().await;
             match event {
                 Some(StreamEvent::Token {
-                    token, logprobs, ..
+                    token,
+                    logprobs,
+                    cached,
+                    ..
                 }) => {
+                    self.cached = cached;
                     self.on_token();
                     if let Some(lp) = logprobs {
                         let d = &self.decoder;
@@ -127,9 +137,13 @@ impl Generation {
                     prompt_tokens,
                     completion_tokens,
                     error,
+                    cached,
                     ..
                 }) => {
                     self.stream = None;
+                    if cached.tokens() > 0 || error.is_none() {
+                        self.cached = cached;
+                    }
                     if prompt_tokens > 0 {
                         self.prompt_tokens = prompt_tokens;
                     }
@@ -170,6 +184,11 @@ impl Generation {
         self.tokens
     }
 
+    /// Prompt tokens found in the prefix cache (known from the first token on).
+    pub fn cached_tokens(&self) -> u32 {
+        self.cached.tokens()
+    }
+
     fn emit_then(&mut self, text: String, done: Outcome) -> Piece {
         if text.is_empty() {
             self.done(done)
@@ -185,6 +204,7 @@ impl Generation {
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.tokens,
             error,
+            cached: self.cached,
         }
     }
 
@@ -228,6 +248,13 @@ impl Generation {
         };
         m.finished[i].increment(1);
         m.generation_tokens.increment(u64::from(self.tokens));
+        // Admitted requests only: the engine looks the prompt up when it admits it.
+        if self.last_token.is_some() || self.cached.tokens() > 0 {
+            m.prefix_query_tokens
+                .increment(u64::from(self.prompt_tokens));
+            m.prefix_hit_tokens[0].increment(u64::from(self.cached.hbm));
+            m.prefix_hit_tokens[1].increment(u64::from(self.cached.dram));
+        }
         let e2e = self.started.elapsed().as_secs_f64();
         m.e2e.record(e2e);
         if !self.gaps.is_empty() {

@@ -26,6 +26,9 @@ pub const TTFT_ATTAINMENT: &str = "superinfer_ttft_slo_attainment_ratio";
 pub const TBT_ATTAINMENT: &str = "superinfer_tbt_slo_attainment_ratio";
 pub const SHED: &str = "superinfer_requests_shed_total";
 pub const STREAMS_ABORTED: &str = "superinfer_streams_aborted_total";
+pub const PREFIX_QUERY_TOKENS: &str = "superinfer_prefix_cache_query_tokens_total";
+pub const PREFIX_HIT_TOKENS: &str = "superinfer_prefix_cache_hit_tokens_total";
+pub const PREFIX_BLOCKS: &str = "superinfer_prefix_cache_blocks";
 
 /// At most one WARN summary of shed requests per this period.
 pub const SHED_LOG_PERIOD: Duration = Duration::from_secs(10);
@@ -117,6 +120,19 @@ impl Metrics {
                  reading for --stream-stall-timeout-s).",
             ),
             (
+                PREFIX_QUERY_TOKENS,
+                "Prompt tokens of admitted requests looked up in the prefix cache, per tenant.",
+            ),
+            (
+                PREFIX_HIT_TOKENS,
+                "Prompt tokens found in the prefix cache, per tenant and tier (hbm: reused in \
+                 place; dram: copied in).",
+            ),
+            (
+                PREFIX_BLOCKS,
+                "KV blocks kept as prefix-cache entries, per tier (hbm, dram).",
+            ),
+            (
                 TBT_ATTAINMENT,
                 "Share of a tenant's token gaps within its TBT SLO.",
             ),
@@ -182,6 +198,11 @@ impl Metrics {
                     finished("length"),
                     finished("abort"),
                     finished("error"),
+                ],
+                prefix_query_tokens: metrics::counter!(PREFIX_QUERY_TOKENS, "tenant" => t.clone()),
+                prefix_hit_tokens: [
+                    metrics::counter!(PREFIX_HIT_TOKENS, "tenant" => t.clone(), "tier" => "hbm"),
+                    metrics::counter!(PREFIX_HIT_TOKENS, "tenant" => t.clone(), "tier" => "dram"),
                 ],
                 ttft_attainment: metrics::gauge!(TTFT_ATTAINMENT, "tenant" => t.clone()),
                 tbt_attainment: metrics::gauge!(TBT_ATTAINMENT, "tenant" => t.clone()),
@@ -253,6 +274,10 @@ impl Metrics {
                 .absolute(engine.bytes_h2d);
             metrics::counter!("superinfer_transfer_bytes_total", "direction" => "d2h")
                 .absolute(engine.bytes_d2h);
+            metrics::gauge!(PREFIX_BLOCKS, "tier" => "hbm")
+                .set(f64::from(engine.prefix_hbm_blocks));
+            metrics::gauge!(PREFIX_BLOCKS, "tier" => "dram")
+                .set(f64::from(engine.prefix_dram_blocks));
             metrics::gauge!("superinfer_b_xfer_blocks").set(f64::from(engine.b_xfer));
             metrics::gauge!("superinfer_link_blocks_per_second").set(engine.link_blocks_per_s);
         });
@@ -272,6 +297,10 @@ pub struct TenantMetrics {
     pub generation_tokens: Counter,
     /// By finish reason: stop, length, abort, error.
     pub finished: [Counter; 4],
+    /// Prompt tokens of admitted requests (looked up in the prefix cache).
+    pub prefix_query_tokens: Counter,
+    /// Prompt tokens found in the prefix cache: in HBM, in DRAM.
+    pub prefix_hit_tokens: [Counter; 2],
     pub ttft_attainment: Gauge,
     pub tbt_attainment: Gauge,
 }

@@ -143,7 +143,7 @@ async fn collect(mut gen: Generation, meta: ResponseMeta, metrics: &Metrics) -> 
                 if let Some(err) = o.error {
                     return Err(engine_failure(err, o.completion_tokens, metrics));
                 }
-                let usage = Usage::new(o.prompt_tokens, o.completion_tokens);
+                let usage = Usage::of(&o);
                 return Ok(meta.full_body(&text, o.finish_reason, usage, &logprobs));
             }
         }

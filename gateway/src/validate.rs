@@ -13,7 +13,8 @@ mod strict;
 pub(crate) use prompt::chat_messages;
 use prompt::{chat_tokens, prompt_list, PromptLimit};
 
-use extras::{continuous_usage, echo_text, logit_bias, min_tokens};
+pub use extras::MAX_CACHE_SALT_BYTES;
+use extras::{cache_salt, continuous_usage, echo_text, logit_bias, min_tokens};
 
 use crate::error::{GatewayError, Result};
 use crate::text::{ChatMessage, Text};
@@ -57,6 +58,8 @@ pub struct ValidRequest {
     pub echo: Option<String>,
     /// Usage in every streamed chunk (`stream_options.continuous_usage_stats`).
     pub continuous_usage: bool,
+    /// vLLM's `cache_salt`: the prefix cache's namespace is salted with it.
+    pub cache_salt: Option<String>,
 }
 
 /// At most this many alternatives per token (OpenAI's limit).
@@ -157,7 +160,7 @@ fn out_of_range(serde_message: &str) -> Option<&'static str> {
 /// Checks everything and tokenizes the prompt.
 pub fn validate(
     endpoint: Endpoint,
-    body: Body,
+    mut body: Body,
     tenant: &Tenant,
     model: &ModelInfo,
     text: &Text,
@@ -171,6 +174,7 @@ pub fn validate(
         }
     }
     unsupported(&body, endpoint)?;
+    let cache_salt = cache_salt(body.cache_salt.take())?;
     let logprobs = logprobs(&body, endpoint)?;
     let mut sampling = sampling(&body)?;
     sampling.logprobs = logprobs;
@@ -231,6 +235,7 @@ pub fn validate(
         text,
     )?;
     Ok(ValidRequest {
+        cache_salt,
         more_prompts,
         n,
         echo,

@@ -4,7 +4,7 @@
 //! the field.
 //!
 //! vLLM's extensions are read: `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`,
-//! `stop_token_ids`, `min_tokens`, `stream_options.continuous_usage_stats`. `priority` is
+//! `stop_token_ids`, `min_tokens`, `stream_options.continuous_usage_stats`, `cache_salt`. `priority` is
 //! read and has no effect: a tenant's priority comes only from its weight and SLO, never from
 //! the body (DESIGN.md); `user` is OpenAI's end-user tag and has none either.
 
@@ -51,6 +51,9 @@ pub struct Body {
     pub logit_bias: Option<std::collections::HashMap<String, f32>>,
     /// vLLM's: no end of sequence before this many tokens.
     pub min_tokens: Option<u32>,
+    /// vLLM's: a salt of the prefix cache's namespace; only requests with the same salt (and
+    /// the same tenant or shared namespace) share cached blocks.
+    pub cache_salt: Option<String>,
 }
 
 /// A prompt: text, a list of one text, or token ids.

@@ -44,6 +44,7 @@ fn tenant() -> Tenant {
         },
         enabled: true,
         created_at_ms: 0,
+        cache_namespace: None,
     }
 }
 

@@ -12,7 +12,9 @@ use std::fmt;
 
 use crate::error::Result;
 
-pub use validate::{MAX_NAME_CHARS, MAX_TBT_MS, MAX_TTFT_MS, MAX_WEIGHT};
+pub use validate::{
+    MAX_CACHE_NAMESPACE_CHARS, MAX_NAME_CHARS, MAX_TBT_MS, MAX_TTFT_MS, MAX_WEIGHT,
+};
 
 /// A tenant's id: allocated from a persistent counter, never reused, the same number as the
 /// engine's `superinfer_policies::TenantId(u32)` so the gateway can map it directly.
@@ -133,6 +135,11 @@ pub struct Tenant {
     pub enabled: bool,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+    /// A prefix-cache namespace shared on purpose: tenants with the same name reuse each
+    /// other's cached prompt blocks. `None`: the tenant's own namespace (schema version 2;
+    /// absent in older records).
+    #[serde(default)]
+    pub cache_namespace: Option<String>,
 }
 
 impl Tenant {
@@ -141,7 +148,8 @@ impl Tenant {
         validate::name(&self.name)?;
         validate::slo(&self.slo)?;
         validate::weight(self.weight)?;
-        validate::quotas(&self.quotas)
+        validate::quotas(&self.quotas)?;
+        validate::cache_namespace(self.cache_namespace.as_deref())
     }
 }
 
@@ -159,6 +167,9 @@ pub struct NewTenant {
     pub quotas: Quotas,
     #[serde(default = "default_enabled")]
     pub enabled: bool,
+    /// See [`Tenant::cache_namespace`].
+    #[serde(default)]
+    pub cache_namespace: Option<String>,
 }
 
 fn default_weight() -> f64 {
@@ -178,6 +189,7 @@ impl NewTenant {
             weight: default_weight(),
             quotas: Quotas::default(),
             enabled: default_enabled(),
+            cache_namespace: None,
         }
     }
 
@@ -187,6 +199,7 @@ impl NewTenant {
         validate::slo(&self.slo)?;
         validate::weight(self.weight)?;
         validate::quotas(&self.quotas)?;
+        validate::cache_namespace(self.cache_namespace.as_deref())?;
         Ok(ValidNewTenant(self))
     }
 }
@@ -207,6 +220,7 @@ impl ValidNewTenant {
             weight,
             quotas,
             enabled,
+            cache_namespace,
         } = self.0;
         Tenant {
             id,
@@ -216,6 +230,7 @@ impl ValidNewTenant {
             quotas,
             enabled,
             created_at_ms,
+            cache_namespace,
         }
     }
 }
@@ -229,6 +244,24 @@ pub struct TenantPatch {
     pub weight: Option<f64>,
     pub quotas: Option<QuotasPatch>,
     pub enabled: Option<bool>,
+    /// Left out: unchanged; `null`: back to the tenant's own namespace; a name: that shared
+    /// namespace.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cache_namespace: Option<Option<String>>,
+}
+
+/// A field that is present, `null` included (`Some(None)`); absent fields stay `None` through
+/// `#[serde(default)]`.
+fn present<'de, D, T>(d: D) -> std::result::Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// The fields of [`Slo`], each optional.
@@ -278,9 +311,13 @@ impl TenantPatch {
         if let Some(enabled) = self.enabled {
             out.enabled = enabled;
         }
+        if let Some(ns) = &self.cache_namespace {
+            out.cache_namespace = ns.clone();
+        }
         validate::slo(&out.slo)?;
         validate::weight(out.weight)?;
         validate::quotas(&out.quotas)?;
+        validate::cache_namespace(out.cache_namespace.as_deref())?;
         Ok(out)
     }
 }

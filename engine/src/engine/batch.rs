@@ -211,6 +211,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 token: tok,
                 t,
                 logprobs,
+                cached: req.cached,
             });
             let stop = (!req.spec.ignore_eos && eos.contains(&tok))
                 || req.spec.stop_token_ids.contains(&tok);

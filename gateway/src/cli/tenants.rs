@@ -1,6 +1,9 @@
 //! `superinfer tenants list|create|get|patch|delete|rotate-key`: the admin API's operations on
 //! the data directory directly, for when the server is stopped (sled locks the directory, so
-//! while it runs, use the admin API). Output is JSON; a new key is printed once.
+//! while it runs, use the admin API). Output is JSON; a new key is printed once. There is no
+//! command to drop a prefix cache: the cache lives only in the running server's memory (it is
+//! empty whenever this CLI can open the store), so `DELETE /admin/v1/tenants/{t}/prefix-cache`
+//! is the way.
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -75,6 +78,12 @@ pub struct Fields {
     /// Enable (true) or disable (false) the tenant.
     #[arg(long)]
     pub enabled: Option<bool>,
+    /// Share prefix-cache blocks with the tenants that have this same namespace name.
+    #[arg(long, conflicts_with = "own_cache_namespace")]
+    pub cache_namespace: Option<String>,
+    /// Back to the tenant's own prefix-cache namespace (patch).
+    #[arg(long)]
+    pub own_cache_namespace: bool,
 }
 
 impl Fields {
@@ -96,6 +105,11 @@ impl Fields {
             })
             .filter(|q| *q != QuotasPatch::default()),
             enabled: self.enabled,
+            cache_namespace: match (&self.cache_namespace, self.own_cache_namespace) {
+                (Some(ns), _) => Some(Some(ns.clone())),
+                (None, true) => Some(None),
+                (None, false) => None,
+            },
         }
     }
 
@@ -109,6 +123,7 @@ impl Fields {
             quotas: Quotas::default(),
             enabled: true,
             created_at_ms: 0,
+            cache_namespace: None,
         };
         let t = self.patch(None).apply(&base)?;
         Ok(NewTenant {
@@ -117,6 +132,7 @@ impl Fields {
             weight: t.weight,
             quotas: t.quotas,
             enabled: t.enabled,
+            cache_namespace: t.cache_namespace,
         })
     }
 }

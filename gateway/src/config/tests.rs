@@ -276,3 +276,39 @@ fn serve_help_gives_the_engine_defaults_that_docs_operations_gives() {
         .expect("a row in docs/OPERATIONS.md");
     assert!(row.contains(&format!("model {m}, sim {s}")), "{row}");
 }
+
+#[test]
+fn the_prefix_cache_is_on_by_default_and_each_source_can_turn_it_off() {
+    use clap::Parser;
+    let d = ServeConfig::resolve(Settings::default()).unwrap();
+    assert!(d.engine.prefix_cache && d.engine.prefix_cache_dram);
+    let parse = |args: &[&str]| match crate::cli::Cli::try_parse_from(args).unwrap().command {
+        crate::cli::Command::Serve(s) => s.settings,
+        _ => unreachable!("a serve command"),
+    };
+    let flags = parse(&["superinfer", "serve", "--no-prefix-cache"]);
+    assert_eq!(flags.no_prefix_cache, Some(true));
+    let c = ServeConfig::resolve(flags).unwrap();
+    assert!(!c.engine.prefix_cache);
+    let hbm = ServeConfig::resolve(parse(&["superinfer", "serve", "--prefix-cache-hbm-only"]));
+    let hbm = hbm.unwrap();
+    assert!(hbm.engine.prefix_cache && !hbm.engine.prefix_cache_dram);
+    let file: Settings = toml::from_str("no_prefix_cache = true\n").unwrap();
+    assert!(!ServeConfig::resolve(file).unwrap().engine.prefix_cache);
+    let file: Settings = toml::from_str("prefix_cache_hbm_only = true\n").unwrap();
+    // A flag given `false` wins over the file.
+    let flags = parse(&["superinfer", "serve", "--prefix-cache-hbm-only", "false"]);
+    assert!(
+        ServeConfig::resolve(flags.or(file))
+            .unwrap()
+            .engine
+            .prefix_cache_dram
+    );
+    let both = Settings {
+        no_prefix_cache: Some(true),
+        prefix_cache_hbm_only: Some(true),
+        ..Settings::default()
+    };
+    let e = ServeConfig::resolve(both).unwrap_err().to_string();
+    assert!(e.contains("prefix_cache_hbm_only"), "{e}");
+}

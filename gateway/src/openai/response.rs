@@ -8,23 +8,51 @@ use serde_json::{json, Value};
 use std::cell::Cell;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::generate::TokenLogprob;
+use crate::generate::{Generation, Outcome, TokenLogprob};
 use crate::validate::Endpoint;
 
+/// OpenAI's `usage`, with `prompt_tokens_details.cached_tokens`: the prompt tokens found in
+/// the prefix cache (0 when none were, or before the request was admitted).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     pub total_tokens: u32,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PromptTokensDetails {
+    pub cached_tokens: u32,
 }
 
 impl Usage {
-    pub fn new(prompt_tokens: u32, completion_tokens: u32) -> Usage {
+    pub fn new(prompt_tokens: u32, completion_tokens: u32, cached_tokens: u32) -> Usage {
         Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens },
         }
+    }
+
+    /// The usage of a finished request.
+    pub fn of(o: &Outcome) -> Usage {
+        Usage::new(o.prompt_tokens, o.completion_tokens, o.cached.tokens())
+    }
+
+    /// The usage so far of a running request (continuous usage statistics).
+    pub fn live(g: &Generation) -> Usage {
+        Usage::new(g.prompt_tokens(), g.completion_tokens(), g.cached_tokens())
+    }
+
+    /// The usage of two choices together (`n` > 1, lists of prompts).
+    pub fn sum(self, other: Usage) -> Usage {
+        Usage::new(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.prompt_tokens_details.cached_tokens + other.prompt_tokens_details.cached_tokens,
+        )
     }
 }
 

@@ -1,7 +1,8 @@
 //! `POST /v1/completions` with a list of prompts and/or `n` > 1: one engine request per
 //! choice, all submitted before the first token (`index` = prompt × `n` + choice; each choice
-//! prefills its prompt itself until the KV pool shares prefixes). The request's concurrency slot is shared by its choices and freed when the last
-//! ends. Not streamed: one body with every choice and the usage of all. Streamed: the
+//! prefills its prompt itself unless the prefix cache already holds its blocks; usage sums the
+//! choices' `cached_tokens`). The request's concurrency slot is shared by its choices and freed
+//! when the last ends. Not streamed: one body with every choice and the usage of all. Streamed: the
 //! choices' chunks interleaved as they come, each choice's finish chunk, then (with
 //! `include_usage`) one usage chunk and `[DONE]`. A failure of one choice ends the response
 //! with an error (the others are aborted).
@@ -103,7 +104,7 @@ async fn collect_one(
                 if let Some(err) = o.error {
                     return Err(super::engine_failure(err, o.completion_tokens, metrics));
                 }
-                let usage = Usage::new(o.prompt_tokens, o.completion_tokens);
+                let usage = Usage::of(&o);
                 return Ok((text, o.finish_reason, usage));
             }
         }
@@ -113,21 +114,14 @@ async fn collect_one(
     ))
 }
 
-fn sum(a: Usage, b: Usage) -> Usage {
-    Usage::new(
-        a.prompt_tokens + b.prompt_tokens,
-        a.completion_tokens + b.completion_tokens,
-    )
-}
-
 async fn collect(gens: Vec<Generation>, meta: ResponseMeta, metrics: &Metrics) -> Result<Response> {
     let outs =
         futures_util::future::join_all(gens.into_iter().map(|g| collect_one(g, metrics))).await;
     let mut choices = Vec::with_capacity(outs.len());
-    let mut usage = Usage::new(0, 0);
+    let mut usage = Usage::new(0, 0, 0);
     for out in outs {
         let (text, finish, u) = out?;
-        usage = sum(usage, u);
+        usage = usage.sum(u);
         choices.push((text, finish));
     }
     Ok(meta.full_body_many(&choices, usage))
@@ -139,7 +133,7 @@ type Item = (u32, Piece, Usage);
 fn pieces(index: u32, gen: Generation) -> BoxStream<'static, Item> {
     stream::unfold(gen, move |mut g| async move {
         let piece = g.next().await?;
-        let live = Usage::new(g.prompt_tokens(), g.completion_tokens());
+        let live = Usage::live(&g);
         Some(((index, piece, live), g))
     })
     .boxed()
@@ -164,7 +158,7 @@ fn respond(gens: Vec<Generation>, meta: ResponseMeta, out: Out) -> Response {
         metrics: out.metrics.clone(),
         pieces: merged,
         open,
-        usage: Usage::new(0, 0),
+        usage: Usage::new(0, 0, 0),
         tail: Vec::new(),
     };
     let events = stream::unfold((start, meta), |(mut m, meta)| async move {
@@ -187,7 +181,7 @@ fn respond(gens: Vec<Generation>, meta: ResponseMeta, out: Out) -> Response {
                     let e = super::engine_failure(err, o.completion_tokens, &m.metrics);
                     event(&serde_json::to_vec(&e.body()).unwrap_or_default())
                 } else {
-                    m.usage = sum(m.usage, Usage::new(o.prompt_tokens, o.completion_tokens));
+                    m.usage = m.usage.sum(Usage::of(&o));
                     if m.open == 0 {
                         m.tail.push(Bytes::from_static(DONE));
                         if meta.include_usage {

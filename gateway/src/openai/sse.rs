@@ -124,15 +124,14 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
                 State::Running(mut gen) => match gen.next().await {
                     Some(Piece::Text(t)) => {
                         let lp = gen.take_logprobs();
-                        let live = meta
-                            .continuous_usage
-                            .then(|| Usage::new(gen.prompt_tokens(), gen.completion_tokens()));
+                        let live = meta.continuous_usage.then(|| Usage::live(&gen));
                         let b = meta.chunk_with(ChunkKind::Text(&t, &lp), live);
                         Some((b, (State::Running(gen), meta)))
                     }
-                    Some(Piece::Done(o)) => {
+                    Some(Piece::Done(mut o)) => {
                         let mut tail = Vec::with_capacity(3);
-                        match o.error {
+                        let usage = Usage::of(&o);
+                        match o.error.take() {
                             Some(err) => {
                                 let e = super::engine_failure(err, o.completion_tokens, &metrics);
                                 tail.push(event(
@@ -140,16 +139,13 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
                                 ));
                             }
                             None => {
-                                let live = meta
-                                    .continuous_usage
-                                    .then(|| Usage::new(o.prompt_tokens, o.completion_tokens));
+                                let live = meta.continuous_usage.then_some(usage);
                                 tail.push(
                                     meta.chunk_with(ChunkKind::Finish(o.finish_reason), live),
                                 );
                             }
                         }
                         if meta.include_usage {
-                            let usage = Usage::new(o.prompt_tokens, o.completion_tokens);
                             tail.push(meta.chunk(ChunkKind::Usage(usage)));
                         }
                         tail.push(Bytes::from_static(DONE));

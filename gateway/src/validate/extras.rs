@@ -1,5 +1,5 @@
 //! The fields honoured since the rule "no field accepted and ignored": `logit_bias`,
-//! `min_tokens`, `echo`, `stream_options.continuous_usage_stats`.
+//! `min_tokens`, `echo`, `stream_options.continuous_usage_stats`, `cache_salt`.
 
 use superinfer_engine::SamplingParams;
 
@@ -114,4 +114,26 @@ pub(super) fn echo_text(
         return refuse("`echo` with `logprobs` is not supported (no prompt log-probabilities)");
     }
     Ok(Some(text.prompt_text(prompt)))
+}
+
+/// At most this many bytes of `cache_salt` (it is hashed into the cache's namespace, so its
+/// length buys nothing; vLLM's salts are short random strings).
+pub const MAX_CACHE_SALT_BYTES: usize = 256;
+
+/// vLLM's `cache_salt`: a non-empty string of at most [`MAX_CACHE_SALT_BYTES`] bytes.
+pub(super) fn cache_salt(salt: Option<String>) -> Result<Option<String>> {
+    match salt {
+        Some(s) if s.is_empty() => Err(GatewayError::invalid(
+            "cache_salt",
+            "`cache_salt` must not be empty; leave it out to use the tenant's namespace",
+        )),
+        Some(s) if s.len() > MAX_CACHE_SALT_BYTES => Err(GatewayError::invalid(
+            "cache_salt",
+            format!(
+                "`cache_salt` has {} bytes; at most {MAX_CACHE_SALT_BYTES} are allowed",
+                s.len()
+            ),
+        )),
+        s => Ok(s),
+    }
 }

@@ -39,6 +39,7 @@ pub const READ: &[&str] = &[
     "priority",
     "logit_bias",
     "min_tokens",
+    "cache_salt",
 ];
 
 /// Fields this server does not implement, with the value that means "off" (accepted), and
@@ -191,7 +192,6 @@ const REFUSED: &[(&str, Option<&str>, &str)] = &[
         "tokens are returned as text",
     ),
     ("request_id", None, "the server sets `x-request-id`"),
-    ("cache_salt", None, "there is no prefix cache yet"),
     ("kv_transfer_params", None, "KV transfer is not supported"),
     ("vllm_xargs", None, "extra arguments are not supported"),
     (

@@ -14,6 +14,7 @@ fn tenant() -> Tenant {
         },
         enabled: true,
         created_at_ms: 0,
+        cache_namespace: None,
     }
 }
 
@@ -391,4 +392,32 @@ fn n_is_honoured_in_completions_and_refused_in_chat() {
     );
     let chat_n = r#"{"messages":[{"role":"user","content":"a"}],"n":2}"#;
     assert_eq!(param_of(check(Endpoint::Chat, chat_n)), "n");
+}
+
+#[test]
+fn cache_salt_is_a_bounded_non_empty_string() {
+    let v = check(Endpoint::Completions, r#"{"prompt":"a","cache_salt":"s1"}"#).unwrap();
+    assert_eq!(v.cache_salt.as_deref(), Some("s1"));
+    let none = check(Endpoint::Completions, r#"{"prompt":"a"}"#).unwrap();
+    assert_eq!(none.cache_salt, None);
+    let long = format!(
+        r#"{{"prompt":"a","cache_salt":"{}"}}"#,
+        "x".repeat(MAX_CACHE_SALT_BYTES + 1)
+    );
+    for bad in [
+        r#"{"prompt":"a","cache_salt":""}"#,
+        r#"{"prompt":"a","cache_salt":5}"#,
+        long.as_str(),
+    ] {
+        assert_eq!(
+            param_of(check(Endpoint::Completions, bad)),
+            "cache_salt",
+            "{bad}"
+        );
+    }
+    let edge = format!(
+        r#"{{"prompt":"a","cache_salt":"{}"}}"#,
+        "x".repeat(MAX_CACHE_SALT_BYTES)
+    );
+    assert!(check(Endpoint::Completions, &edge).is_ok());
 }

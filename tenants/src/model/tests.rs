@@ -175,3 +175,43 @@ fn slo_converts_to_seconds() {
     };
     assert_eq!((s.ttft_s(), s.tbt_s()), (1.5, 0.04));
 }
+
+#[test]
+fn cache_namespace_is_optional_validated_and_patched_as_set_clear_or_keep() {
+    let t = NewTenant::named("acme")
+        .validate()
+        .unwrap()
+        .into_tenant(TenantId(1), 0);
+    assert_eq!(t.cache_namespace, None);
+    for bad in [
+        "",
+        "has space",
+        "sl/ash",
+        &"x".repeat(MAX_CACHE_NAMESPACE_CHARS + 1),
+    ] {
+        let n = NewTenant {
+            cache_namespace: Some(bad.to_string()),
+            ..NewTenant::named("acme")
+        };
+        let e = n.validate().unwrap_err().to_string();
+        assert!(e.contains("`cache_namespace`"), "{bad:?}: {e}");
+    }
+    let set: TenantPatch = serde_json::from_str(r#"{"cache_namespace": "team-a"}"#).unwrap();
+    let shared = set.apply(&t).unwrap();
+    assert_eq!(shared.cache_namespace.as_deref(), Some("team-a"));
+    let keep: TenantPatch = serde_json::from_str(r#"{"weight": 2}"#).unwrap();
+    assert_eq!(
+        keep.apply(&shared).unwrap().cache_namespace.as_deref(),
+        Some("team-a")
+    );
+    let clear: TenantPatch = serde_json::from_str(r#"{"cache_namespace": null}"#).unwrap();
+    assert!(!clear.is_empty());
+    assert_eq!(clear.apply(&shared).unwrap().cache_namespace, None);
+    let bad: TenantPatch = serde_json::from_str(r#"{"cache_namespace": "a b"}"#).unwrap();
+    assert!(bad
+        .apply(&t)
+        .unwrap_err()
+        .to_string()
+        .contains("cache_namespace"));
+    assert!(serde_json::from_str::<TenantPatch>(r#"{"cache_namespace": 3}"#).is_err());
+}

@@ -6,6 +6,8 @@ use crate::error::{Result, TenantError};
 
 /// Longest tenant name, in characters.
 pub const MAX_NAME_CHARS: usize = 64;
+/// Longest shared prefix-cache namespace name, in characters.
+pub const MAX_CACHE_NAMESPACE_CHARS: usize = 64;
 /// Largest TTFT SLO accepted: one hour (larger values are almost surely a unit mistake).
 pub const MAX_TTFT_MS: u32 = 3_600_000;
 /// Largest TBT SLO accepted: one minute.
@@ -40,6 +42,36 @@ pub(crate) fn name(name: &str) -> Result<()> {
         return Err(TenantError::invalid(
             "name",
             format!("`{name}` is all digits, which reads as a tenant id; add a letter"),
+        ));
+    }
+    Ok(())
+}
+
+/// A shared prefix-cache namespace: 1–64 characters of `A-Z a-z 0-9 _ . -` (the same set as
+/// tenant names, so it is safe in logs, paths and metric labels).
+pub(crate) fn cache_namespace(ns: Option<&str>) -> Result<()> {
+    let Some(ns) = ns else { return Ok(()) };
+    const FIELD: &str = "cache_namespace";
+    if ns.is_empty() {
+        return Err(TenantError::invalid(
+            FIELD,
+            "must not be empty; use null for the tenant's own namespace",
+        ));
+    }
+    let chars = ns.chars().count();
+    if chars > MAX_CACHE_NAMESPACE_CHARS {
+        return Err(TenantError::invalid(
+            FIELD,
+            format!("is {chars} characters long; at most {MAX_CACHE_NAMESPACE_CHARS} are allowed"),
+        ));
+    }
+    if let Some(c) = ns
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        return Err(TenantError::invalid(
+            FIELD,
+            format!("contains {c:?}; use only letters A-Z a-z, digits, '_', '.' and '-'"),
         ));
     }
     Ok(())

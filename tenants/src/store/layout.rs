@@ -1,4 +1,5 @@
-//! The on-disk layout of schema version 1: tree names, meta keys, record encoding, and the
+//! The on-disk layout of schema version 2 (version 1's, with `cache_namespace` in each
+//! tenant record): tree names, meta keys, record encoding, and the
 //! transactional view that every write goes through.
 //!
 //! | tree | key | value |

@@ -9,6 +9,7 @@
 //! picks up from there.
 
 pub(crate) mod v0;
+pub(crate) mod v1;
 
 #[cfg(test)]
 mod tests;
@@ -22,7 +23,7 @@ use super::layout::{
 use crate::error::{Result, TenantError};
 
 /// The layout this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One step forward: `run` must move a store at version `from` to `from + 1`, writing the new
 /// version in the same transaction as the data.
@@ -31,10 +32,16 @@ struct Migration {
     run: fn(&Db) -> Result<()>,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    from: 0,
-    run: v0::migrate_to_v1,
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        from: 0,
+        run: v0::migrate_to_v1,
+    },
+    Migration {
+        from: 1,
+        run: v1::migrate_to_v2,
+    },
+];
 
 /// Brings the store at `db` to [`SCHEMA_VERSION`].
 pub(crate) fn migrate(db: &Db) -> Result<()> {

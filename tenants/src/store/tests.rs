@@ -69,6 +69,7 @@ fn patch_updates_fields_and_renames_uniquely() {
                     ..QuotasPatch::default()
                 }),
                 enabled: None,
+                cache_namespace: None,
             },
         )
         .unwrap();

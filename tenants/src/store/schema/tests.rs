@@ -100,6 +100,66 @@ fn a_bad_version_0_record_stops_the_migration_and_changes_nothing() {
         .is_some());
 }
 
+/// Writes a version-1 store by hand, as a version-1 build laid it out: records without
+/// `cache_namespace`, both indexes, the counters and `schema_version = 1`.
+fn write_v1(path: &Path, tenants: &[(&str, u32, &KeyHash)]) {
+    let db = sled::open(path).unwrap();
+    let (records, names, keys, meta) = (
+        db.open_tree("tenants").unwrap(),
+        db.open_tree("tenant_names").unwrap(),
+        db.open_tree("key_hashes").unwrap(),
+        db.open_tree("meta").unwrap(),
+    );
+    for &(name, id, hash) in tenants {
+        let value = format!(
+            r#"{{"tenant":{{"id":{id},"name":"{name}","slo":{{"ttft_ms":2000,"tbt_ms":80}},"weight":3.0,"quotas":{{"requests_per_s":50.0,"burst":100,"tokens_per_min":1000000,"max_concurrent":64,"max_prompt_tokens":8192,"max_output_tokens":2048}},"enabled":true,"created_at_ms":1700000000000}},"key_sha256":"{}"}}"#,
+            hash.to_hex()
+        );
+        records.insert(id.to_be_bytes(), value.as_bytes()).unwrap();
+        names.insert(name.as_bytes(), &id.to_be_bytes()).unwrap();
+        keys.insert(hash.as_bytes(), &id.to_be_bytes()).unwrap();
+    }
+    meta.insert("next_id", &10u64.to_be_bytes()).unwrap();
+    meta.insert("generation", &7u64.to_be_bytes()).unwrap();
+    meta.insert("schema_version", &1u32.to_be_bytes()).unwrap();
+    db.flush().unwrap();
+}
+
+#[test]
+fn a_version_1_store_is_migrated_on_open_and_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let keys: Vec<ApiKey> = (0..2).map(|_| ApiKey::generate().unwrap()).collect();
+    let hashes: Vec<KeyHash> = keys.iter().map(ApiKey::hash).collect();
+    write_v1(&path, &[("gold", 1, &hashes[0]), ("silver", 4, &hashes[1])]);
+
+    let s = reopen(&path);
+    s.check().unwrap();
+    assert_eq!(stored_version(&s.db).unwrap(), Some(2));
+    let gold = s.get_by_name("gold").unwrap().unwrap();
+    assert_eq!(
+        (gold.id, gold.weight, gold.cache_namespace),
+        (TenantId(1), 3.0, None)
+    );
+    assert_eq!(gold.created_at_ms, 1_700_000_000_000);
+    assert!(
+        matches!(s.authenticate(keys[1].expose()).unwrap(), Auth::Granted(t) if t.name == "silver")
+    );
+    // The new field is stored from now on.
+    let patch = crate::TenantPatch {
+        cache_namespace: Some(Some("team-a".into())),
+        ..crate::TenantPatch::default()
+    };
+    s.patch(gold.id, patch).unwrap();
+    let (next, _) = s.create(crate::NewTenant::named("new")).unwrap();
+    assert_eq!(next.id.0, 10);
+    drop(s);
+    let s = reopen(&path);
+    let gold = s.get_by_name("gold").unwrap().unwrap();
+    assert_eq!(gold.cache_namespace.as_deref(), Some("team-a"));
+    s.check().unwrap();
+}
+
 #[test]
 fn a_new_store_starts_at_the_current_version() {
     let dir = tempfile::tempdir().unwrap();

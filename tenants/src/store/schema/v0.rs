@@ -69,6 +69,7 @@ pub(crate) fn migrate_to_v1(db: &Db) -> Result<()> {
             weight: old.weight,
             quotas: Quotas::default(),
             enabled: old.enabled,
+            cache_namespace: None,
         };
         let valid = new
             .validate()
