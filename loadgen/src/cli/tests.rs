@@ -1,5 +1,6 @@
 use super::*;
 use crate::record::RequestRecord;
+use crate::workload::{ArrivalSpec, TenantSpec};
 
 fn parse(extra: &[&str]) -> Result<SimArgs, clap::Error> {
     let argv = ["superinfer-loadgen", "sim", "--out", "/tmp/unused"]
