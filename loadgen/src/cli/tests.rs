@@ -390,7 +390,7 @@ fn a_target_that_loses_requests_fails_the_sweep() {
         false,
     )
     .unwrap_err();
-    assert!(e.to_string().contains("records for"), "{e}");
+    assert!(e.to_string().contains("none for request"), "{e}");
 }
 
 #[test]

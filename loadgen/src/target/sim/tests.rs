@@ -219,7 +219,7 @@ fn each_turn_repeats_the_previous_prompt_and_answer_and_waits_for_it() {
 
 fn cache_cfg(prefix_cache: bool, prefix_cache_dram: bool) -> SimTargetConfig {
     SimTargetConfig {
-        hbm_kv_gb: Some(1.0),
+        hbm_kv_gb: Some(2.0),
         dram_gb: Some(48.0),
         max_batched_tokens: 2048,
         max_num_seqs: 256,
@@ -232,8 +232,8 @@ fn cache_cfg(prefix_cache: bool, prefix_cache_dram: bool) -> SimTargetConfig {
 #[test]
 fn the_cache_hits_on_conversations_and_cuts_prefill() {
     let tenants = vec![
-        chat_tenant("a", 3.0, 512, 5.0),
-        chat_tenant("b", 3.0, 512, 5.0),
+        chat_tenant("a", 1.0, 512, 15.0),
+        chat_tenant("b", 1.0, 512, 15.0),
     ];
     let d = 60.0;
     let summarize = |cfg| {
@@ -257,12 +257,20 @@ fn the_cache_hits_on_conversations_and_cuts_prefill() {
     let rate = two.hit_rate.unwrap();
     assert!(rate > 0.5, "{two:?}");
     assert_eq!(off.cached_tokens, 0, "{off:?}");
-    assert_eq!(two_n, off_n, "light load: every turn is sent in both runs");
-    assert_eq!(two.prompt_tokens, off.prompt_tokens, "same prompts");
-    // Computed prefill falls by at least the hit rate (recomputes may add some back).
+    assert!(two_n > 100 && off_n > 100, "{two_n} {off_n}");
+    // Computed prefill per prompt token sent falls by at least the hit rate (recomputes
+    // may add a little back); without the cache nearly every prompt token is computed.
+    let frac =
+        |prefill: u64, c: &crate::report::CacheSummary| prefill as f64 / c.prompt_tokens as f64;
     assert!(
-        (two_prefill as f64) <= (1.0 - rate) * off_prefill as f64 * 1.05,
-        "{two_prefill} vs {off_prefill} at hit rate {rate}"
+        frac(two_prefill, &two) <= (1.0 - rate) * 1.05,
+        "{two_prefill} of {} at hit rate {rate}",
+        two.prompt_tokens
+    );
+    assert!(
+        frac(off_prefill, &off) >= 0.95,
+        "{off_prefill} of {}",
+        off.prompt_tokens
     );
     assert!(two_ttft < off_ttft, "{two_ttft} vs {off_ttft}");
     assert!(hbm.hit_rate.unwrap() <= rate, "{hbm:?} vs {two:?}");
