@@ -7,10 +7,11 @@
 //! failure while running exits with status 1.
 
 use crate::error::Error;
+use crate::record::RequestRecord;
 use crate::report::{ReportConfig, ReportMeta, ReportWriter, RunInput, RunSummary, Summary};
 use crate::target::sim::{SimTarget, SimTargetConfig};
 use crate::target::Target;
-use crate::workload::{self, load_tenants, ArrivalSpec, LengthSpec, RequestSpec, TenantSpec};
+use crate::workload::{LengthSpec, RequestSpec};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::ffi::OsString;
@@ -21,9 +22,11 @@ use superinfer_engine::EngineConfig;
 use superinfer_policies::{PolicyKind, VltConfig, WlvfConfig};
 
 mod http;
+mod workload;
 
 use http::run_http;
 pub use http::HttpArgs;
+pub use workload::{prepare_workload, ConversationFlags, Load, Sweep, WorkloadFlags};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -158,6 +161,15 @@ pub struct SimArgs {
     /// count as misses.
     #[arg(long, default_value_t = SimTargetConfig::default().drain_s, value_parser = parse_non_negative)]
     pub drain_s: f64,
+    /// Run without the prefix cache (every prompt token is prefilled).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+    /// Keep the prefix cache in HBM only (as vLLM's automatic prefix caching does), not in
+    /// DRAM.
+    #[arg(long, conflicts_with = "no_prefix_cache")]
+    pub prefix_cache_hbm_only: bool,
+    #[command(flatten)]
+    pub conversation: ConversationFlags,
     /// Bootstrap resamples for the attainment confidence intervals.
     #[arg(long, default_value_t = 1000)]
     pub bootstrap_resamples: usize,
@@ -231,138 +243,9 @@ pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
         shed_late: args.shed_late,
         policy: wlvf_config(args),
         drain_s: args.drain_s,
+        prefix_cache: !args.no_prefix_cache,
+        prefix_cache_dram: !args.prefix_cache_hbm_only,
     }
-}
-
-/// One offered load: the tenants at that load and the requests they send.
-#[derive(Clone, Debug)]
-pub struct Load {
-    /// Sum of the tenants' mean arrival rates.
-    pub rps: f64,
-    pub tenants: Vec<TenantSpec>,
-    pub requests: Vec<RequestSpec>,
-}
-
-/// A checked sweep: every run it will make, with its requests already generated.
-#[derive(Clone, Debug)]
-pub struct Sweep {
-    pub policies: Vec<PolicyKind>,
-    pub loads: Vec<Load>,
-    pub duration_s: f64,
-}
-
-/// The flags that define a sweep's workload, shared by `sim` and `http`.
-#[derive(Clone, Copy, Debug)]
-pub struct WorkloadFlags<'a> {
-    pub policies: &'a [PolicyKind],
-    pub rps: &'a [f64],
-    pub duration: f64,
-    pub seed: u64,
-    pub tenants: Option<&'a Path>,
-    pub dataset: &'a LengthSpec,
-    pub ttft_slo_s: f64,
-    pub tbt_slo_s: f64,
-}
-
-impl<'a> From<&'a SimArgs> for WorkloadFlags<'a> {
-    fn from(a: &'a SimArgs) -> Self {
-        WorkloadFlags {
-            policies: &a.policies,
-            rps: &a.rps,
-            duration: a.duration,
-            seed: a.seed,
-            tenants: a.tenants.as_deref(),
-            dataset: &a.dataset,
-            ttft_slo_s: a.ttft_slo_s,
-            tbt_slo_s: a.tbt_slo_s,
-        }
-    }
-}
-
-/// Checks the flags, reads the tenants file and generates every load's requests.
-pub fn prepare(args: &SimArgs) -> Result<Sweep, Error> {
-    prepare_workload(args.into())
-}
-
-/// [`prepare`] for any command's workload flags.
-pub fn prepare_workload(args: WorkloadFlags<'_>) -> Result<Sweep, Error> {
-    if let Some(p) = first_duplicate(args.policies.iter()) {
-        return Err(usage(format!("--policies lists '{p}' twice")));
-    }
-    if args.policies.is_empty() {
-        return Err(usage("--policies is empty".into()));
-    }
-    if let Some(r) = first_duplicate(args.rps.iter().map(|r| r.to_bits())) {
-        return Err(usage(format!("--rps lists {} twice", f64::from_bits(r))));
-    }
-    let base = match args.tenants {
-        Some(path) => load_tenants(path)?,
-        None => {
-            if args.rps.is_empty() {
-                return Err(usage(
-                    "--rps is required without --tenants (e.g. --rps 5,10,15,20)".into(),
-                ));
-            }
-            vec![TenantSpec {
-                ttft_slo_s: args.ttft_slo_s,
-                tbt_slo_s: args.tbt_slo_s,
-                ..TenantSpec::new(
-                    "default",
-                    args.dataset.clone(),
-                    ArrivalSpec::Poisson { rps: 1.0 },
-                )
-            }]
-        }
-    };
-    let base_rps = total_rps(&base)?;
-    let targets = if args.rps.is_empty() {
-        vec![base_rps]
-    } else {
-        args.rps.to_vec()
-    };
-    let loads = targets
-        .into_iter()
-        .map(|rps| {
-            let factor = rps / base_rps;
-            let tenants: Vec<TenantSpec> = base
-                .iter()
-                .map(|t| TenantSpec {
-                    arrivals: t.arrivals.scaled(factor),
-                    ..t.clone()
-                })
-                .collect();
-            let requests = workload::generate(&tenants, args.duration, args.seed)?;
-            Ok(Load {
-                rps,
-                tenants,
-                requests,
-            })
-        })
-        .collect::<Result<Vec<_>, Error>>()?;
-    Ok(Sweep {
-        policies: args.policies.to_vec(),
-        loads,
-        duration_s: args.duration,
-    })
-}
-
-fn usage(msg: String) -> Error {
-    Error::Usage(msg)
-}
-
-fn first_duplicate<T: PartialEq + Copy>(items: impl Iterator<Item = T>) -> Option<T> {
-    let items: Vec<T> = items.collect();
-    items
-        .iter()
-        .enumerate()
-        .find(|(i, x)| items[..*i].contains(x))
-        .map(|(_, x)| *x)
-}
-
-fn total_rps(tenants: &[TenantSpec]) -> Result<f64, Error> {
-    tenants.iter().try_fold(0.0, |sum, t| {
-        Ok(sum + t.arrivals.mean_rps().map_err(|e| e.in_tenant(&t.name))?)
-    })
 }
 
 /// Runs every policy at every load against `target` and writes the report into `out`.
@@ -389,20 +272,15 @@ pub fn execute(
         for load in &sweep.loads {
             bar.set_message(format!("{policy} at {:.2} rps", load.rps));
             let records = target.run(policy, &load.tenants, &load.requests, sweep.duration_s)?;
-            if records.len() != load.requests.len() {
-                anyhow::bail!(
-                    "{policy} at {} rps: the target returned {} records for {} requests",
-                    load.rps,
-                    records.len(),
-                    load.requests.len()
-                );
-            }
+            check_records(&load.requests, &records)
+                .map_err(|e| anyhow::anyhow!("{policy} at {} rps: {e}", load.rps))?;
             let summary = writer.add_run(&RunInput {
                 policy: policy.as_str(),
                 rps: load.rps,
                 tenants: &load.tenants,
                 records: &records,
                 duration_s: sweep.duration_s,
+                target: target.last_stats(),
             })?;
             if progress {
                 bar.println(one_line(summary));
@@ -416,10 +294,37 @@ pub fn execute(
     Ok(writer.finish(meta)?)
 }
 
+/// A target's records keep the contract of [`Target`]: at most one per request, none for an
+/// unknown id, and one for every request that is not a follow-up turn.
+fn check_records(requests: &[RequestSpec], records: &[RequestRecord]) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    let ids: std::collections::HashSet<u64> = requests.iter().map(|r| r.id).collect();
+    for r in records {
+        if !ids.contains(&r.id) || !seen.insert(r.id) {
+            return Err(format!(
+                "the target returned an unknown or repeated id {}",
+                r.id
+            ));
+        }
+    }
+    let firsts = requests
+        .iter()
+        .filter(|r| r.turn.and_then(|t| t.after).is_none());
+    if let Some(r) = firsts.clone().find(|r| !seen.contains(&r.id)) {
+        return Err(format!(
+            "the target returned {} records, none for request {} (of {} that must be sent)",
+            records.len(),
+            r.id,
+            firsts.count()
+        ));
+    }
+    Ok(())
+}
+
 fn one_line(r: &RunSummary) -> String {
     format!(
         "{:<5} {:>7.2} rps  TTFT {:>5.1}%  TBT {:>5.1}%  p99 TTFT {:>7.2} s  p99 TBT {:>6.0} ms  \
-         {:>7.0} tok/s  Jain {:.3}  max wait {:.1} s",
+         {:>7.0} tok/s  Jain {:.3}  max wait {:.1} s  cache hits {}",
         r.policy,
         r.rps,
         100.0 * r.ttft_attainment,
@@ -429,7 +334,31 @@ fn one_line(r: &RunSummary) -> String {
         r.throughput_tokens_per_s,
         r.jain,
         r.max_wait_s,
+        r.cache
+            .hit_rate
+            .map_or("?".into(), |h| format!("{:.1}%", 100.0 * h)),
     )
+}
+
+impl<'a> From<&'a SimArgs> for WorkloadFlags<'a> {
+    fn from(a: &'a SimArgs) -> Self {
+        WorkloadFlags {
+            policies: &a.policies,
+            rps: &a.rps,
+            duration: a.duration,
+            seed: a.seed,
+            tenants: a.tenants.as_deref(),
+            dataset: &a.dataset,
+            ttft_slo_s: a.ttft_slo_s,
+            tbt_slo_s: a.tbt_slo_s,
+            conversation: &a.conversation,
+        }
+    }
+}
+
+/// Checks the flags, reads the tenants file and generates every load's requests.
+pub fn prepare(args: &SimArgs) -> Result<Sweep, Error> {
+    prepare_workload(args.into())
 }
 
 fn meta(args: &SimArgs, target: &SimTarget, command: String) -> ReportMeta {
@@ -442,7 +371,16 @@ fn meta(args: &SimArgs, target: &SimTarget, command: String) -> ReportMeta {
             args.tbt_slo_s
         ),
     };
+    let workload = match args.conversation.describe() {
+        d if d.is_empty() => workload,
+        d => format!("{workload}; {d}"),
+    };
     let e = target.engine_config();
+    let prefix_cache = match (e.prefix_cache, e.prefix_cache_dram) {
+        (false, _) => "off (--no-prefix-cache)",
+        (true, false) => "HBM only (--prefix-cache-hbm-only)",
+        (true, true) => "two tiers (HBM + DRAM)",
+    };
     let b_xfer = args
         .b_xfer
         .map_or("automatic (link rate × iteration time)".to_string(), |b| {
@@ -466,6 +404,7 @@ fn meta(args: &SimArgs, target: &SimTarget, command: String) -> ReportMeta {
             ("seed".into(), args.seed.to_string()),
             ("B_xfer".into(), b_xfer),
             ("KV tiers".into(), kv_tiers(args, target)),
+            ("prefix cache".into(), prefix_cache.into()),
             (
                 "batching".into(),
                 format!(

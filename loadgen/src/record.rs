@@ -22,6 +22,18 @@ pub struct RequestRecord {
     pub generated_tokens: u32,
     /// Times the request lost its place on the GPU (rotated out or recomputed).
     pub preemptions: u32,
+    /// Prompt tokens the server found in its prefix cache; `None`: not known (not finished,
+    /// or the server did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u32>,
+    /// Of `cached_tokens`, those found only in host DRAM (copied in); `None`: not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_dram_tokens: Option<u32>,
+    /// The conversation and the turn within it, for multi-turn workloads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
 }
 
 impl RequestRecord {
@@ -38,6 +50,10 @@ impl RequestRecord {
             output_tokens: spec.output_tokens,
             generated_tokens: 0,
             preemptions: 0,
+            cached_tokens: None,
+            cached_dram_tokens: None,
+            conversation: spec.turn.map(|t| t.conversation),
+            turn: spec.turn.map(|t| t.index),
         }
     }
 

@@ -6,16 +6,19 @@
 //! - [`writer`]: the output directory.
 //! - [`markdown`], [`plots`]: renderings.
 
+pub mod cache;
 pub mod markdown;
 pub mod plots;
 pub mod stats;
 pub mod writer;
 
+pub use cache::CacheSummary;
 pub use stats::Ci95;
 pub use writer::{ReportMeta, ReportWriter};
 
 use crate::error::Error;
 use crate::record::RequestRecord;
+use crate::target::TargetStats;
 use crate::workload::TenantSpec;
 use serde::{Deserialize, Serialize};
 use stats::Outcome;
@@ -61,6 +64,13 @@ pub struct RunSummary {
     pub max_wait_s: f64,
     pub max_stall_s: f64,
     pub preemptions: u64,
+    /// Prefix cache: prompt tokens, cached tokens by tier, hit rate.
+    #[serde(default)]
+    pub cache: CacheSummary,
+    /// Prompt tokens the engine actually prefilled (recomputes included), where the target
+    /// can see it (the twin).
+    #[serde(default)]
+    pub prefill_tokens_computed: Option<u64>,
     pub tenants: Vec<TenantSummary>,
 }
 
@@ -80,6 +90,9 @@ pub struct TenantSummary {
     pub served_tokens: u64,
     /// `served_tokens` over all tenants' served tokens.
     pub share: f64,
+    /// Its requests' prefix-cache statistics.
+    #[serde(default)]
+    pub cache: CacheSummary,
 }
 
 /// `summary.json`.
@@ -97,6 +110,8 @@ pub struct RunInput<'a> {
     pub tenants: &'a [TenantSpec],
     pub records: &'a [RequestRecord],
     pub duration_s: f64,
+    /// What the target measured inside the server, if it can.
+    pub target: Option<TargetStats>,
 }
 
 /// Knobs of the statistics.
@@ -172,7 +187,7 @@ pub(crate) fn analyze(
             .filter(|o| !o.gaps_s.is_empty())
             .map(|o| o.gaps_s.iter().sum::<f64>() / o.gaps_s.len() as f64),
     );
-    let tenants = tenant_summaries(input.tenants, &outcomes);
+    let tenants = tenant_summaries(input.tenants, &outcomes, input.records);
     let active: Vec<&TenantSummary> = tenants.iter().filter(|t| t.submitted > 0).collect();
     let normalized: Vec<f64> = active
         .iter()
@@ -209,6 +224,8 @@ pub(crate) fn analyze(
         max_wait_s: max(|o| o.max_wait_s),
         max_stall_s: max(|o| o.max_stall_s),
         preemptions: outcomes.iter().map(|o| u64::from(o.preemptions)).sum(),
+        cache: CacheSummary::of(input.records.iter()),
+        prefill_tokens_computed: input.target.map(|t| t.prefill_tokens_computed),
         tenants,
     };
     Ok((summary, outcomes))
@@ -220,7 +237,11 @@ fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
     v
 }
 
-fn tenant_summaries(tenants: &[TenantSpec], outcomes: &[Outcome]) -> Vec<TenantSummary> {
+fn tenant_summaries(
+    tenants: &[TenantSpec],
+    outcomes: &[Outcome],
+    records: &[RequestRecord],
+) -> Vec<TenantSummary> {
     let mine = |i: usize| outcomes.iter().filter(move |o| o.tenant == i);
     let served: Vec<u64> = (0..tenants.len())
         .map(|i| mine(i).map(|o| o.served_tokens).sum())
@@ -257,6 +278,7 @@ fn tenant_summaries(tenants: &[TenantSpec], outcomes: &[Outcome]) -> Vec<TenantS
                 } else {
                     0.0
                 },
+                cache: CacheSummary::of(records.iter().filter(|r| r.tenant == i)),
             }
         })
         .collect()

@@ -1,5 +1,7 @@
 //! Targets: what a workload is run against. Each returns one [`RequestRecord`] per request it
-//! was given, in any order, with times on the run's clock (0 = start of the run).
+//! sent, in any order, with times on the run's clock (0 = start of the run). Every request
+//! that is not a follow-up turn is sent; a follow-up turn is sent only after the turn before it
+//! finished, and only if that plus its think time falls inside the arrival window.
 //!
 //! - [`sim`]: the in-process engine on a virtual clock with a simulated GPU.
 //! - [`http`]: any OpenAI-compatible server, measured from the client.
@@ -13,6 +15,12 @@ use superinfer_policies::PolicyKind;
 
 /// Something that serves a workload under a scheduling policy.
 pub trait Target {
+    /// What the target measured about the last run beyond the records (the twin: prefill
+    /// tokens its engine computed); `None` when it cannot see inside the server.
+    fn last_stats(&self) -> Option<TargetStats> {
+        None
+    }
+
     /// Serves `requests` (sorted by arrival; `tenant` indexes `tenants`) for a run of
     /// `duration_s` seconds and reports what each one experienced.
     fn run(
@@ -22,4 +30,11 @@ pub trait Target {
         requests: &[RequestSpec],
         duration_s: f64,
     ) -> anyhow::Result<Vec<RequestRecord>>;
+}
+
+/// Totals a target measured inside the server during a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TargetStats {
+    /// Prompt tokens the engine actually prefilled (recomputes included; cache hits not).
+    pub prefill_tokens_computed: u64,
 }

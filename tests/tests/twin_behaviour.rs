@@ -34,6 +34,7 @@ fn run(
         tenants,
         records: &records,
         duration_s: DURATION_S,
+        target: None,
     };
     (
         summarize(&input, &ReportConfig::default()).unwrap(),

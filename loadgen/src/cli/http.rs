@@ -3,7 +3,7 @@
 
 use super::{
     execute, finish, parse_non_negative, parse_positive, parse_rps, prepare_workload,
-    report_settings, WorkloadFlags,
+    report_settings, ConversationFlags, WorkloadFlags,
 };
 use crate::report::ReportMeta;
 use crate::target::http::{HttpTarget, HttpTargetConfig};
@@ -54,6 +54,8 @@ pub struct HttpArgs {
     /// After the last arrival, wait at most this long for answers.
     #[arg(long, default_value_t = 60.0, value_parser = parse_non_negative)]
     pub drain_s: f64,
+    #[command(flatten)]
+    pub conversation: ConversationFlags,
     /// Bootstrap resamples for the attainment confidence intervals.
     #[arg(long, default_value_t = 1000)]
     pub bootstrap_resamples: usize,
@@ -73,6 +75,7 @@ impl<'a> From<&'a HttpArgs> for WorkloadFlags<'a> {
             dataset: &a.dataset,
             ttft_slo_s: a.ttft_slo_s,
             tbt_slo_s: a.tbt_slo_s,
+            conversation: &a.conversation,
         }
     }
 }
@@ -116,6 +119,10 @@ fn http_meta(args: &HttpArgs, command: String) -> ReportMeta {
             args.ttft_slo_s,
             args.tbt_slo_s
         ),
+    };
+    let workload = match args.conversation.describe() {
+        d if d.is_empty() => workload,
+        d => format!("{workload}; {d}"),
     };
     ReportMeta {
         command,

@@ -1,5 +1,6 @@
 use super::*;
 use crate::record::RequestRecord;
+use crate::workload::{ArrivalSpec, TenantSpec};
 
 fn parse(extra: &[&str]) -> Result<SimArgs, clap::Error> {
     let argv = ["superinfer-loadgen", "sim", "--out", "/tmp/unused"]
@@ -389,7 +390,7 @@ fn a_target_that_loses_requests_fails_the_sweep() {
         false,
     )
     .unwrap_err();
-    assert!(e.to_string().contains("records for"), "{e}");
+    assert!(e.to_string().contains("none for request"), "{e}");
 }
 
 #[test]

@@ -34,10 +34,48 @@ pub fn render(summary: &Summary, meta: &ReportMeta) -> String {
     for r in &summary.runs {
         run_row(&mut s, r);
     }
+    cache_table(&mut s, summary);
     for r in &summary.runs {
         tenant_table(&mut s, r);
     }
     s
+}
+
+/// An optional count or rate as text: `?` when not known.
+fn known<T>(x: Option<T>, f: impl Fn(T) -> String) -> String {
+    x.map_or("?".into(), f)
+}
+
+/// The prefix cache of every run: hit rate, prompt and cached tokens by tier, prefill tokens
+/// computed (where the target sees them).
+fn cache_table(s: &mut String, summary: &Summary) {
+    s.push_str(
+        "\n## Prefix cache\n\nHit rate = cached prompt tokens / prompt tokens of the requests \
+         whose cached count is known (? = the server did not say); cached tokens are prefill \
+         tokens saved.\n\n",
+    );
+    s.push_str(
+        "| policy | RPS | hit rate | prompt tokens | known / requests | cached (saved) \
+         | HBM | DRAM | prefill computed |\n",
+    );
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in &summary.runs {
+        let c = &r.cache;
+        let _ = writeln!(
+            s,
+            "| {} | {:.2} | {} | {} | {}/{} | {} | {} | {} | {} |",
+            r.policy,
+            r.rps,
+            known(c.hit_rate, pct),
+            c.prompt_tokens,
+            c.known_requests,
+            r.submitted,
+            c.cached_tokens,
+            known(c.cached_hbm_tokens, |x| x.to_string()),
+            known(c.cached_dram_tokens, |x| x.to_string()),
+            known(r.prefill_tokens_computed, |x| x.to_string()),
+        );
+    }
 }
 
 fn pct(x: f64) -> String {
@@ -82,13 +120,13 @@ fn tenant_table(s: &mut String, r: &RunSummary) {
     let _ = writeln!(s, "\n## {} at {:.2} RPS: tenants\n", r.policy, r.rps);
     s.push_str(
         "| tenant | weight | weight share | served tokens | share | TTFT att. | TBT att. \
-         | p99 TTFT (s) | finished/submitted |\n",
+         | p99 TTFT (s) | finished/submitted | prompt tokens | cached | hit rate |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for t in &r.tenants {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {}/{} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {}/{} | {} | {} | {} |",
             t.name,
             t.weight,
             pct(t.weight_share),
@@ -99,6 +137,9 @@ fn tenant_table(s: &mut String, r: &RunSummary) {
             t.p99_ttft_s,
             t.finished,
             t.submitted,
+            t.cache.prompt_tokens,
+            t.cache.cached_tokens,
+            known(t.cache.hit_rate, pct),
         );
     }
 }

@@ -38,6 +38,10 @@ fn rec(
         output_tokens: output,
         generated_tokens: tokens.len() as u32,
         preemptions: id as u32,
+        cached_tokens: None,
+        cached_dram_tokens: None,
+        conversation: None,
+        turn: None,
     }
 }
 
@@ -64,6 +68,7 @@ fn run(tenants: &[TenantSpec], records: &[RequestRecord]) -> RunSummary {
             tenants,
             records,
             duration_s: 10.0,
+            target: None,
         },
         &ReportConfig::default(),
     )
@@ -194,6 +199,7 @@ fn records_of_unknown_tenants_are_rejected() {
             tenants: &tenants(),
             records: &recs,
             duration_s: 10.0,
+            target: None,
         },
         &ReportConfig::default(),
     )
@@ -214,6 +220,7 @@ fn the_writer_produces_every_output() {
             tenants: &t,
             records: &recs,
             duration_s: 10.0,
+            target: None,
         })
         .unwrap();
     }

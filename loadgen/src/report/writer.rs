@@ -167,6 +167,10 @@ fn to_microseconds(r: &RequestRecord) -> RequestRecord {
         output_tokens: r.output_tokens,
         generated_tokens: r.generated_tokens,
         preemptions: r.preemptions,
+        cached_tokens: r.cached_tokens,
+        cached_dram_tokens: r.cached_dram_tokens,
+        conversation: r.conversation,
+        turn: r.turn,
     }
 }
 

@@ -1,22 +1,27 @@
 //! The HTTP target: any OpenAI-compatible server (superinfer, vLLM, …) over the network.
 //! Each request goes to `POST /v1/completions` at its arrival time, streamed, with the tenant's
 //! own key, `max_tokens` set to the requested output length and `ignore_eos` (honoured by
-//! superinfer and vLLM, ignored by servers without it), and a prompt of about the requested
-//! length (one common word per token). Times are measured here, on the client: the first
-//! token is the first chunk with text, and every chunk with text is one token time (a server
-//! that sends several tokens per chunk is measured per chunk; the `usage` of the last chunk,
-//! when sent, gives the true output count).
+//! superinfer and vLLM, ignored by servers without it), and a prompt of real words, about one
+//! per requested token: the tenant's system prompt, then the user message in a plain
+//! `User: … \nAssistant:` frame. A follow-up turn of a conversation is sent its think time
+//! after the previous turn's stream ended, with exactly the previous prompt, the text the
+//! server returned and the new message, so any server's prefix cache can hit. Times are
+//! measured here, on the client: the first token is the first chunk with text, and every chunk
+//! with text is one token time (a server that sends several tokens per chunk is measured per
+//! chunk; the `usage` of the last chunk, when sent, gives the true output and prompt counts
+//! and, as `prompt_tokens_details.cached_tokens`, the cached prompt tokens).
 //!
 //! The scheduling policy is the server's; the policy passed to [`Target::run`] is only the
 //! report's label.
 
 use super::Target;
 use crate::record::RequestRecord;
+use crate::workload::conversation::{first_prompt_text, next_prompt_text};
 use crate::workload::{RequestSpec, TenantSpec};
 use anyhow::{bail, Context};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use superinfer_policies::PolicyKind;
@@ -43,6 +48,10 @@ pub struct HttpTarget {
     runtime: tokio::runtime::Runtime,
     /// Failures of the last run by kind (HTTP status or transport error), for the summary.
     pub last_failures: BTreeMap<String, u64>,
+    /// Keep every prompt sent (for tests of the content): see `last_prompts`.
+    pub keep_prompts: bool,
+    /// The prompt text of every request of the last run, by id, when `keep_prompts` is set.
+    pub last_prompts: HashMap<u64, String>,
 }
 
 impl HttpTarget {
@@ -67,6 +76,8 @@ impl HttpTarget {
             client,
             runtime,
             last_failures: BTreeMap::new(),
+            keep_prompts: false,
+            last_prompts: HashMap::new(),
         })
     }
 
@@ -108,18 +119,12 @@ pub fn tenant_keys(
         .collect()
 }
 
-/// About `tokens` tokens of text for common tokenizers: one short common word per token,
-/// led by the request id so that prompts differ (no accidental prefix sharing).
-pub fn prompt_text(id: u64, tokens: u32) -> String {
-    const WORDS: &[&str] = &[
-        "the", "of", "and", "to", "in", "is", "that", "it", "for", "on",
-    ];
-    let mut s = format!("{id}");
-    for i in 1..tokens.max(1) as usize {
-        s.push(' ');
-        s.push_str(WORDS[i % WORDS.len()]);
-    }
-    s
+/// What the server sent back for one request.
+struct Reply {
+    rec: RequestRecord,
+    failure: Option<String>,
+    /// The streamed text, concatenated.
+    text: String,
 }
 
 struct Send<'a> {
@@ -129,15 +134,26 @@ struct Send<'a> {
     key: Option<&'a str>,
     start: Instant,
     end: Instant,
+    duration_s: f64,
+    keep_prompts: bool,
+    prompts: &'a Mutex<HashMap<u64, String>>,
 }
 
-/// Sends one request at its arrival time and records what the client saw.
-async fn one(s: Send<'_>, spec: RequestSpec) -> (RequestRecord, Option<String>) {
-    let mut rec = RequestRecord::unserved(&spec);
-    tokio::time::sleep_until(s.start + Duration::from_secs_f64(spec.arrival_s)).await;
+/// Sends one request at `at` (seconds on the run's clock) with `prompt` and records what the
+/// client saw.
+async fn one(s: &Send<'_>, spec: &RequestSpec, at: f64, prompt: &str) -> Reply {
+    let mut rec = RequestRecord::unserved(spec);
+    rec.arrival_s = at;
+    let mut text = String::new();
+    let fail = |rec, text, why: &str| Reply {
+        rec,
+        failure: Some(why.into()),
+        text,
+    };
+    tokio::time::sleep_until(s.start + Duration::from_secs_f64(at)).await;
     let body = json!({
         "model": s.model,
-        "prompt": prompt_text(spec.id, spec.prompt_tokens),
+        "prompt": prompt,
         "max_tokens": spec.output_tokens,
         "ignore_eos": true,
         "stream": true,
@@ -148,21 +164,22 @@ async fn one(s: Send<'_>, spec: RequestSpec) -> (RequestRecord, Option<String>) 
         req = req.bearer_auth(k);
     }
     let resp = match tokio::time::timeout_at(s.end, req.send()).await {
-        Err(_) => return (rec, Some("timed out".into())),
-        Ok(Err(e)) => return (rec, Some(transport(&e))),
+        Err(_) => return fail(rec, text, "timed out"),
+        Ok(Err(e)) => return fail(rec, text, &transport(&e)),
         Ok(Ok(r)) => r,
     };
     if !resp.status().is_success() {
-        return (rec, Some(format!("HTTP {}", resp.status().as_u16())));
+        let why = format!("HTTP {}", resp.status().as_u16());
+        return fail(rec, text, &why);
     }
     let mut bytes = resp.bytes_stream();
     let mut buf = Vec::new();
-    let mut usage = None;
+    let mut usage: Option<Value> = None;
     loop {
         let chunk = match tokio::time::timeout_at(s.end, bytes.next()).await {
-            Err(_) => return (rec, Some("cut at the end of the run".into())),
-            Ok(None) => return (rec, Some("stream ended without [DONE]".into())),
-            Ok(Some(Err(e))) => return (rec, Some(transport(&e))),
+            Err(_) => return fail(rec, text, "cut at the end of the run"),
+            Ok(None) => return fail(rec, text, "stream ended without [DONE]"),
+            Ok(Some(Err(e))) => return fail(rec, text, &transport(&e)),
             Ok(Some(Ok(c))) => c,
         };
         let now = s.start.elapsed().as_secs_f64();
@@ -175,28 +192,108 @@ async fn one(s: Send<'_>, spec: RequestSpec) -> (RequestRecord, Option<String>) 
             let data = &data[..data.len() - 2];
             if data == b"[DONE]" {
                 rec.finish_s = Some(now);
-                if let Some(n) = usage {
-                    rec.generated_tokens = n;
+                if let Some(u) = &usage {
+                    apply_usage(&mut rec, u);
                 }
-                return (rec, None);
+                return Reply {
+                    rec,
+                    failure: None,
+                    text,
+                };
             }
             let Ok(v) = serde_json::from_slice::<Value>(data) else {
                 continue;
             };
             if v.get("error").is_some() {
-                return (rec, Some("error event in the stream".into()));
+                return fail(rec, text, "error event in the stream");
             }
-            if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
-                usage = Some(n as u32);
+            if v["usage"].is_object() {
+                usage = Some(v["usage"].clone());
             }
-            let text = v["choices"][0]["text"].as_str().unwrap_or("");
-            if !text.is_empty() {
+            let piece = v["choices"][0]["text"].as_str().unwrap_or("");
+            if !piece.is_empty() {
+                text.push_str(piece);
                 rec.first_token_s.get_or_insert(now);
                 rec.token_times_s.push(now);
                 rec.generated_tokens += 1;
             }
         }
     }
+}
+
+/// The server's own counts from `usage`: output and prompt tokens, and the cached prompt
+/// tokens when it reports them (missing means unknown, not 0). The tier is not in OpenAI's
+/// usage, so DRAM hits stay unknown.
+pub fn apply_usage(rec: &mut RequestRecord, usage: &Value) {
+    if let Some(n) = usage["completion_tokens"].as_u64() {
+        rec.generated_tokens = n as u32;
+    }
+    if let Some(n) = usage["prompt_tokens"].as_u64() {
+        rec.prompt_tokens = n as u32;
+    }
+    if let Some(n) = usage["prompt_tokens_details"]["cached_tokens"].as_u64() {
+        rec.cached_tokens = Some(n as u32);
+    }
+}
+
+/// Sends a conversation (or a single request: a chain of one) turn by turn: each follow-up
+/// its think time after the previous reply ended, if that is inside the arrival window and
+/// the previous turn completed. Returns the records of the turns sent.
+async fn chain(s: Send<'_>, requests: Vec<RequestSpec>, system: (u64, u32)) -> Vec<Reply> {
+    let mut replies: Vec<Reply> = Vec::new();
+    let mut prompt = String::new();
+    for (k, spec) in requests.iter().enumerate() {
+        let at;
+        prompt = match replies.last() {
+            None => {
+                at = spec.arrival_s;
+                first_prompt_text(system.0, system.1, spec.content_seed, spec.message_tokens)
+            }
+            Some(prev) => {
+                let (Some(done), None) = (prev.rec.finish_s, &prev.failure) else {
+                    break;
+                };
+                at = done + spec.turn.map_or(0.0, |t| t.think_s);
+                if at >= s.duration_s {
+                    break;
+                }
+                next_prompt_text(&prompt, &prev.text, spec.content_seed, spec.message_tokens)
+            }
+        };
+        if s.keep_prompts {
+            s.prompts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(spec.id, prompt.clone());
+        }
+        debug_assert!(k == 0 || spec.turn.is_some());
+        replies.push(one(&s, spec, at, &prompt).await);
+    }
+    replies
+}
+
+/// The requests grouped by conversation, each group in turn order; a single request is a
+/// group of one.
+fn chains(requests: &[RequestSpec]) -> Vec<Vec<RequestSpec>> {
+    let mut groups: Vec<Vec<RequestSpec>> = Vec::new();
+    let mut by_id: HashMap<u64, usize> = HashMap::new();
+    for r in requests {
+        match r
+            .turn
+            .and_then(|t| t.after)
+            .and_then(|prev| by_id.get(&prev).copied())
+        {
+            Some(g) => {
+                groups[g].push(*r);
+                by_id.insert(r.id, g);
+            }
+            None => {
+                by_id.insert(r.id, groups.len());
+                groups.push(vec![*r]);
+            }
+        }
+    }
+    groups
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -230,27 +327,37 @@ impl Target for HttpTarget {
             let url = format!("{}/v1/completions", self.cfg.base_url);
             let start = Instant::now();
             let end = start + Duration::from_secs_f64(duration_s + self.cfg.drain_s.max(0.0));
-            let sends = requests.iter().map(|spec| {
+            let prompts = Mutex::new(HashMap::new());
+            let sends = chains(requests).into_iter().map(|chained| {
+                let tenant = &tenants[chained[0].tenant];
                 let send = Send {
                     client: &self.client,
                     url: &url,
                     model: &model,
-                    key: keys[spec.tenant].as_deref(),
+                    key: keys[chained[0].tenant].as_deref(),
                     start,
                     end,
+                    duration_s,
+                    keep_prompts: self.keep_prompts,
+                    prompts: &prompts,
                 };
+                let system = (tenant.system_seed(), tenant.system_prompt_tokens);
                 let failures = failures.clone();
                 async move {
-                    let (rec, failure) = one(send, *spec).await;
-                    if let Some(f) = failure {
-                        let mut m = failures.lock().unwrap_or_else(|p| p.into_inner());
+                    let replies = chain(send, chained, system).await;
+                    let mut m = failures.lock().unwrap_or_else(|p| p.into_inner());
+                    for f in replies.iter().filter_map(|r| r.failure.clone()) {
                         *m.entry(f).or_default() += 1;
                     }
-                    rec
+                    replies.into_iter().map(|r| r.rec).collect::<Vec<_>>()
                 }
             });
-            anyhow::Ok(futures_util::future::join_all(sends).await)
+            let records = futures_util::future::join_all(sends).await;
+            let prompts = prompts.into_inner().unwrap_or_else(|p| p.into_inner());
+            anyhow::Ok((records.into_iter().flatten().collect::<Vec<_>>(), prompts))
         })?;
+        let (records, prompts) = records;
+        self.last_prompts = prompts;
         self.last_failures = failures.lock().map(|m| m.clone()).unwrap_or_default();
         Ok(records)
     }
@@ -262,10 +369,32 @@ mod tests {
     use crate::workload::{ArrivalSpec, LengthSpec};
 
     #[test]
-    fn prompts_have_one_word_per_requested_token() {
-        assert_eq!(prompt_text(7, 5).split_whitespace().count(), 5);
-        assert_eq!(prompt_text(7, 0), "7");
-        assert_ne!(prompt_text(1, 10), prompt_text(2, 10));
+    fn usage_gives_the_servers_counts_and_a_missing_cached_count_stays_unknown() {
+        let spec = crate::workload::generate(
+            &[TenantSpec::new(
+                "t",
+                LengthSpec::Fixed {
+                    prompt: 10,
+                    output: 5,
+                },
+                ArrivalSpec::Poisson { rps: 5.0 },
+            )],
+            2.0,
+            1,
+        )
+        .unwrap()[0];
+        let mut rec = RequestRecord::unserved(&spec);
+        apply_usage(
+            &mut rec,
+            &json!({"prompt_tokens": 12, "completion_tokens": 5}),
+        );
+        assert_eq!((rec.prompt_tokens, rec.generated_tokens), (12, 5));
+        assert_eq!(rec.cached_tokens, None);
+        let usage = json!({"prompt_tokens": 40, "completion_tokens": 5,
+            "prompt_tokens_details": {"cached_tokens": 32}});
+        apply_usage(&mut rec, &usage);
+        assert_eq!((rec.prompt_tokens, rec.cached_tokens), (40, Some(32)));
+        assert_eq!(rec.cached_dram_tokens, None);
     }
 
     #[test]

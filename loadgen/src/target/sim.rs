@@ -2,17 +2,19 @@
 //! with a simulated GPU from a hardware + model profile. Runs a 120 s workload in well under a
 //! second of wall time.
 
-use super::Target;
+use super::{Target, TargetStats};
 use crate::record::RequestRecord;
 use crate::workload::{RequestSpec, TenantSpec};
 use anyhow::Context;
-use std::collections::HashMap;
-use superinfer_engine::clock::Clock;
 use superinfer_engine::kv::whole_blocks;
 use superinfer_engine::profile::Profile;
 use superinfer_engine::sim::{sim_engine_with, SimEngine};
-use superinfer_engine::{EngineConfig, EngineEvent, EngineRequest, SamplingParams};
-use superinfer_policies::{PolicyKind, RequestId, Slo, TenantId, WlvfConfig};
+use superinfer_engine::EngineConfig;
+use superinfer_policies::{PolicyKind, WlvfConfig};
+
+mod serve;
+
+pub use serve::RunLog;
 
 /// Tokens per KV block, as in the paper and `superinfer serve`.
 pub const BLOCK_SIZE: u32 = 16;
@@ -55,6 +57,10 @@ pub struct SimTargetConfig {
     /// After the last arrival, keep serving for at most this long; requests not served by
     /// then count as misses.
     pub drain_s: f64,
+    /// Keep full KV blocks as a prefix cache (`EngineConfig::prefix_cache`).
+    pub prefix_cache: bool,
+    /// Keep the cache in DRAM too (`EngineConfig::prefix_cache_dram`); `false`: HBM only.
+    pub prefix_cache_dram: bool,
 }
 
 impl Default for SimTargetConfig {
@@ -74,6 +80,8 @@ impl Default for SimTargetConfig {
             shed_late: EngineConfig::default().shed_late,
             policy: WlvfConfig::default(),
             drain_s: 60.0,
+            prefix_cache: EngineConfig::default().prefix_cache,
+            prefix_cache_dram: EngineConfig::default().prefix_cache_dram,
         }
     }
 }
@@ -84,6 +92,9 @@ pub struct SimTarget {
     cfg: SimTargetConfig,
     profile: Profile,
     engine: EngineConfig,
+    /// Keep every prompt sent in the last run (for tests of the content).
+    keep_prompts: bool,
+    last: Option<serve::RunLog>,
 }
 
 impl SimTarget {
@@ -114,12 +125,16 @@ impl SimTarget {
             dram_blocks,
             progress_tokens: cfg.progress_tokens,
             shed_late: cfg.shed_late,
+            prefix_cache: cfg.prefix_cache,
+            prefix_cache_dram: cfg.prefix_cache_dram,
             ..EngineConfig::default()
         };
         Ok(SimTarget {
             cfg,
             profile,
             engine,
+            keep_prompts: false,
+            last: None,
         })
     }
 
@@ -135,6 +150,17 @@ impl SimTarget {
     /// Bytes of one KV block of the profile's model.
     pub fn block_bytes(&self) -> u64 {
         self.profile.model.geometry(BLOCK_SIZE).block_bytes()
+    }
+
+    /// Keep the prompts of the next runs (see [`SimTarget::last_prompts`]).
+    pub fn keep_prompts(&mut self, keep: bool) {
+        self.keep_prompts = keep;
+    }
+
+    /// The prompt of every request the last run sent, by request id (empty unless
+    /// [`SimTarget::keep_prompts`] was set), and the tokens each one generated.
+    pub fn last_prompts(&self) -> Option<&serve::RunLog> {
+        self.last.as_ref()
     }
 
     fn build(&self, policy: PolicyKind) -> anyhow::Result<SimEngine> {
@@ -198,73 +224,6 @@ pub fn kv_blocks(profile: &Profile, cfg: &SimTargetConfig) -> anyhow::Result<(u3
     Ok((hbm, dram))
 }
 
-fn engine_request(spec: &RequestSpec, tenant: &TenantSpec) -> EngineRequest {
-    EngineRequest {
-        id: RequestId(spec.id),
-        tenant: TenantId(spec.tenant as u32),
-        weight: tenant.weight,
-        slo: Slo {
-            ttft_s: tenant.ttft_slo_s,
-            tbt_s: tenant.tbt_slo_s,
-        },
-        prompt: vec![0; spec.prompt_tokens as usize],
-        max_tokens: spec.output_tokens,
-        ignore_eos: true,
-        stop_token_ids: Vec::new(),
-        sampling: SamplingParams::default(),
-        arrival: Some(spec.arrival_s),
-        cache: None,
-    }
-}
-
-/// Records events into per-request records.
-struct Recorder {
-    records: Vec<RequestRecord>,
-    index: HashMap<u64, usize>,
-}
-
-impl Recorder {
-    fn new(requests: &[RequestSpec]) -> Recorder {
-        let records: Vec<RequestRecord> = requests.iter().map(RequestRecord::unserved).collect();
-        let index = requests
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.id, i))
-            .collect();
-        Recorder { records, index }
-    }
-
-    fn record(&mut self, events: Vec<EngineEvent>) {
-        for ev in events {
-            match ev {
-                EngineEvent::Token { id, t, .. } => {
-                    let r = &mut self.records[self.index[&id.0]];
-                    r.first_token_s.get_or_insert(t);
-                    r.token_times_s.push(t);
-                    r.generated_tokens += 1;
-                }
-                EngineEvent::Finished {
-                    id, t, preemptions, ..
-                } => {
-                    let r = &mut self.records[self.index[&id.0]];
-                    r.finish_s = Some(t);
-                    r.preemptions = preemptions;
-                }
-            }
-        }
-    }
-
-    /// Requests still live at the end keep their partial record, with their preemptions.
-    fn finish(mut self, engine: &SimEngine) -> Vec<RequestRecord> {
-        for r in &mut self.records {
-            if let Some(req) = engine.request(RequestId(r.id)) {
-                r.preemptions = req.rotations + req.recomputes;
-            }
-        }
-        self.records
-    }
-}
-
 impl Target for SimTarget {
     fn run(
         &mut self,
@@ -273,201 +232,23 @@ impl Target for SimTarget {
         requests: &[RequestSpec],
         duration_s: f64,
     ) -> anyhow::Result<Vec<RequestRecord>> {
-        let mut engine = self.build(policy)?;
-        let mut rec = Recorder::new(requests);
-        let end = duration_s + self.cfg.drain_s.max(0.0);
-        let mut next = 0;
-        loop {
-            let now = engine.clock().now();
-            while next < requests.len() && requests[next].arrival_s <= now {
-                let spec = &requests[next];
-                // A request the node can never hold stays unserved (a miss), as a server
-                // would refuse it.
-                let _ = engine.submit(engine_request(spec, &tenants[spec.tenant]));
-                next += 1;
-            }
-            if now >= end {
-                break;
-            }
-            let upcoming = requests.get(next).map(|r| r.arrival_s);
-            if engine.is_empty() {
-                match upcoming {
-                    Some(t) => engine.clock_mut().skip_to(t),
-                    None => break,
-                }
-                continue;
-            }
-            let report = engine.step()?;
-            rec.record(engine.take_events());
-            if !report.ran {
-                // Nothing could run: wait for the next copy or arrival, or let a little time
-                // pass so time-based priorities move.
-                let wake = [report.idle_until, upcoming]
-                    .into_iter()
-                    .flatten()
-                    .reduce(f64::min);
-                let t = wake.unwrap_or(now + 1e-3).min(end).max(now + 1e-6);
-                engine.clock_mut().skip_to(t);
-            }
-        }
-        Ok(rec.finish(&engine))
+        let engine = self.build(policy)?;
+        let run = serve::Run {
+            tenants,
+            requests,
+            duration_s,
+            end_s: duration_s + self.cfg.drain_s.max(0.0),
+            keep_prompts: self.keep_prompts,
+        };
+        let (records, log) = run.serve(engine)?;
+        self.last = Some(log);
+        Ok(records)
+    }
+
+    fn last_stats(&self) -> Option<TargetStats> {
+        self.last.as_ref().map(|l| l.stats)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::workload::arrivals::ArrivalSpec;
-    use crate::workload::lengths::LengthSpec;
-
-    fn tenant(rps: f64) -> TenantSpec {
-        TenantSpec::new(
-            "t",
-            LengthSpec::Fixed {
-                prompt: 200,
-                output: 50,
-            },
-            ArrivalSpec::Poisson { rps },
-        )
-    }
-
-    #[test]
-    fn light_load_serves_every_request_within_its_slo() {
-        let tenants = vec![tenant(2.0)];
-        let reqs = crate::workload::generate(&tenants, 20.0, 7).unwrap();
-        let mut target = SimTarget::new(SimTargetConfig::default()).unwrap();
-        let recs = target.run(PolicyKind::Lvf, &tenants, &reqs, 20.0).unwrap();
-        assert_eq!(recs.len(), reqs.len());
-        for r in &recs {
-            assert_eq!(r.generated_tokens, 50);
-            assert!(r.first_token_s.unwrap() - r.arrival_s < 1.0, "{r:?}");
-            assert!(r.finish_s.is_some());
-        }
-    }
-
-    #[test]
-    fn runs_are_deterministic() {
-        let tenants = vec![tenant(5.0)];
-        let reqs = crate::workload::generate(&tenants, 10.0, 3).unwrap();
-        let mut target = SimTarget::new(SimTargetConfig::default()).unwrap();
-        let a = target.run(PolicyKind::Wlvf, &tenants, &reqs, 10.0).unwrap();
-        let b = target.run(PolicyKind::Wlvf, &tenants, &reqs, 10.0).unwrap();
-        assert_eq!(a, b);
-    }
-
-    fn h200_8b(hbm_kv_gb: Option<f64>) -> SimTargetConfig {
-        SimTargetConfig {
-            profile: "h200-llama-3-8b".into(),
-            hbm_kv_gb,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn hbm_kv_gb_sizes_the_hbm_tier_in_decimal_gb() {
-        // Llama-3-8B: 32 layers × K,V × 16 tokens × 8 heads × 128 × 2 bytes = 2 MiB per block.
-        let t = SimTarget::new(h200_8b(Some(4.0))).unwrap();
-        assert_eq!(t.block_bytes(), 2 << 20);
-        let e = t.engine_config();
-        assert_eq!(e.hbm_blocks, 1907, "floor(4e9 / 2^21)");
-        assert_eq!(e.dram_blocks, 400 * 512, "400 GiB of 2 MiB blocks");
-        let auto = SimTarget::new(h200_8b(None)).unwrap();
-        // 143 GB × 0.9 − 16.06 GB − 4 GB = 108.64 GB.
-        assert_eq!(auto.engine_config().hbm_blocks, 51_803);
-        // The override ignores the utilization.
-        let cfg = SimTargetConfig {
-            gpu_memory_utilization: 0.1,
-            ..h200_8b(Some(8.0))
-        };
-        assert_eq!(
-            SimTarget::new(cfg).unwrap().engine_config().hbm_blocks,
-            3814
-        );
-    }
-
-    #[test]
-    fn dram_gb_overrides_dram_gib() {
-        let cfg = SimTargetConfig {
-            dram_gb: Some(32.0),
-            ..h200_8b(Some(4.0))
-        };
-        assert_eq!(
-            SimTarget::new(cfg).unwrap().engine_config().dram_blocks,
-            15_258,
-            "floor(32e9 / 2^21)"
-        );
-        let cfg = SimTargetConfig {
-            dram_gib: 32.0,
-            ..h200_8b(Some(4.0))
-        };
-        assert_eq!(
-            SimTarget::new(cfg).unwrap().engine_config().dram_blocks,
-            16_384
-        );
-    }
-
-    #[test]
-    fn bad_hbm_kv_sizes_are_clear_errors() {
-        let cases: [(f64, &str); 5] = [
-            (0.001, "holds no KV block"),
-            (200.0, "does not fit"),
-            (0.0, "must be positive"),
-            (-4.0, "must be positive"),
-            (f64::NAN, "must be positive"),
-        ];
-        for (gb, want) in cases {
-            let e = format!("{:#}", SimTarget::new(h200_8b(Some(gb))).unwrap_err());
-            assert!(e.contains(want) && e.contains("--hbm-kv-gb"), "{gb}: {e}");
-        }
-        // The largest tier that fits: 143 − 16.06 − 4 GB.
-        assert!(SimTarget::new(h200_8b(Some(122.9))).is_ok());
-        let cfg = SimTargetConfig {
-            dram_gb: Some(-1.0),
-            ..h200_8b(Some(4.0))
-        };
-        let e = format!("{:#}", SimTarget::new(cfg).unwrap_err());
-        assert!(e.contains("--dram-gb"), "{e}");
-    }
-
-    /// Most distinct requests that got a token in the same step (same engine time).
-    fn most_in_one_step(recs: &[RequestRecord]) -> usize {
-        let mut per_t: HashMap<u64, usize> = HashMap::new();
-        for r in recs {
-            for t in &r.token_times_s {
-                *per_t.entry(t.to_bits()).or_default() += 1;
-            }
-        }
-        per_t.into_values().max().unwrap_or(0)
-    }
-
-    #[test]
-    fn max_num_seqs_bounds_the_batch() {
-        let tenants = vec![tenant(40.0)];
-        let reqs = crate::workload::generate(&tenants, 10.0, 5).unwrap();
-        let run = |max_num_seqs| {
-            let cfg = SimTargetConfig {
-                max_num_seqs,
-                ..h200_8b(Some(4.0))
-            };
-            let mut target = SimTarget::new(cfg).unwrap();
-            target.run(PolicyKind::Fcfs, &tenants, &reqs, 10.0).unwrap()
-        };
-        assert_eq!(most_in_one_step(&run(3)), 3);
-        assert!(most_in_one_step(&run(256)) > 3);
-        let cfg = SimTargetConfig {
-            max_num_seqs: 0,
-            ..h200_8b(None)
-        };
-        assert!(SimTarget::new(cfg).is_err());
-    }
-
-    #[test]
-    fn unknown_profile_is_a_clear_error() {
-        let cfg = SimTargetConfig {
-            profile: "a100-gpt5".into(),
-            ..Default::default()
-        };
-        let e = SimTarget::new(cfg).unwrap_err().to_string();
-        assert!(e.contains("unknown profile"), "{e}");
-    }
-}
+mod tests;

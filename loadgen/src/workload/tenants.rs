@@ -4,6 +4,7 @@
 //! `docs/WORKLOADS.md`.
 
 use super::arrivals::ArrivalSpec;
+use super::conversation::ConversationSpec;
 use super::lengths::{self, LengthLimits, LengthSpec};
 use crate::error::Error;
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,16 @@ pub struct TenantSpec {
     /// Outputs are clipped to `1..=max_output_tokens`. Default 2048.
     #[serde(default = "default_max_output")]
     pub max_output_tokens: u32,
+    /// Every prompt of the tenant starts with the same system prompt of this many tokens.
+    /// Default 0 (none).
+    #[serde(default)]
+    pub system_prompt_tokens: u32,
+    /// Tenants with the same key send the same system prompt content; default: the name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt_key: Option<String>,
+    /// Multi-turn conversations; `None`: every request is a single turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ConversationSpec>,
 }
 
 fn default_weight() -> f64 {
@@ -73,6 +84,9 @@ impl fmt::Debug for TenantSpec {
             .field("api_key_env", &self.api_key_env)
             .field("max_prompt_tokens", &self.max_prompt_tokens)
             .field("max_output_tokens", &self.max_output_tokens)
+            .field("system_prompt_tokens", &self.system_prompt_tokens)
+            .field("system_prompt_key", &self.system_prompt_key)
+            .field("conversation", &self.conversation)
             .finish()
     }
 }
@@ -91,7 +105,15 @@ impl TenantSpec {
             api_key_env: None,
             max_prompt_tokens: default_max_prompt(),
             max_output_tokens: default_max_output(),
+            system_prompt_tokens: 0,
+            system_prompt_key: None,
+            conversation: None,
         }
+    }
+
+    /// Seed of the tenant's system prompt content.
+    pub fn system_seed(&self) -> u64 {
+        super::conversation::text_seed(self.system_prompt_key.as_deref().unwrap_or(&self.name))
     }
 
     pub fn limits(&self) -> LengthLimits {
@@ -128,6 +150,18 @@ impl TenantSpec {
             if v == 0 {
                 return Err(field(name, "must be at least 1".into()));
             }
+        }
+        if self.system_prompt_tokens >= self.max_prompt_tokens {
+            return Err(field(
+                "system_prompt_tokens",
+                format!(
+                    "must be below max_prompt_tokens ({}), got {}",
+                    self.max_prompt_tokens, self.system_prompt_tokens
+                ),
+            ));
+        }
+        if let Some(c) = &self.conversation {
+            c.validate().map_err(|e| e.in_tenant(&self.name))?;
         }
         if self.api_key.is_some() && self.api_key_env.is_some() {
             return Err(field(

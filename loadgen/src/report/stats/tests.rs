@@ -12,6 +12,10 @@ fn rec(arrival: f64, tokens: &[f64], output_tokens: u32, finish: Option<f64>) ->
         output_tokens,
         generated_tokens: tokens.len() as u32,
         preemptions: 0,
+        cached_tokens: None,
+        cached_dram_tokens: None,
+        conversation: None,
+        turn: None,
     }
 }
 

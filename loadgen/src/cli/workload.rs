@@ -1,0 +1,186 @@
+//! The workload of a sweep from the flags shared by `sim` and `http`: the tenants (a file or
+//! the single default tenant), the conversation and system-prompt overrides, and every
+//! load's requests.
+
+use crate::error::Error;
+use crate::workload::{
+    self, load_tenants, ArrivalSpec, ConversationSpec, LengthSpec, RequestSpec, TenantSpec,
+};
+use clap::Args;
+use std::path::Path;
+use superinfer_policies::PolicyKind;
+
+/// Flags that make a workload multi-turn or give it system prompts. Each one given applies to
+/// every tenant (the file's or the default one), replacing the file's value.
+#[derive(Args, Clone, Debug, Default, PartialEq)]
+pub struct ConversationFlags {
+    /// Multi-turn conversations with this mean number of turns (>= 1; 1 + geometric); every
+    /// arrival starts a conversation.
+    #[arg(long, value_parser = super::parse_positive)]
+    pub turns: Option<f64>,
+    /// Mean think time between an answer and the next turn, seconds (exponential; needs
+    /// --turns unless the tenants file has conversations).
+    #[arg(long, value_parser = super::parse_non_negative)]
+    pub think_time_s: Option<f64>,
+    /// Every prompt of a tenant starts with the tenant's own system prompt of this many
+    /// tokens.
+    #[arg(long)]
+    pub system_prompt_tokens: Option<u32>,
+}
+
+impl ConversationFlags {
+    fn apply(&self, t: &mut TenantSpec) -> Result<(), Error> {
+        if let Some(n) = self.system_prompt_tokens {
+            t.system_prompt_tokens = n;
+        }
+        match (&mut t.conversation, self.turns) {
+            (Some(c), Some(turns)) => c.turns_mean = turns,
+            (None, Some(turns)) => t.conversation = Some(ConversationSpec::new(turns, 0.0)),
+            _ => {}
+        }
+        if let Some(think) = self.think_time_s {
+            match &mut t.conversation {
+                Some(c) => c.think_time_s = think,
+                None => {
+                    return Err(Error::Usage(format!(
+                        "--think-time-s needs --turns (tenant '{}' has no conversations)",
+                        t.name
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the flags set, for the report's header (empty when none was given).
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(t) = self.turns {
+            parts.push(format!("--turns {t}"));
+        }
+        if let Some(t) = self.think_time_s {
+            parts.push(format!("--think-time-s {t}"));
+        }
+        if let Some(n) = self.system_prompt_tokens {
+            parts.push(format!("--system-prompt-tokens {n}"));
+        }
+        parts.join(" ")
+    }
+}
+
+/// One offered load: the tenants at that load and the requests they send.
+#[derive(Clone, Debug)]
+pub struct Load {
+    /// Sum of the tenants' mean arrival rates.
+    pub rps: f64,
+    pub tenants: Vec<TenantSpec>,
+    pub requests: Vec<RequestSpec>,
+}
+
+/// A checked sweep: every run it will make, with its requests already generated.
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    pub policies: Vec<PolicyKind>,
+    pub loads: Vec<Load>,
+    pub duration_s: f64,
+}
+
+/// The flags that define a sweep's workload, shared by `sim` and `http`.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkloadFlags<'a> {
+    pub policies: &'a [PolicyKind],
+    pub rps: &'a [f64],
+    pub duration: f64,
+    pub seed: u64,
+    pub tenants: Option<&'a Path>,
+    pub dataset: &'a LengthSpec,
+    pub ttft_slo_s: f64,
+    pub tbt_slo_s: f64,
+    pub conversation: &'a ConversationFlags,
+}
+
+/// [`prepare`] for any command's workload flags.
+pub fn prepare_workload(args: WorkloadFlags<'_>) -> Result<Sweep, Error> {
+    if let Some(p) = first_duplicate(args.policies.iter()) {
+        return Err(usage(format!("--policies lists '{p}' twice")));
+    }
+    if args.policies.is_empty() {
+        return Err(usage("--policies is empty".into()));
+    }
+    if let Some(r) = first_duplicate(args.rps.iter().map(|r| r.to_bits())) {
+        return Err(usage(format!("--rps lists {} twice", f64::from_bits(r))));
+    }
+    let base = match args.tenants {
+        Some(path) => load_tenants(path)?,
+        None => {
+            if args.rps.is_empty() {
+                return Err(usage(
+                    "--rps is required without --tenants (e.g. --rps 5,10,15,20)".into(),
+                ));
+            }
+            vec![TenantSpec {
+                ttft_slo_s: args.ttft_slo_s,
+                tbt_slo_s: args.tbt_slo_s,
+                ..TenantSpec::new(
+                    "default",
+                    args.dataset.clone(),
+                    ArrivalSpec::Poisson { rps: 1.0 },
+                )
+            }]
+        }
+    };
+    let mut base = base;
+    for t in &mut base {
+        args.conversation.apply(t)?;
+    }
+    workload::validate_tenants(&base)?;
+    let base_rps = total_rps(&base)?;
+    let targets = if args.rps.is_empty() {
+        vec![base_rps]
+    } else {
+        args.rps.to_vec()
+    };
+    let loads = targets
+        .into_iter()
+        .map(|rps| {
+            let factor = rps / base_rps;
+            let tenants: Vec<TenantSpec> = base
+                .iter()
+                .map(|t| TenantSpec {
+                    arrivals: t.arrivals.scaled(factor),
+                    ..t.clone()
+                })
+                .collect();
+            let requests = workload::generate(&tenants, args.duration, args.seed)?;
+            Ok(Load {
+                rps,
+                tenants,
+                requests,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    Ok(Sweep {
+        policies: args.policies.to_vec(),
+        loads,
+        duration_s: args.duration,
+    })
+}
+
+pub(super) fn usage(msg: String) -> Error {
+    Error::Usage(msg)
+}
+
+fn first_duplicate<T: PartialEq + Copy>(items: impl Iterator<Item = T>) -> Option<T> {
+    let items: Vec<T> = items.collect();
+    items
+        .iter()
+        .enumerate()
+        .find(|(i, x)| items[..*i].contains(x))
+        .map(|(_, x)| *x)
+}
+
+fn total_rps(tenants: &[TenantSpec]) -> Result<f64, Error> {
+    tenants.iter().try_fold(0.0, |sum, t| {
+        Ok(sum + t.arrivals.mean_rps().map_err(|e| e.in_tenant(&t.name))?)
+    })
+}
