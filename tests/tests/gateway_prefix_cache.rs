@@ -19,7 +19,7 @@ async fn tiny(settings: Settings) -> TestServer {
 /// A prompt of many blocks: about 90 words, over 100 tokens of the tiny model's tokenizer.
 fn long_prompt(topic: &str) -> String {
     let words = "the quick brown fox jumps over the lazy dog while the river runs to the sea";
-    format!("{topic}: {}", vec![words; 6].join(" and "))
+    format!("{topic}: {}", [words; 6].join(" and "))
 }
 
 /// A greedy completion of `prompt` (with `extra` fields merged in): (text, prompt tokens,

@@ -337,7 +337,7 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
             b_xfer: Some(12),
             max_batched_tokens: 256,
             max_num_seqs: 64,
-            prefix_cache_dram: seed % 2 == 0,
+            prefix_cache_dram: seed.is_multiple_of(2),
             ..EngineConfig::default()
         },
     );
@@ -404,7 +404,7 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
         assert!(s.rotations_out > 0, "{kind}: no rotation happened: {s:?}");
     }
     assert!(s.prefix_hit_hbm_tokens > 0, "{kind}: no HBM hit: {s:?}");
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         assert!(s.prefix_hit_dram_tokens > 0, "{kind}: no DRAM hit: {s:?}");
     } else {
         assert_eq!(
