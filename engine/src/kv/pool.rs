@@ -318,17 +318,21 @@ impl KvPool {
         let Some(t) = self.tables.get_mut(&id) else {
             return;
         };
+        let restored = std::mem::take(&mut t.restored);
+        // Writes go to the first block past the full ones, and a cache hit stops before the
+        // last prompt token, so nothing writes a shared block. Checked in debug builds (the
+        // randomized tests), not on the hot path: reading every written block's state costs a
+        // cache miss per request per step.
+        if !restored && !cfg!(debug_assertions) {
+            return;
+        }
         let state = t.blocks.get(i).map(|b| b.state);
         if state.is_some_and(BlockState::is_shared) {
-            // A cache hit stops before the last prompt token: nothing writes a shared block.
             self.illegal.push((BlockState::Shared, BlockState::Dirty));
             debug_assert!(false, "a write into shared block {i} of {id:?}");
             return;
         }
-        if !std::mem::take(&mut t.restored) {
-            return;
-        }
-        if state == Some(BlockState::Synced) {
+        if restored && state == Some(BlockState::Synced) {
             t.set(i, BlockState::Dirty, &mut self.illegal);
             t.clean_below = t.clean_below.min(i);
         }

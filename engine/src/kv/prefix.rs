@@ -85,13 +85,21 @@ impl CacheScope {
     }
 }
 
-/// The hash of a full block holding `tokens`, after the block (or root) `parent`.
+/// The hash of a full block holding `tokens`, after the block (or root) `parent`: the same
+/// framing as [`digest`] of the parent's 16 bytes and the tokens' little-endian bytes, fed to
+/// the hasher without a copy (it runs for every block that fills).
 pub fn chain(parent: BlockHash, tokens: &[u32]) -> BlockHash {
-    let mut bytes = Vec::with_capacity(tokens.len() * 4);
+    let mut h = Sha256::new();
+    h.update(16u64.to_le_bytes());
+    h.update(parent.0.to_le_bytes());
+    h.update((tokens.len() as u64 * 4).to_le_bytes());
     for t in tokens {
-        bytes.extend_from_slice(&t.to_le_bytes());
+        h.update(t.to_le_bytes());
     }
-    BlockHash(digest(&[&parent.0.to_le_bytes(), &bytes]))
+    let out = h.finalize();
+    BlockHash(u128::from_le_bytes(
+        out[..16].try_into().expect("sha-256 has 32 bytes"),
+    ))
 }
 
 /// Extends `hashes` (the chain of `tokens`' full blocks so far) over every full block of
@@ -139,6 +147,10 @@ mod tests {
         }
         let t = [1u32, 2, 3, 4];
         assert_eq!(chain(a.root(), &t), chain(a.root(), &t));
+        // The same bytes as the framed digest of the parent and the tokens.
+        let bytes: Vec<u8> = t.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let framed = BlockHash(digest(&[&a.root().0.to_le_bytes(), &bytes]));
+        assert_eq!(chain(a.root(), &t), framed);
         assert_ne!(chain(a.root(), &t), chain(b.root(), &t));
         assert_ne!(chain(a.root(), &t), chain(a.root(), &[1, 2, 3, 5]));
         assert_eq!(
