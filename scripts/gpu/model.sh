@@ -3,7 +3,8 @@
 #   here:       scripts/gpu/model.sh build   # stages .gpu-bin/model/ (xz-compressed binaries)
 #   on the GPU: scripts/gpu/model.sh run     # with carry [".gpu-bin/model"]
 # `run` writes under $OUT: env.txt, hf.log (the transformers reference), checks.log (the
-# ignored GPU tests of engine/tests/gpu_model_path.rs), bench.log (benches/gpu_model.rs).
+# ignored GPU tests of engine/tests/gpu_model_path.rs and gpu_engine_path.rs), bench.log
+# (benches/gpu_model.rs).
 # Extra arguments of `run` go to the bench (e.g. --context 1024). CHECKS=<name filter> runs
 # only the matching checks; NO_BENCH=1 skips the bench.
 set -uo pipefail
@@ -20,13 +21,16 @@ case "${1:-}" in
         | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
     }
     tests=$(build test --release --test gpu_model_path)
+    engine_tests=$(build test --release --test gpu_engine_path)
     bench=$(build bench --bench gpu_model)
     mkdir -p "$stage"
     cp "$tests" "$stage/gpu_model_path"
+    cp "$engine_tests" "$stage/gpu_engine_path"
     cp "$bench" "$stage/gpu_model_bench"
-    strip "$stage/gpu_model_path" "$stage/gpu_model_bench"
-    (cd "$stage" && rm -f bins.tar.xz && tar cJf bins.tar.xz gpu_model_path gpu_model_bench \
-      && rm gpu_model_path gpu_model_bench)
+    strip "$stage/gpu_model_path" "$stage/gpu_engine_path" "$stage/gpu_model_bench"
+    (cd "$stage" && rm -f bins.tar.xz \
+      && tar cJf bins.tar.xz gpu_model_path gpu_engine_path gpu_model_bench \
+      && rm gpu_model_path gpu_engine_path gpu_model_bench)
     ls -l "$stage" ;;
   run)
     shift
@@ -47,6 +51,9 @@ case "${1:-}" in
     SUPERINFER_HF_REF=$ref RUST_BACKTRACE=1 "$bins/gpu_model_path" ${CHECKS:-} --ignored \
       --nocapture --test-threads 1 2>&1 | tee "$out/checks.log"
     checks=${PIPESTATUS[0]}
+    RUST_BACKTRACE=1 "$bins/gpu_engine_path" ${CHECKS:-} --ignored --nocapture \
+      --test-threads 1 2>&1 | tee -a "$out/checks.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || checks=1
     bench=skipped
     if [ -z "${NO_BENCH:-}" ]; then
       "$bins/gpu_model_bench" "$@" 2>&1 | tee "$out/bench.log"
