@@ -292,7 +292,8 @@ fn check_requests(e: &TestEngine, own: &mut HashMap<RequestId, Vec<crate::kv::Bl
         // the entry of exactly that hash (the pool checks the latter): no hit crosses
         // namespaces, and a cached block holds what this request would have computed.
         let own = own.entry(*id).or_default();
-        let root = CacheScope::tenant(r.spec.tenant).root();
+        let scope = (r.spec.cache.clone()).unwrap_or_else(|| CacheScope::tenant(r.spec.tenant));
+        let root = scope.root();
         let named = (r.hashes.len() * 16).min(r.tokens.len());
         crate::kv::prefix::extend_chain(own, root, &r.tokens[..named], 16);
         assert_eq!(own[..], r.hashes[..], "{id:?} hashes");
@@ -354,6 +355,12 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
                 let (p, m) = (rng.random_range(1..120), rng.random_range(1..60));
                 let mut req = request(next_id, rng.random_range(0..3), p, m);
                 req.prompt = reusing_prompt(&mut rng, &mut recent, p as usize);
+                // A tenth share a namespace on purpose, a tenth salt their own.
+                req.cache = match rng.random_range(0..10) {
+                    0 => Some(CacheScope::shared("team")),
+                    1 => Some(CacheScope::tenant(req.tenant).salted(Some("s".into()))),
+                    _ => None,
+                };
                 if e.submit(req).is_ok() {
                     live.push(next_id);
                 }
@@ -362,6 +369,14 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
             25..=29 if !live.is_empty() => {
                 let id = live[rng.random_range(0..live.len())];
                 e.abort(RequestId(id));
+            }
+            30 => {
+                // An operator drops a namespace: a tenant's own (all its salts) or the shared one.
+                let base = match rng.random_range(0..4) {
+                    3 => CacheScope::shared_base("team"),
+                    t => CacheScope::tenant_base(TenantId(t)),
+                };
+                e.drop_prefix_cache(&base);
             }
             _ => {
                 let r = e.step().unwrap();
