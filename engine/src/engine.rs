@@ -186,6 +186,8 @@ pub struct EngineStats {
     pub prefix_query_tokens: u64,
     pub prefix_hit_hbm_tokens: u64,
     pub prefix_hit_dram_tokens: u64,
+    /// Tokens per KV block (the configured block size).
+    pub block_size: u32,
 }
 
 /// Live requests per state, kept as they move (so no step counts them by scanning).
@@ -479,6 +481,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         (s.prefix_hbm_blocks, s.prefix_dram_blocks) = self.pool.prefix_blocks();
         s.b_xfer = self.xfer.last();
         s.link_blocks_per_s = self.xfer.rate();
+        s.block_size = self.cfg.block_size;
         s
     }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use superinfer_policies::{PolicyKind, VltConfig, WlvfConfig};
 
 use crate::backend::{gpu_options, EngineOptions, ModelSource};
+use crate::proxy::{ObjectiveSpec, ProxyConfig, TrustedNet};
 
 mod edge;
 
@@ -178,6 +179,15 @@ pub struct Settings {
     /// CUDA: DRAM KV tier (pinned host memory) in GB [default: 32].
     #[arg(long, env = "SUPERINFER_DRAM_KV_GB")]
     pub dram_kv_gb: Option<f64>,
+    /// Peers (an IP address or a CIDR network; repeat or separate by commas) that may send
+    /// `x-gateway-inference-objective` and `x-gateway-inference-fairness-id`; from any other
+    /// peer they are refused with 400 [default: none].
+    #[arg(long, env = "SUPERINFER_TRUSTED_PROXY", value_delimiter = ',')]
+    pub trusted_proxy: Option<Vec<TrustedNet>>,
+    /// An InferenceObjective a trusted proxy may name: `NAME=TTFT_MS:TBT_MS` tightens the
+    /// tenant's SLO to at most these (repeat or separate by commas) [default: none].
+    #[arg(long, env = "SUPERINFER_OBJECTIVE", value_delimiter = ',')]
+    pub objective: Option<Vec<ObjectiveSpec>>,
 }
 
 /// Where the model runs.
@@ -234,6 +244,8 @@ impl Settings {
             gpu_memory_utilization: self.gpu_memory_utilization.or(lower.gpu_memory_utilization),
             hbm_kv_gb: self.hbm_kv_gb.or(lower.hbm_kv_gb),
             dram_kv_gb: self.dram_kv_gb.or(lower.dram_kv_gb),
+            trusted_proxy: self.trusted_proxy.or(lower.trusted_proxy),
+            objective: self.objective.or(lower.objective),
         }
     }
 
@@ -258,6 +270,8 @@ pub struct ServeConfig {
     pub drain_timeout: Duration,
     /// Connection limits and timeouts of the HTTP edge, and the text pool.
     pub edge: EdgeConfig,
+    /// Who may send the inference extension's headers, and the objectives they may name.
+    pub proxy: ProxyConfig,
 }
 
 impl ServeConfig {
@@ -266,6 +280,10 @@ impl ServeConfig {
         let d = EngineOptions::default();
         let vlt = vlt_config(&s)?;
         let edge = EdgeConfig::resolve(&s)?;
+        let proxy = ProxyConfig::new(
+            s.trusted_proxy.clone().unwrap_or_default(),
+            s.objective.clone().unwrap_or_default(),
+        )?;
         let data_dir = s
             .data_dir
             .unwrap_or_else(|| PathBuf::from("superinfer-data"));
@@ -376,6 +394,7 @@ impl ServeConfig {
             max_body_bytes: s.max_body_bytes.unwrap_or(4 << 20),
             drain_timeout: Duration::from_secs_f64(drain),
             edge,
+            proxy,
         })
     }
 }

@@ -32,6 +32,7 @@ use tower::ServiceExt;
 use crate::config::EdgeConfig;
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
+use crate::proxy::PeerAddr;
 
 /// Closes the connection a request came on (put in every request's extensions): for a stream
 /// whose client stopped reading, where an error in the body would never be seen because
@@ -61,9 +62,14 @@ fn serve_conn(
 ) -> Conn {
     let kill = ConnKill::default();
     let k = kill.clone();
+    // The TCP peer, for the trusted-proxy check of `crate::proxy`.
+    let peer = stream.peer_addr().ok().map(PeerAddr);
     let svc = TowerToHyperService::new(app.clone().map_request(
         move |mut req: axum::http::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(k.clone());
+            if let Some(p) = peer {
+                req.extensions_mut().insert(p);
+            }
             req
         },
     ));

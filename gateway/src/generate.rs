@@ -217,6 +217,8 @@ impl Generation {
                 self.ctx.metrics.ttft.record(ttft);
                 let att = self.ctx.stats.first_token(ttft, t.slo.ttft_s());
                 self.ctx.metrics.ttft_attainment.set(att);
+                self.ctx.metrics.slo_checks[0].increment(1);
+                self.ctx.metrics.slo_met[0].increment(u64::from(ttft <= t.slo.ttft_s()));
             }
             Some(last) => {
                 let gap = now.duration_since(last).as_secs_f64();
@@ -258,8 +260,12 @@ impl Generation {
         let e2e = self.started.elapsed().as_secs_f64();
         m.e2e.record(e2e);
         if !self.gaps.is_empty() {
-            let att = self.ctx.stats.gaps(&self.gaps, self.ctx.tenant.slo.tbt_s());
+            let slo_s = self.ctx.tenant.slo.tbt_s();
+            let att = self.ctx.stats.gaps(&self.gaps, slo_s);
             m.tbt_attainment.set(att);
+            let met = self.gaps.iter().filter(|g| **g <= slo_s).count();
+            m.slo_checks[1].increment(self.gaps.len() as u64);
+            m.slo_met[1].increment(met as u64);
         }
         self.ctx.stats.finished(u64::from(self.tokens), e2e);
         self.ctx.limits.charge_tokens(u64::from(self.tokens));

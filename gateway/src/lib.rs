@@ -28,6 +28,7 @@ pub mod layers;
 pub mod limits;
 pub mod metrics;
 pub mod openai;
+pub mod proxy;
 pub mod quota;
 pub mod registry;
 pub mod server;

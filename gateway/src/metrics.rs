@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use superinfer_engine::EngineStats;
 
+pub mod vllm;
+
 pub const TTFT: &str = "superinfer_time_to_first_token_seconds";
 pub const ITL: &str = "superinfer_inter_token_latency_seconds";
 pub const E2E: &str = "superinfer_e2e_request_latency_seconds";
@@ -29,6 +31,18 @@ pub const STREAMS_ABORTED: &str = "superinfer_streams_aborted_total";
 pub const PREFIX_QUERY_TOKENS: &str = "superinfer_prefix_cache_query_tokens_total";
 pub const PREFIX_HIT_TOKENS: &str = "superinfer_prefix_cache_hit_tokens_total";
 pub const PREFIX_BLOCKS: &str = "superinfer_prefix_cache_blocks";
+pub const SLO_CHECKS: &str = "superinfer_slo_checks_total";
+pub const SLO_MET: &str = "superinfer_slo_met_total";
+
+/// The reasons of [`SHED`].
+pub const SHED_REASONS: &[&str] = &[
+    "queue_full",
+    "inbox_full",
+    "slo",
+    "text_pool",
+    "connections",
+    "draining",
+];
 
 /// At most one WARN summary of shed requests per this period.
 pub const SHED_LOG_PERIOD: Duration = Duration::from_secs(10);
@@ -78,6 +92,12 @@ impl Metrics {
             })),
         };
         m.describe();
+        // Every shed reason exists at 0 from the start, so `rate()` sees the first shed.
+        m.with(|| {
+            for reason in SHED_REASONS {
+                metrics::counter!(SHED, "reason" => *reason).increment(0);
+            }
+        });
         m
     }
 
@@ -137,6 +157,15 @@ impl Metrics {
                 "Share of a tenant's token gaps within its TBT SLO.",
             ),
             (
+                SLO_CHECKS,
+                "SLO checks per tenant: first tokens (slo=ttft) and token gaps (slo=tbt).",
+            ),
+            (
+                SLO_MET,
+                "SLO checks that met the SLO, per tenant (slo=ttft, tbt); over the checks: \
+                 attainment in any window, for burn-rate alerts.",
+            ),
+            (
                 "superinfer_num_requests_running",
                 "Requests in the running batch.",
             ),
@@ -174,7 +203,7 @@ impl Metrics {
                 "Copy rate the automatic B_xfer uses: blocks/s per direction, both busy (0: fixed).",
             ),
         ];
-        for (name, text) in help {
+        for (name, text) in help.iter().chain(vllm::HELP) {
             r.describe_gauge((*name).into(), None, (*text).into());
         }
     }
@@ -203,6 +232,14 @@ impl Metrics {
                 prefix_hit_tokens: [
                     metrics::counter!(PREFIX_HIT_TOKENS, "tenant" => t.clone(), "tier" => "hbm"),
                     metrics::counter!(PREFIX_HIT_TOKENS, "tenant" => t.clone(), "tier" => "dram"),
+                ],
+                slo_checks: [
+                    metrics::counter!(SLO_CHECKS, "tenant" => t.clone(), "slo" => "ttft"),
+                    metrics::counter!(SLO_CHECKS, "tenant" => t.clone(), "slo" => "tbt"),
+                ],
+                slo_met: [
+                    metrics::counter!(SLO_MET, "tenant" => t.clone(), "slo" => "ttft"),
+                    metrics::counter!(SLO_MET, "tenant" => t.clone(), "slo" => "tbt"),
                 ],
                 ttft_attainment: metrics::gauge!(TTFT_ATTAINMENT, "tenant" => t.clone()),
                 tbt_attainment: metrics::gauge!(TBT_ATTAINMENT, "tenant" => t.clone()),
@@ -249,8 +286,9 @@ impl Metrics {
         self.with(|| metrics::counter!(STREAMS_ABORTED, "reason" => reason).increment(1));
     }
 
-    /// The Prometheus text, with the engine gauges as of `engine`.
-    pub fn render(&self, engine: &EngineStats) -> String {
+    /// The Prometheus text, with the engine gauges as of `engine` (and their vLLM-named
+    /// copies for the endpoint picker, labelled with the served `model`).
+    pub fn render(&self, engine: &EngineStats, model: &str) -> String {
         self.with(|| {
             let ratio = |used: u32, cap: u32| {
                 if cap == 0 {
@@ -280,6 +318,7 @@ impl Metrics {
                 .set(f64::from(engine.prefix_dram_blocks));
             metrics::gauge!("superinfer_b_xfer_blocks").set(f64::from(engine.b_xfer));
             metrics::gauge!("superinfer_link_blocks_per_second").set(engine.link_blocks_per_s);
+            vllm::record(engine, model);
         });
         self.handle.run_upkeep();
         self.handle.render()
@@ -301,6 +340,9 @@ pub struct TenantMetrics {
     pub prefix_query_tokens: Counter,
     /// Prompt tokens found in the prefix cache: in HBM, in DRAM.
     pub prefix_hit_tokens: [Counter; 2],
+    /// SLO checks and those met: TTFT (one per first token), TBT (one per token gap).
+    pub slo_checks: [Counter; 2],
+    pub slo_met: [Counter; 2],
     pub ttft_attainment: Gauge,
     pub tbt_attainment: Gauge,
 }
@@ -363,7 +405,7 @@ mod tests {
                 .contains("shed 20000 requests in the last 10 s (queue_full: 10000, slo: 10000)"),
             "{log}"
         );
-        let text = m.render(&EngineStats::default());
+        let text = m.render(&EngineStats::default(), "m");
         assert!(
             text.contains(&format!("{SHED}{{reason=\"queue_full\"}} 35000")),
             "{text}"

@@ -243,7 +243,7 @@ mod tests {
             engine_failure("model runner: boom".into(), 0, &m),
             GatewayError::Engine(_)
         ));
-        let text = m.render(&Default::default());
+        let text = m.render(&Default::default(), "m");
         assert!(
             text.contains(&format!("{SHED}{{reason=\"slo\"}} 1")),
             "{text}"

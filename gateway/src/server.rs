@@ -9,7 +9,9 @@
 //! 3. OpenAI-shaped errors: any error answer below that is not JSON becomes OpenAI's shape;
 //! 4. header limits (count, one `Authorization`), body timeout (408), body limit (413 at once
 //!    for a `Content-Length` over it);
-//! 5. auth (key → tenant) — before quota, which needs the tenant;
+//! 5. auth (key → tenant) — before quota, which needs the tenant; on the generation routes
+//!    then the inference extension's headers, only from a trusted proxy ([`crate::proxy`]),
+//!    before quota so a refused header costs no quota;
 //! 6. quota (rate, tokens/min, concurrency) — before validation, so a flood of bad requests
 //!    from one tenant is throttled before it costs tokenization;
 //! 7. validation (parse, byte bound, tokenize, limits, in the text pool) and 8. admission
@@ -47,7 +49,7 @@ use crate::openai;
 use crate::registry::Registry;
 use crate::state::{AppState, Shared};
 use crate::text::TextPool;
-use crate::{auth, layers, quota};
+use crate::{auth, layers, proxy, quota};
 
 /// Name of the tenant created on the first start.
 pub const DEFAULT_TENANT: &str = "default";
@@ -82,6 +84,13 @@ impl RunningServer {
     }
 }
 
+/// Liveness: 200 while the process is up (Kubernetes' `livenessProbe`).
+pub const LIVENESS_PATH: &str = "/healthz";
+/// Readiness: 200 when serving, 503 while draining or with the engine stopped.
+pub const READINESS_PATH: &str = "/readyz";
+/// Prometheus text, on the API listener or on `--metrics-listen`.
+pub const METRICS_PATH: &str = "/metrics";
+
 /// Opens everything and starts listening.
 pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
     let metrics = Metrics::new();
@@ -113,6 +122,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         },
         text_pool: TextPool::new(cfg.edge.text_pool),
         draining: AtomicBool::new(false),
+        proxy: cfg.proxy.clone(),
         started_unix_s: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -188,6 +198,7 @@ pub fn router(state: Shared, edge: &EdgeConfig, with_metrics: bool) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .layer(from_fn_with_state(state.clone(), quota::layer))
+        .layer(from_fn_with_state(state.clone(), proxy::layer))
         .layer(from_fn_with_state(state.clone(), auth::layer));
     let tenant_reads = Router::new()
         .route("/v1/models", get(openai::models))
@@ -197,12 +208,12 @@ pub fn router(state: Shared, edge: &EdgeConfig, with_metrics: bool) -> Router {
         .route("/detokenize", post(openai::extra::detokenize))
         .layer(from_fn_with_state(state.clone(), auth::layer));
     let mut open = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+        .route(LIVENESS_PATH, get(healthz))
+        .route(READINESS_PATH, get(readyz))
         .route("/health", get(openai::extra::health))
         .route("/version", get(openai::extra::version));
     if with_metrics {
-        open = open.route("/metrics", get(metrics_text));
+        open = open.route(METRICS_PATH, get(metrics_text));
     }
     // Layers, innermost first (each `.layer` wraps the ones before it).
     Router::new()
@@ -278,7 +289,7 @@ async fn readyz(State(state): State<Shared>) -> Response {
 }
 
 async fn metrics_text(State(state): State<Shared>) -> Response {
-    let body = state.metrics.render(&state.engine.stats());
+    let body = state.metrics.render(&state.engine.stats(), &state.model.id);
     (
         [(
             header::CONTENT_TYPE,
@@ -323,7 +334,7 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
     };
     let metrics_task = s.metrics_listener.map(|l| {
         let app = Router::new()
-            .route("/metrics", get(metrics_text))
+            .route(METRICS_PATH, get(metrics_text))
             .with_state(s.state.clone());
         let accept = Accept {
             listener: l,

@@ -33,6 +33,8 @@ pub struct AppState {
     pub stream: crate::openai::StreamLimits,
     /// Set when shutdown began: new requests get 503, `/readyz` fails.
     pub draining: AtomicBool,
+    /// Who may send the inference extension's headers (`crate::proxy`).
+    pub proxy: crate::proxy::ProxyConfig,
     /// Unix seconds when the server started (the model's `created`).
     pub started_unix_s: u64,
 }

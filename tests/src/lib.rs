@@ -166,9 +166,53 @@ impl TestServer {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// The text of `GET /metrics` (on the API listener).
+    pub async fn scrape(&self) -> String {
+        let resp = self.client.get(self.url("/metrics")).send().await;
+        let resp = resp.expect("the server answers");
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.text().await.expect("a text body")
+    }
+
     pub async fn shutdown(self) {
         self.server.shutdown().await.expect("a clean shutdown");
     }
+}
+
+/// The value of the series `name` whose labels include every `k="v"` of `labels`, in a
+/// Prometheus text exposition.
+pub fn metric_value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        let (label_part, value) = match rest.strip_prefix('{') {
+            Some(r) => r.split_once("} ")?,
+            None => ("", rest.strip_prefix(' ')?),
+        };
+        let all = labels
+            .iter()
+            .all(|(k, v)| label_part.contains(&format!("{k}=\"{v}\"")));
+        all.then(|| value.trim().parse().ok()).flatten()
+    })
+}
+
+/// The metric names a Prometheus text exposition has series for (`_bucket`, `_sum` and
+/// `_count` of a histogram under its own name too).
+pub fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let end = line.find(['{', ' ']).unwrap_or(line.len());
+        let name = &line[..end];
+        names.insert(name.to_string());
+        for suffix in ["_bucket", "_sum", "_count"] {
+            if let Some(base) = name.strip_suffix(suffix) {
+                names.insert(base.to_string());
+            }
+        }
+    }
+    names
 }
 
 /// The `data:` payloads of a server-sent-event body, `[DONE]` included.

@@ -312,3 +312,22 @@ fn the_prefix_cache_is_on_by_default_and_each_source_can_turn_it_off() {
     let e = ServeConfig::resolve(both).unwrap_err().to_string();
     assert!(e.contains("prefix_cache_hbm_only"), "{e}");
 }
+
+#[test]
+fn trusted_proxies_and_objectives_come_from_the_file_and_flags() {
+    let c = ServeConfig::resolve(Settings::default()).unwrap();
+    assert!(c.proxy.trusted.is_empty() && c.proxy.objectives.is_empty());
+    let file: Settings = toml::from_str(
+        "trusted_proxy = [\"10.0.0.0/8\", \"192.0.2.7\"]\nobjective = [\"critical=500:50\"]\n",
+    )
+    .unwrap();
+    let c = ServeConfig::resolve(file).unwrap();
+    assert_eq!(c.proxy.trusted.len(), 2);
+    assert!(c.proxy.trusted[0].contains("10.9.8.7".parse().unwrap()));
+    assert_eq!(c.proxy.objectives["critical"].ttft_ms, 500);
+    assert!(toml::from_str::<Settings>("trusted_proxy = [\"10.0.0.0/40\"]").is_err());
+    assert!(toml::from_str::<Settings>("objective = [\"critical=fast\"]").is_err());
+    let twice: Settings = toml::from_str("objective = [\"a=1:1\", \"a=2:2\"]").unwrap();
+    let e = ServeConfig::resolve(twice).unwrap_err().to_string();
+    assert!(e.contains("twice"), "{e}");
+}
