@@ -231,11 +231,12 @@ impl TenantStore {
         let mut report = UsageReport::default();
         let mut names = std::collections::HashMap::new();
         for row in self.usage.rows(q)? {
-            if !names.contains_key(&row.tenant) {
-                let n = self.get(row.tenant)?.map(|t| t.name);
-                names.insert(row.tenant, n);
-            }
-            let name = &names[&row.tenant];
+            let name = match names.entry(row.tenant) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(self.get(row.tenant)?.map(|t| t.name))
+                }
+            };
             report.totals.add(&row.counts);
             report.data.push(UsageReportRow::new(
                 row.tenant.0,
