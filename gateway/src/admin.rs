@@ -1,4 +1,4 @@
-//! The admin API under `/admin/v1/tenants`, behind its own token (`--admin-token` or
+//! The admin API under `/admin/v1/` (tenants, and the usage ledger), behind its own token (`--admin-token` or
 //! `SUPERINFER_ADMIN_TOKEN`; without one the admin API answers 403). Tenants are named in
 //! paths by id (all digits) or by name (never all digits). Every write returns once it is durable, and the request path sees
 //! it before the response is sent (the directory is rebuilt right after the write).
@@ -13,6 +13,7 @@
 //! | POST | /admin/v1/tenants/{tenant}/rotate-key | new key; the old one stops working |
 //! | GET | /admin/v1/tenants/{tenant}/stats | the tenant's live statistics |
 //! | DELETE | /admin/v1/tenants/{tenant}/prefix-cache[?shared=true] | drop its prefix cache |
+//! | GET | /admin/v1/usage[?tenant=&from=&to=&format=json\|csv] | the usage ledger ([`crate::usage`]) |
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -56,6 +57,7 @@ pub fn router(state: Shared) -> Router<Shared> {
             get(get_one).patch(patch).delete(delete),
         )
         .route("/admin/v1/tenants/{tenant}/rotate-key", post(rotate_key))
+        .route("/admin/v1/usage", get(crate::usage::export))
         .route("/admin/v1/tenants/{tenant}/stats", get(stats))
         .route(
             "/admin/v1/tenants/{tenant}/prefix-cache",

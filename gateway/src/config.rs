@@ -38,6 +38,13 @@ pub struct Settings {
     /// Token for the admin API (/admin/v1); without it the admin API is disabled.
     #[arg(long, env = "SUPERINFER_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// A tenants file (TOML, docs/TENANTS.md) applied at start and on SIGHUP; with it no
+    /// `default` tenant is created.
+    #[arg(long, env = "SUPERINFER_TENANTS_FILE")]
+    pub tenants_file: Option<PathBuf>,
+    /// With --tenants-file: also delete the tenants the file does not name [default: false].
+    #[arg(long, env = "SUPERINFER_TENANTS_PRUNE", num_args = 0..=1, default_missing_value = "true")]
+    pub tenants_prune: Option<bool>,
     /// A Hugging Face model directory, or a GGUF file, to serve.
     #[arg(
         long,
@@ -207,6 +214,8 @@ impl Settings {
             metrics_listen: self.metrics_listen.or(lower.metrics_listen),
             data_dir: self.data_dir.or(lower.data_dir),
             admin_token: self.admin_token.or(lower.admin_token),
+            tenants_file: self.tenants_file.or(lower.tenants_file),
+            tenants_prune: self.tenants_prune.or(lower.tenants_prune),
             model_dir: self.model_dir.or(lower.model_dir),
             sim_profile: self.sim_profile.or(lower.sim_profile),
             policy: self.policy.or(lower.policy),
@@ -257,6 +266,13 @@ impl Settings {
     }
 }
 
+/// `--tenants-file` and whether applying it prunes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantsFileConfig {
+    pub path: PathBuf,
+    pub prune: bool,
+}
+
 /// Everything `serve` needs, defaults filled in and checked.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ServeConfig {
@@ -264,6 +280,8 @@ pub struct ServeConfig {
     pub metrics_listen: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub admin_token: Option<String>,
+    /// Applied at start and on SIGHUP.
+    pub tenants_file: Option<TenantsFileConfig>,
     pub model: ModelSource,
     pub engine: EngineOptions,
     pub max_body_bytes: usize,
@@ -328,6 +346,16 @@ impl ServeConfig {
         if !(drain.is_finite() && drain >= 0.0) {
             bail!("drain_timeout_s must be a number of seconds >= 0, got {drain}");
         }
+        let tenants_file = match (s.tenants_file, s.tenants_prune) {
+            (Some(path), prune) => Some(TenantsFileConfig {
+                path,
+                prune: prune.unwrap_or(false),
+            }),
+            (None, Some(true)) => {
+                bail!("tenants_prune prunes what tenants_file does not name; set tenants_file too")
+            }
+            (None, _) => None,
+        };
         if s.admin_token.as_deref().is_some_and(|t| t.len() < 16) {
             bail!("the admin token must be at least 16 characters long");
         }
@@ -365,6 +393,7 @@ impl ServeConfig {
             metrics_listen: s.metrics_listen,
             data_dir,
             admin_token: s.admin_token,
+            tenants_file,
             model,
             engine: EngineOptions {
                 policy: s.policy.unwrap_or(d.policy),

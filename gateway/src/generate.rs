@@ -13,6 +13,14 @@ use superinfer_engine::{FinishReason, RequestStream, StreamEvent};
 use crate::limits::InFlight;
 use crate::registry::TenantCtx;
 use crate::text::Decoder;
+use crate::usage::UsageTicket;
+
+/// What the choices of one admitted request share: its concurrency slot (freed when the last
+/// choice ends) and its entry in the usage ledger (recorded once for the request).
+pub struct Admitted {
+    pub slot: InFlight,
+    pub usage: UsageTicket,
+}
 
 /// What a generation yields.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,8 +69,8 @@ pub struct Generation {
     finished: bool,
     /// Log-probabilities of tokens not yet reported (when the request asked for them).
     logprobs: Vec<TokenLogprob>,
-    /// The request's concurrency slot, shared by the choices of one request.
-    _slot: Arc<InFlight>,
+    /// The request's concurrency slot and usage, shared by the choices of one request.
+    share: Arc<Admitted>,
 }
 
 impl Generation {
@@ -74,7 +82,7 @@ impl Generation {
         ctx: Arc<TenantCtx>,
         started: Instant,
         prompt_tokens: u32,
-        slot: Arc<InFlight>,
+        share: Arc<Admitted>,
     ) -> Generation {
         Generation {
             stream: Some(stream),
@@ -90,7 +98,7 @@ impl Generation {
             pending_done: None,
             finished: false,
             logprobs: Vec::new(),
-            _slot: slot,
+            share,
         }
     }
 
@@ -232,15 +240,24 @@ impl Generation {
 
     /// Records the end once and hands it out.
     fn done(&mut self, outcome: Outcome) -> Piece {
-        self.record_end(outcome.finish_reason);
+        self.record_end(outcome.finish_reason, outcome.error.is_some());
         Piece::Done(outcome)
     }
 
-    fn record_end(&mut self, reason: &'static str) {
+    /// The end's metrics, statistics and ledger entry; `error`: the client gets an error
+    /// answer instead of a `usage`.
+    fn record_end(&mut self, reason: &'static str, error: bool) {
         if self.finished {
             return;
         }
         self.finished = true;
+        // The same numbers as the answer's `usage` (`Usage::of` of this end's outcome).
+        self.share.usage.end(
+            self.prompt_tokens,
+            self.cached.tokens(),
+            self.tokens,
+            error || reason == "error",
+        );
         let m = &self.ctx.metrics;
         let i = match reason {
             "stop" => 0,
@@ -275,7 +292,7 @@ impl Generation {
 impl Drop for Generation {
     fn drop(&mut self) {
         // A client that went away: the engine stream is dropped with `self` (abort).
-        self.record_end("abort");
+        self.record_end("abort", false);
     }
 }
 

@@ -34,7 +34,9 @@ pub mod registry;
 pub mod server;
 pub mod state;
 pub mod stats;
+pub mod tenants_file;
 pub mod text;
+pub mod usage;
 pub mod validate;
 pub mod wire;
 

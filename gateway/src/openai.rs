@@ -23,11 +23,12 @@ use std::time::Instant;
 use crate::admission;
 use crate::conn::ConnKill;
 use crate::error::{GatewayError, Result};
-use crate::generate::{Generation, Piece, StopMatcher};
+use crate::generate::{Admitted, Generation, Piece, StopMatcher};
 use crate::metrics::Metrics;
 use crate::quota::Slot;
 use crate::registry::TenantCtx;
 use crate::state::Shared;
+use crate::usage::UsageTicket;
 use crate::validate::{self, Endpoint};
 use response::{ResponseMeta, Usage};
 
@@ -100,8 +101,9 @@ async fn generate(
     ctx.limits.charge_tokens(u64::from(prompt_tokens));
     let slot = slot
         .take()
-        .map(Arc::new)
         .ok_or_else(|| GatewayError::Internal("the concurrency slot was taken twice".into()))?;
+    let usage = UsageTicket::new(state.registry.store().usage().clone(), ctx.tenant.id, 1);
+    let slot = Arc::new(Admitted { slot, usage });
     let gen = Generation::new(
         stream,
         state.text.decoder(),

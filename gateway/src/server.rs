@@ -128,6 +128,17 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
             .map_or(0, |d| d.as_secs()),
     });
     let watcher = registry.spawn_watcher(changes);
+    let ledger = crate::usage::spawn_flusher(registry.store().clone());
+    #[cfg(unix)]
+    let reloader = match &cfg.tenants_file {
+        None => None,
+        Some(c) => Some(
+            crate::tenants_file::spawn_on_sighup(registry.clone(), c.clone())
+                .context("cannot install the SIGHUP handler for the tenants file")?,
+        ),
+    };
+    #[cfg(not(unix))]
+    let reloader = None;
     let listener = TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
@@ -154,6 +165,8 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         edge: cfg.edge.clone(),
         thread,
         watcher,
+        reloader,
+        ledger,
     }));
     tracing::info!(%addr, model = %state.model.id, "listening");
     Ok(RunningServer {
@@ -172,15 +185,20 @@ type Opened = (
     superinfer_tenants::Subscriber,
 );
 
-/// Opens the store; on the first start creates the default tenant and returns its key.
+/// Opens the store and applies `--tenants-file`; without one, on the first start creates the
+/// default tenant and returns its key.
 async fn open_tenants(cfg: &ServeConfig, metrics: Metrics) -> anyhow::Result<Opened> {
     let dir = cfg.data_dir.clone();
+    let file = cfg.tenants_file.clone();
     tokio::task::spawn_blocking(move || -> anyhow::Result<Opened> {
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
         let store = TenantStore::open(dir.join("tenants"))?;
         let mut key = None;
-        if store.list()?.is_empty() {
+        if let Some(f) = &file {
+            let report = crate::tenants_file::apply(&store, f)?;
+            tracing::info!(path = %f.path.display(), %report, "tenants file applied");
+        } else if store.list()?.is_empty() {
             let (_, k) = store.create(NewTenant::named(DEFAULT_TENANT))?;
             key = Some(k.into_string());
         }
@@ -326,6 +344,10 @@ struct Serve {
     edge: EdgeConfig,
     thread: superinfer_engine::EngineThread,
     watcher: JoinHandle<()>,
+    /// Re-applies `--tenants-file` on SIGHUP.
+    reloader: Option<JoinHandle<()>>,
+    /// Writes the usage ledger every second (the last write is the store's flush at exit).
+    ledger: JoinHandle<()>,
 }
 
 async fn serve(s: Serve) -> anyhow::Result<()> {
@@ -364,6 +386,10 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
         let _ = t.await;
     }
     s.watcher.abort();
+    if let Some(r) = &s.reloader {
+        r.abort();
+    }
+    s.ledger.abort();
     let store = s.state.registry.store().clone();
     let thread = s.thread;
     // Stopping the engine ends the streams still open with an error event and `[DONE]`; they

@@ -44,6 +44,11 @@ pub enum TenantError {
     #[error("tenant store is corrupt: {0}")]
     Corrupt(String),
 
+    /// A tenants file (`superinfer tenants apply`) is malformed or inconsistent; nothing
+    /// was applied.
+    #[error("tenants file {0}")]
+    File(String),
+
     /// The underlying sled database failed (I/O, or a bug in sled).
     #[error("tenant store: {0}")]
     Storage(#[from] sled::Error),

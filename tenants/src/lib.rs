@@ -9,6 +9,9 @@
 //!   constant-time comparison ([`Auth`]); one active key per tenant, rotation retires the old;
 //! - acknowledges an admin write only once it is durable: each is one sled transaction over
 //!   every tree it touches, then a flush;
+//! - applies a declarative [`TenantsFile`] (TOML) idempotently ([`TenantStore::apply`]);
+//! - keeps a usage ledger for billing ([`UsageLedger`]: per tenant and UTC hour, requests,
+//!   prompt, cached and completion tokens, errors), batched in memory and flushed to sled;
 //! - records a schema version and migrates older layouts on open;
 //! - gives the gateway an in-memory [`Snapshot`] to authenticate against, and a change
 //!   subscription ([`TenantStore::subscribe`]) to know when to rebuild it.
@@ -23,12 +26,15 @@
 #![forbid(unsafe_code)]
 
 mod error;
+mod file;
 mod key;
 mod model;
 mod snapshot;
 mod store;
+mod usage;
 
 pub use error::{Result, TenantError};
+pub use file::TenantsFile;
 pub use key::{is_well_formed as is_well_formed_key, ApiKey, KeyHash, KEY_PREFIX};
 pub use model::{
     NewTenant, Quotas, QuotasPatch, Slo, SloPatch, Tenant, TenantId, TenantPatch, TenantRef,
@@ -36,4 +42,8 @@ pub use model::{
 };
 pub use sled::Subscriber;
 pub use snapshot::{Auth, Snapshot};
-pub use store::{TenantStore, SCHEMA_VERSION};
+pub use store::{ApplyReport, TenantStore, SCHEMA_VERSION};
+pub use usage::{
+    format_hour, parse_time, to_csv, UsageCounts, UsageLedger, UsageQuery, UsageReport,
+    UsageReportRow, UsageRow,
+};

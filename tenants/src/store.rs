@@ -2,6 +2,7 @@
 //! transaction over all the trees it touches, followed by a flush, so a write that returned
 //! `Ok` survives a crash and a crash never leaves half a write behind.
 
+mod apply;
 mod check;
 mod layout;
 mod schema;
@@ -19,8 +20,10 @@ use crate::error::{Result, TenantError};
 use crate::key::{is_well_formed, ApiKey, KeyHash};
 use crate::model::{NewTenant, Tenant, TenantId, TenantPatch, TenantRef};
 use crate::snapshot::{Auth, Snapshot};
+use crate::usage::{UsageLedger, UsageQuery, UsageReport, UsageReportRow};
 use layout::{abort, decode_id, decode_u64, id_key, Record, Trees, Tx, TxResult, GENERATION};
 
+pub use apply::ApplyReport;
 pub use schema::SCHEMA_VERSION;
 
 /// The tenant registry. Cheap to clone (all clones share one database); `Send + Sync`.
@@ -31,6 +34,7 @@ pub use schema::SCHEMA_VERSION;
 pub struct TenantStore {
     db: Db,
     trees: Trees,
+    usage: UsageLedger,
     path: PathBuf,
     /// Serializes writes with each other and with snapshots, so a snapshot never sees half of
     /// a concurrent write (sled transactions are atomic, but a scan is many reads).
@@ -48,9 +52,11 @@ impl TenantStore {
             .map_err(|e| open_error(e, &path))?;
         schema::migrate(&db)?;
         let trees = Trees::open(&db)?;
+        let usage = UsageLedger::open(&db)?;
         Ok(TenantStore {
             db,
             trees,
+            usage,
             path,
             writes: Arc::new(Mutex::new(())),
         })
@@ -214,9 +220,38 @@ impl TenantStore {
         self.trees.meta.watch_prefix(GENERATION)
     }
 
+    /// The usage ledger (`docs/TENANTS.md`, "Usage ledger").
+    pub fn usage(&self) -> &UsageLedger {
+        &self.usage
+    }
+
+    /// The ledger rows `q` selects, with the tenants' current names (`None` for deleted
+    /// tenants) and the totals.
+    pub fn usage_report(&self, q: &UsageQuery) -> Result<UsageReport> {
+        let mut report = UsageReport::default();
+        let mut names = std::collections::HashMap::new();
+        for row in self.usage.rows(q)? {
+            let name = match names.entry(row.tenant) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(self.get(row.tenant)?.map(|t| t.name))
+                }
+            };
+            report.totals.add(&row.counts);
+            report.data.push(UsageReportRow::new(
+                row.tenant.0,
+                name.clone(),
+                row.hour,
+                row.counts,
+            ));
+        }
+        Ok(report)
+    }
+
     /// Waits until everything written is on disk. Writes already do this; call it on shutdown
     /// for good measure.
     pub fn flush(&self) -> Result<()> {
+        self.usage.flush()?;
         self.db.flush()?;
         Ok(())
     }
@@ -249,6 +284,11 @@ impl TenantStore {
     /// is on disk. `f` may run more than once (sled retries on conflict), so it must be pure.
     fn write<T>(&self, f: impl Fn(&Tx<'_>) -> TxResult<T>) -> Result<T> {
         let _serial = self.lock_writes();
+        self.transact(f)
+    }
+
+    /// [`TenantStore::write`] for a caller that holds the write mutex already.
+    fn transact<T>(&self, f: impl Fn(&Tx<'_>) -> TxResult<T>) -> Result<T> {
         let t = &self.trees;
         let out = (&t.tenants, &t.names, &t.keys, &t.meta)
             .transaction(|(tenants, names, keys, meta)| {
@@ -282,7 +322,7 @@ fn open_error(e: sled::Error, path: &Path) -> TenantError {
     }
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

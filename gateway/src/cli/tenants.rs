@@ -1,4 +1,4 @@
-//! `superinfer tenants list|create|get|patch|delete|rotate-key`: the admin API's operations on
+//! `superinfer tenants list|create|get|patch|delete|rotate-key|apply|usage`: the admin API's operations on
 //! the data directory directly, for when the server is stopped (sled locks the directory, so
 //! while it runs, use the admin API). Output is JSON; a new key is printed once. There is no
 //! command to drop a prefix cache: the cache lives only in the running server's memory (it is
@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use superinfer_tenants::{
     NewTenant, Quotas, QuotasPatch, Slo, SloPatch, Tenant, TenantId, TenantPatch, TenantRef,
-    TenantStore,
+    TenantStore, TenantsFile,
 };
 
 #[derive(Args, Debug)]
@@ -52,6 +52,30 @@ pub enum TenantsCommand {
     Delete { tenant: String },
     /// Give a tenant a new key (printed once); the old one stops working.
     RotateKey { tenant: String },
+    /// The usage ledger: per tenant and UTC hour, requests, prompt, cached and completion
+    /// tokens, errors (JSON, or CSV with --format csv).
+    Usage {
+        /// One tenant, by id or name (a deleted tenant by its id).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Hours overlapping [from, to): Unix seconds or a UTC time like 2026-12-01T19:00:00Z.
+        #[arg(long)]
+        from: Option<String>,
+        #[arg(long)]
+        to: Option<String>,
+        #[arg(long, value_enum, default_value = "json")]
+        format: crate::usage::Format,
+    },
+    /// Make the store hold what a tenants file (TOML) says: create, update and, with
+    /// --prune, delete tenants; applying the same file again changes nothing.
+    Apply {
+        /// The tenants file (docs/TENANTS.md, "Tenants files").
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Also delete the tenants the file does not name.
+        #[arg(long)]
+        prune: bool,
+    },
 }
 
 /// Settable fields; each left out keeps its default (create) or value (patch).
@@ -138,6 +162,12 @@ impl Fields {
 }
 
 pub fn run(args: TenantsArgs) -> anyhow::Result<()> {
+    // Read and check the file before opening the store: a bad file is reported as such
+    // even while the server holds the directory.
+    let file = match &args.command {
+        TenantsCommand::Apply { file, .. } => Some(TenantsFile::load(file)?),
+        _ => None,
+    };
     let path = args.data_dir.join("tenants");
     let store = TenantStore::open(&path)
         .with_context(|| format!("opening the tenant store in {}", args.data_dir.display()))?;
@@ -174,6 +204,37 @@ pub fn run(args: TenantsArgs) -> anyhow::Result<()> {
             let t = resolve(&store, &tenant)?;
             let key = store.rotate_key(t.id)?;
             println!("api key: {}", key.expose());
+        }
+        TenantsCommand::Usage {
+            tenant,
+            from,
+            to,
+            format,
+        } => {
+            let params = crate::usage::UsageParams { tenant, from, to };
+            let report = store.usage_report(&params.query(&store)?)?;
+            match format {
+                crate::usage::Format::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&crate::usage::report_json(&report))?
+                ),
+                crate::usage::Format::Csv => print!("{}", superinfer_tenants::to_csv(&report)),
+            }
+        }
+        TenantsCommand::Apply { prune, .. } => {
+            let file = file.context("the tenants file was read above")?;
+            let report = store.apply(&file, prune)?;
+            for (what, names) in [
+                ("created", &report.created),
+                ("updated", &report.updated),
+                ("unchanged", &report.unchanged),
+                ("removed", &report.removed),
+            ] {
+                for name in names {
+                    println!("{what} {name}");
+                }
+            }
+            println!("{report}");
         }
     }
     store.flush()?;

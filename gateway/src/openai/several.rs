@@ -18,11 +18,11 @@ use super::sse::Out;
 use crate::admission;
 use crate::conn::ConnKill;
 use crate::error::{GatewayError, Result};
-use crate::generate::{Generation, Piece, StopMatcher};
-use crate::limits::InFlight;
+use crate::generate::{Admitted, Generation, Piece, StopMatcher};
 use crate::metrics::Metrics;
 use crate::registry::TenantCtx;
 use crate::state::Shared;
+use crate::usage::UsageTicket;
 use crate::validate::{Endpoint, ValidRequest};
 
 pub async fn generate(
@@ -33,13 +33,19 @@ pub async fn generate(
     started: Instant,
     kill: Option<ConnKill>,
 ) -> Result<Response> {
-    let slot: Arc<InFlight> = slot
+    let slot = slot
         .take()
-        .map(Arc::new)
         .ok_or_else(|| GatewayError::Internal("the concurrency slot was taken twice".into()))?;
     let prompts: Vec<Vec<u32>> = std::iter::once(valid.prompt.clone())
         .chain(valid.more_prompts.iter().cloned())
         .collect();
+    let choices = prompts.len() * valid.n as usize;
+    let usage = UsageTicket::new(
+        state.registry.store().usage().clone(),
+        ctx.tenant.id,
+        choices,
+    );
+    let slot = Arc::new(Admitted { slot, usage });
     // Choice `p * n + j` is prompt `p`'s `j`-th; a seeded request's choices draw from seeds
     // `seed + j`, so they differ but repeat exactly.
     let choices = prompts
@@ -57,6 +63,8 @@ pub async fn generate(
         // An error drops the generations made so far, which aborts their requests.
         let stream = admission::submit(state, &ctx.tenant, &one).inspect_err(|_| {
             state.metrics.rejected(&ctx.tenant.name, "overloaded");
+            // Choices admitted so far are dropped; the request is one error in the ledger.
+            slot.usage.fail();
         })?;
         let n = one.prompt.len() as u32;
         ctx.stats.admitted(u64::from(n));

@@ -17,7 +17,8 @@ impl TenantStore {
     /// Verifies that the records and the indexes agree: every record decodes, is valid and is
     /// stored under its own id; the name index and the key-hash index map exactly the records'
     /// names and key hashes to their ids (so names and keys are unique); the id counter is
-    /// above every id; the schema version is current. `Err(Corrupt)` lists what is wrong.
+    /// above every id; the schema version is current; every usage row decodes and belongs to an
+    /// id that was handed out. `Err(Corrupt)` lists what is wrong.
     pub fn check(&self) -> Result<()> {
         let _serial = self.lock_writes();
         let mut problems = Vec::new();
@@ -68,6 +69,21 @@ impl TenantStore {
             KeyHash::from_slice,
             &mut problems,
         )?;
+
+        for kv in self.usage.tree_iter() {
+            let (k, v) = kv?;
+            match (
+                crate::usage::decode_key(&k),
+                crate::usage::UsageCounts::decode(&v),
+            ) {
+                (Ok((id, _)), Ok(_)) => {
+                    if next_id.is_some_and(|n| u64::from(id.0) >= n) {
+                        problems.push(format!("usage of tenant {id}, an id never handed out"));
+                    }
+                }
+                (Err(e), _) | (_, Err(e)) => problems.push(e.to_string()),
+            }
+        }
 
         if problems.is_empty() {
             return Ok(());

@@ -1,5 +1,6 @@
-//! The on-disk layout of schema version 2 (version 1's, with `cache_namespace` in each
-//! tenant record): tree names, meta keys, record encoding, and the
+//! The on-disk layout of schema version 3 (version 1's, with `cache_namespace` in each
+//! tenant record since version 2, and the usage ledger's tree `usage` since version 3, laid
+//! out in `crate::usage`): tree names, meta keys, record encoding, and the
 //! transactional view that every write goes through.
 //!
 //! | tree | key | value |

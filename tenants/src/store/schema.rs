@@ -10,6 +10,7 @@
 
 pub(crate) mod v0;
 pub(crate) mod v1;
+pub(crate) mod v2;
 
 #[cfg(test)]
 mod tests;
@@ -23,7 +24,7 @@ use super::layout::{
 use crate::error::{Result, TenantError};
 
 /// The layout this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// One step forward: `run` must move a store at version `from` to `from + 1`, writing the new
 /// version in the same transaction as the data.
@@ -40,6 +41,10 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         from: 1,
         run: v1::migrate_to_v2,
+    },
+    Migration {
+        from: 2,
+        run: v2::migrate_to_v3,
     },
 ];
 

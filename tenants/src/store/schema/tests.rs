@@ -135,7 +135,7 @@ fn a_version_1_store_is_migrated_on_open_and_keeps_everything() {
 
     let s = reopen(&path);
     s.check().unwrap();
-    assert_eq!(stored_version(&s.db).unwrap(), Some(2));
+    assert_eq!(stored_version(&s.db).unwrap(), Some(SCHEMA_VERSION));
     let gold = s.get_by_name("gold").unwrap().unwrap();
     assert_eq!(
         (gold.id, gold.weight, gold.cache_namespace),
@@ -200,4 +200,36 @@ fn reopen(path: &std::path::Path) -> TenantStore {
             r => return r.unwrap(),
         }
     }
+}
+
+#[test]
+fn a_version_2_store_gains_the_usage_ledger_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let key = {
+        let s = TenantStore::open(&path).unwrap();
+        let (_, key) = s.create(crate::NewTenant::named("gold")).unwrap();
+        key
+    };
+    {
+        // What a version-2 binary left: no `usage` tree, version 2.
+        let db = sled::open(&path).unwrap();
+        assert!(db.drop_tree("usage").unwrap());
+        let meta = db.open_tree("meta").unwrap();
+        meta.insert(VERSION_KEY, &2u32.to_be_bytes()).unwrap();
+        db.flush().unwrap();
+    }
+    let s = reopen(&path);
+    s.check().unwrap();
+    assert_eq!(stored_version(&s.db).unwrap(), Some(3));
+    let gold = s.get_by_name("gold").unwrap().unwrap();
+    assert!(matches!(s.authenticate(key.expose()).unwrap(), Auth::Granted(t) if t.id == gold.id));
+    let counts = crate::UsageCounts {
+        requests: 1,
+        prompt_tokens: 5,
+        ..Default::default()
+    };
+    s.usage().record(gold.id, 0, counts);
+    let report = s.usage_report(&crate::UsageQuery::default()).unwrap();
+    assert_eq!(report.totals, counts);
 }

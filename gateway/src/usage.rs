@@ -1,0 +1,255 @@
+//! The usage ledger from the gateway's side: what each admitted request cost, as the client
+//! was told in its `usage`, added to the tenant store's ledger once per request
+//! ([`UsageTicket`]); a task that flushes the ledger to disk every second; and the export
+//! (`GET /admin/v1/usage`, `superinfer tenants usage`) as JSON or CSV.
+//!
+//! Counting rules (docs/OPERATIONS.md, "Usage ledger"): one request per HTTP request that
+//! reached the engine, whatever its `n` or number of prompts; its tokens are the `usage` the
+//! answer carries (sent in the body or the usage chunk, or that a stream without
+//! `include_usage` would have carried); a request that ended in an error answer counts as a
+//! request and an error with no tokens (its client got no `usage`); a request whose client
+//! went away counts with the tokens generated until then.
+
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use superinfer_tenants::{
+    parse_time, to_csv, TenantId, TenantRef, TenantStore, UsageCounts, UsageLedger, UsageQuery,
+    UsageReport,
+};
+
+use crate::error::{GatewayError, Result};
+use crate::state::Shared;
+
+/// How often the ledger's in-memory counts are written to sled.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// One admitted request's share of the ledger, held by each of its choices' generations.
+/// The request is recorded when its last choice ends (or, if fewer choices were admitted
+/// than planned, when the ticket is dropped).
+pub struct UsageTicket {
+    ledger: UsageLedger,
+    tenant: TenantId,
+    state: Mutex<Ticket>,
+}
+
+struct Ticket {
+    choices_left: usize,
+    sum: UsageCounts,
+    error: bool,
+    recorded: bool,
+}
+
+impl UsageTicket {
+    pub fn new(ledger: UsageLedger, tenant: TenantId, choices: usize) -> UsageTicket {
+        UsageTicket {
+            ledger,
+            tenant,
+            state: Mutex::new(Ticket {
+                choices_left: choices,
+                sum: UsageCounts::default(),
+                error: false,
+                recorded: false,
+            }),
+        }
+    }
+
+    /// One choice ended with this usage (or with an error).
+    pub fn end(&self, prompt_tokens: u32, cached_tokens: u32, completion_tokens: u32, error: bool) {
+        let mut t = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        t.choices_left = t.choices_left.saturating_sub(1);
+        t.error |= error;
+        t.sum.prompt_tokens += u64::from(prompt_tokens);
+        t.sum.cached_tokens += u64::from(cached_tokens);
+        t.sum.completion_tokens += u64::from(completion_tokens);
+        if t.choices_left == 0 && !t.recorded {
+            UsageTicket::record_parts(&self.ledger, self.tenant, &mut t);
+        }
+    }
+
+    /// The request is answered with an error although some of it was admitted.
+    pub fn fail(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .error = true;
+    }
+}
+
+impl Drop for UsageTicket {
+    fn drop(&mut self) {
+        let t = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if !t.recorded {
+            UsageTicket::record_parts(&self.ledger, self.tenant, t);
+        }
+    }
+}
+
+impl UsageTicket {
+    /// Adds the request to the ledger: a request and an error, or a request and its tokens.
+    fn record_parts(ledger: &UsageLedger, tenant: TenantId, t: &mut Ticket) {
+        t.recorded = true;
+        let counts = if t.error {
+            UsageCounts {
+                requests: 1,
+                errors: 1,
+                ..UsageCounts::default()
+            }
+        } else {
+            UsageCounts {
+                requests: 1,
+                ..t.sum
+            }
+        };
+        ledger.record(tenant, now_ms(), counts);
+    }
+}
+
+/// Writes the ledger to sled every [`FLUSH_EVERY`] until aborted.
+pub fn spawn_flusher(store: TenantStore) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(FLUSH_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let s = store.clone();
+            match tokio::task::spawn_blocking(move || s.usage().flush()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "cannot write the usage ledger; kept in memory for the next try")
+                }
+                Err(e) => tracing::error!(error = %e, "the usage ledger task failed"),
+            }
+        }
+    })
+}
+
+/// Output formats of the export.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Json,
+    Csv,
+}
+
+/// The export's parameters, as the admin API's query and the CLI's flags give them.
+#[derive(Clone, Debug, Default)]
+pub struct UsageParams {
+    /// An id (all digits) or a name.
+    pub tenant: Option<String>,
+    /// Unix seconds or `YYYY-MM-DD[THH[:MM[:SS]]][Z]`, UTC; hours overlapping `[from, to)`.
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+impl UsageParams {
+    /// The ledger query: the tenant resolved in `store` (a deleted tenant by its id), the
+    /// times as hour bounds.
+    pub fn query(&self, store: &TenantStore) -> Result<UsageQuery> {
+        let tenant = match self.tenant.as_deref().map(TenantRef::parse) {
+            None => None,
+            Some(TenantRef::Id(id)) => Some(id),
+            Some(r) => Some(
+                store
+                    .resolve(&r)?
+                    .ok_or_else(|| GatewayError::TenantNotFound(r.to_string()))?
+                    .id,
+            ),
+        };
+        let from = self
+            .from
+            .as_deref()
+            .map(|s| parse_time("from", s))
+            .transpose()?;
+        let to = self
+            .to
+            .as_deref()
+            .map(|s| parse_time("to", s))
+            .transpose()?;
+        if let (Some(f), Some(t)) = (from, to) {
+            if f >= t {
+                return Err(GatewayError::bad_request(format!(
+                    "`from` ({f}) must be before `to` ({t})"
+                )));
+            }
+        }
+        Ok(UsageQuery {
+            tenant,
+            from_hour: from.map(|f| f / 3600),
+            to_hour: to.map(|t| t.div_ceil(3600)),
+        })
+    }
+}
+
+/// `GET /admin/v1/usage?tenant=&from=&to=&format=json|csv`.
+pub async fn export(
+    State(state): State<Shared>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Result<Response> {
+    let mut params = UsageParams::default();
+    let mut format = Format::Json;
+    let mut seen = std::collections::HashSet::new();
+    for (name, value) in pairs {
+        if !seen.insert(name.clone()) {
+            return Err(GatewayError::bad_request(format!(
+                "query parameter `{name}` is given twice"
+            )));
+        }
+        match name.as_str() {
+            "tenant" => params.tenant = Some(value),
+            "from" => params.from = Some(value),
+            "to" => params.to = Some(value),
+            "format" => {
+                format = match value.as_str() {
+                    "json" => Format::Json,
+                    "csv" => Format::Csv,
+                    _ => {
+                        return Err(GatewayError::bad_request(format!(
+                            "`format` must be json or csv, got `{value}`"
+                        )))
+                    }
+                }
+            }
+            _ => {
+                return Err(GatewayError::bad_request(format!(
+                "unknown query parameter `{name}`; the parameters are tenant, from, to and format"
+            )))
+            }
+        }
+    }
+    let store = state.registry.store().clone();
+    let report = tokio::task::spawn_blocking(move || -> Result<UsageReport> {
+        let q = params.query(&store)?;
+        Ok(store.usage_report(&q)?)
+    })
+    .await
+    .map_err(|e| GatewayError::Internal(format!("usage task: {e}")))??;
+    Ok(render(&report, format))
+}
+
+fn render(report: &UsageReport, format: Format) -> Response {
+    match format {
+        Format::Json => Json(report_json(report)).into_response(),
+        Format::Csv => {
+            let mut resp = to_csv(report).into_response();
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/csv; charset=utf-8"),
+            );
+            resp
+        }
+    }
+}
+
+/// `{"object": "usage.list", "data": [rows], "totals": {…}}`.
+pub fn report_json(report: &UsageReport) -> serde_json::Value {
+    serde_json::json!({"object": "usage.list", "data": report.data, "totals": report.totals})
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,231 @@
+//! The usage ledger for billing: per tenant and UTC hour, requests, prompt tokens, cached
+//! prompt tokens, completion tokens and errors, kept in the store's `usage` tree.
+//!
+//! The request path only adds to an in-memory table ([`UsageLedger::record`]: a mutex and a
+//! hash-map entry, no I/O); [`UsageLedger::flush`] moves that table into sled in one
+//! transaction followed by a flush. The gateway flushes every second and on shutdown, and
+//! every read ([`UsageLedger::rows`]) flushes first, so what a read reports includes every
+//! request recorded before it. A crash loses at most what was recorded since the last flush.
+
+mod export;
+mod time;
+
+#[cfg(test)]
+mod tests;
+
+use serde::Serialize;
+use sled::transaction::TransactionError;
+use sled::{Db, Tree};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::error::{Result, TenantError};
+use crate::model::TenantId;
+
+pub use export::{to_csv, UsageReport, UsageReportRow};
+pub use time::{format_hour, parse_time};
+
+/// The sled tree of the ledger (schema version 3).
+pub(crate) const USAGE: &str = "usage";
+
+/// Milliseconds in one hour bucket.
+const HOUR_MS: u64 = 3_600_000;
+
+/// What one tenant used in one hour (or in any sum of hours).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UsageCounts {
+    /// Requests admitted to the engine (one per HTTP request, whatever its `n` or prompts).
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    /// Prompt tokens found in the prefix cache.
+    pub cached_tokens: u64,
+    pub completion_tokens: u64,
+    /// Admitted requests that ended in an error answer (their tokens are not counted: the
+    /// client got no `usage`).
+    pub errors: u64,
+}
+
+impl UsageCounts {
+    pub fn add(&mut self, o: &UsageCounts) {
+        self.requests += o.requests;
+        self.prompt_tokens += o.prompt_tokens;
+        self.cached_tokens += o.cached_tokens;
+        self.completion_tokens += o.completion_tokens;
+        self.errors += o.errors;
+    }
+
+    fn encode(&self) -> [u8; 40] {
+        let mut out = [0u8; 40];
+        let fields = [
+            self.requests,
+            self.prompt_tokens,
+            self.cached_tokens,
+            self.completion_tokens,
+            self.errors,
+        ];
+        for (chunk, v) in out.chunks_exact_mut(8).zip(fields) {
+            chunk.copy_from_slice(&v.to_be_bytes());
+        }
+        out
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<UsageCounts> {
+        if bytes.len() != 40 {
+            return Err(TenantError::Corrupt(format!(
+                "a usage value is {} bytes, not 40",
+                bytes.len()
+            )));
+        }
+        let f = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+            u64::from_be_bytes(b)
+        };
+        Ok(UsageCounts {
+            requests: f(0),
+            prompt_tokens: f(1),
+            cached_tokens: f(2),
+            completion_tokens: f(3),
+            errors: f(4),
+        })
+    }
+}
+
+/// One row of the ledger: a tenant's use in one UTC hour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsageRow {
+    pub tenant: TenantId,
+    /// Hours since the Unix epoch (the bucket starts at `hour × 3600` s).
+    pub hour: u64,
+    pub counts: UsageCounts,
+}
+
+/// Which rows to read: one tenant or all, hours `from..to` (hours since the epoch; `to`
+/// excluded), each bound optional.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UsageQuery {
+    pub tenant: Option<TenantId>,
+    pub from_hour: Option<u64>,
+    pub to_hour: Option<u64>,
+}
+
+/// The ledger; clones share one table and tree.
+#[derive(Clone)]
+pub struct UsageLedger {
+    db: Db,
+    tree: Tree,
+    pending: Arc<Mutex<HashMap<(TenantId, u64), UsageCounts>>>,
+    /// One flush at a time: each reads, adds and writes rows.
+    flushing: Arc<Mutex<()>>,
+}
+
+pub(crate) fn row_key(tenant: TenantId, hour: u64) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    k[..4].copy_from_slice(&tenant.0.to_be_bytes());
+    k[4..].copy_from_slice(&hour.to_be_bytes());
+    k
+}
+
+pub(crate) fn decode_key(k: &[u8]) -> Result<(TenantId, u64)> {
+    let (id, hour) = (k.get(..4), k.get(4..));
+    match (id, hour) {
+        (Some(id), Some(hour)) if k.len() == 12 => {
+            let mut i = [0u8; 4];
+            i.copy_from_slice(id);
+            let mut h = [0u8; 8];
+            h.copy_from_slice(hour);
+            Ok((TenantId(u32::from_be_bytes(i)), u64::from_be_bytes(h)))
+        }
+        _ => Err(TenantError::Corrupt(format!(
+            "a usage key is {} bytes, not 12",
+            k.len()
+        ))),
+    }
+}
+
+impl UsageLedger {
+    pub(crate) fn open(db: &Db) -> Result<UsageLedger> {
+        Ok(UsageLedger {
+            db: db.clone(),
+            tree: db.open_tree(USAGE)?,
+            pending: Arc::default(),
+            flushing: Arc::default(),
+        })
+    }
+
+    pub(crate) fn tree_iter(&self) -> sled::Iter {
+        self.tree.iter()
+    }
+
+    /// Adds one request's use to the hour that holds `at_unix_ms`. No I/O: it lands on disk
+    /// with the next [`flush`](UsageLedger::flush).
+    pub fn record(&self, tenant: TenantId, at_unix_ms: u64, counts: UsageCounts) {
+        let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        p.entry((tenant, at_unix_ms / HOUR_MS))
+            .or_default()
+            .add(&counts);
+    }
+
+    /// Moves what was recorded into sled (one transaction, then a flush). On an error the
+    /// counts are kept in memory for the next flush.
+    pub fn flush(&self) -> Result<()> {
+        let _one = self.flushing.lock().unwrap_or_else(PoisonError::into_inner);
+        let batch =
+            std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let written = self
+            .tree
+            .transaction(|tx| {
+                for (&(tenant, hour), c) in &batch {
+                    let key = row_key(tenant, hour);
+                    let mut sum = match tx.get(key)? {
+                        None => UsageCounts::default(),
+                        Some(v) => UsageCounts::decode(&v)
+                            .map_err(sled::transaction::ConflictableTransactionError::Abort)?,
+                    };
+                    sum.add(c);
+                    tx.insert(&key, sum.encode().to_vec())?;
+                }
+                Ok(())
+            })
+            .map_err(|e: TransactionError<TenantError>| match e {
+                TransactionError::Abort(e) => e,
+                TransactionError::Storage(e) => e.into(),
+            })
+            .and_then(|()| self.db.flush().map(|_| ()).map_err(TenantError::from));
+        if let Err(e) = written {
+            let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            for (k, c) in batch {
+                p.entry(k).or_default().add(&c);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The rows `q` selects, by tenant id then hour; flushes first, so everything recorded
+    /// before the call is in them.
+    pub fn rows(&self, q: &UsageQuery) -> Result<Vec<UsageRow>> {
+        self.flush()?;
+        let iter = match q.tenant {
+            Some(t) => self.tree.scan_prefix(t.0.to_be_bytes()),
+            None => self.tree.iter(),
+        };
+        let mut rows = Vec::new();
+        for kv in iter {
+            let (k, v) = kv?;
+            let (tenant, hour) = decode_key(&k)?;
+            if q.from_hour.is_some_and(|f| hour < f) || q.to_hour.is_some_and(|t| hour >= t) {
+                continue;
+            }
+            rows.push(UsageRow {
+                tenant,
+                hour,
+                counts: UsageCounts::decode(&v)?,
+            });
+        }
+        Ok(rows)
+    }
+}

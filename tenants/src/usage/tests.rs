@@ -1,0 +1,94 @@
+use super::*;
+use crate::store::TenantStore;
+use crate::NewTenant;
+
+fn counts(requests: u64, prompt: u64, cached: u64, completion: u64, errors: u64) -> UsageCounts {
+    UsageCounts {
+        requests,
+        prompt_tokens: prompt,
+        cached_tokens: cached,
+        completion_tokens: completion,
+        errors,
+    }
+}
+
+#[test]
+fn records_sum_per_tenant_and_hour_and_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let (a, b) = {
+        let s = TenantStore::open(&path).unwrap();
+        let (a, _) = s.create(NewTenant::named("a")).unwrap();
+        let (b, _) = s.create(NewTenant::named("b")).unwrap();
+        let u = s.usage();
+        let h = 491_000 * HOUR_MS; // some hour
+        u.record(a.id, h + 10, counts(1, 10, 0, 5, 0));
+        u.record(a.id, h + HOUR_MS - 1, counts(1, 20, 16, 7, 0));
+        u.flush().unwrap();
+        u.record(a.id, h + HOUR_MS, counts(1, 3, 0, 0, 1));
+        u.record(b.id, h, counts(2, 8, 0, 4, 0));
+        s.flush().unwrap(); // the store's flush also flushes the ledger
+        (a, b)
+    };
+    let s = TenantStore::open(&path).unwrap();
+    s.check().unwrap();
+    let rows = s.usage().rows(&UsageQuery::default()).unwrap();
+    let got: Vec<(TenantId, u64, UsageCounts)> =
+        rows.iter().map(|r| (r.tenant, r.hour, r.counts)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (a.id, 491_000, counts(2, 30, 16, 12, 0)),
+            (a.id, 491_001, counts(1, 3, 0, 0, 1)),
+            (b.id, 491_000, counts(2, 8, 0, 4, 0)),
+        ]
+    );
+    let only_a_second_hour = UsageQuery {
+        tenant: Some(a.id),
+        from_hour: Some(491_001),
+        to_hour: Some(491_002),
+    };
+    let r = s.usage_report(&only_a_second_hour).unwrap();
+    assert_eq!(r.totals, counts(1, 3, 0, 0, 1));
+    assert_eq!(r.data[0].tenant.as_deref(), Some("a"));
+    // A deleted tenant's rows stay, without a name.
+    s.delete(b.id).unwrap();
+    let r = s.usage_report(&UsageQuery::default()).unwrap();
+    assert_eq!(r.totals, counts(5, 41, 16, 16, 1));
+    assert_eq!(r.data[2].tenant, None);
+    let csv = to_csv(&r);
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("tenant_id,tenant,hour,requests,prompt_tokens,cached_tokens,completion_tokens,errors")
+    );
+    assert_eq!(lines.next(), Some("1,a,2026-01-05T08:00:00Z,2,30,16,12,0"));
+    assert_eq!(lines.nth(1), Some("2,,2026-01-05T08:00:00Z,2,8,0,4,0"));
+}
+
+#[test]
+fn times_parse_and_format_in_utc() {
+    assert_eq!(format_hour(0), "1970-01-01T00:00:00Z");
+    assert_eq!(format_hour(491_000), "2026-01-05T08:00:00Z");
+    assert_eq!(parse_time("from", "1767600000").unwrap(), 1_767_600_000);
+    assert_eq!(
+        parse_time("from", "2026-01-05T08:00:00Z").unwrap(),
+        491_000 * 3600
+    );
+    assert_eq!(parse_time("from", "2026-01-05T08").unwrap(), 491_000 * 3600);
+    assert_eq!(parse_time("from", "2024-02-29").unwrap(), 1_709_164_800);
+    for bad in [
+        "",
+        "2026-02-30",
+        "2026-13-01",
+        "2026-01-05T24",
+        "yesterday",
+        "2026-1-5",
+    ] {
+        let e = parse_time("from", bad).unwrap_err().to_string();
+        assert!(
+            e.contains("invalid `from`") && e.contains("Unix seconds"),
+            "{bad}: {e}"
+        );
+    }
+}
