@@ -234,10 +234,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 Some(ReqState::Waiting) => false,
                 _ => continue,
             };
-            let need = if restore {
-                self.pool.restore_cost(id).slots
+            let (need, hit) = if restore {
+                (self.pool.restore_cost(id).slots, HitCost::default())
             } else {
-                self.admission_cost(&self.requests[&id]).0
+                self.admission_cost(&self.requests[&id])
             };
             if self.pool.hbm_available() < reserved + need {
                 reserved += need;
@@ -246,7 +246,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             if restore {
                 self.take_restore(id, now, copies);
             } else {
-                self.take_admission(id, now, copies);
+                self.take_admission(id, now, hit, copies);
             }
         }
     }
@@ -273,9 +273,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
 
     /// Admits a waiting request whose blocks fit the available HBM: its cached prefix is used
     /// in place or copied in (then it is restoring until the copies land), the rest prefilled.
-    fn take_admission(&mut self, id: RequestId, now: f64, copies: &mut CopyBatch) {
+    /// `hit` is its cached run as the room check found it (nothing changed since).
+    fn take_admission(&mut self, id: RequestId, now: f64, hit: HitCost, copies: &mut CopyBatch) {
         let r = &self.requests[&id];
-        let hit = self.hit_of(r);
         let total = self.blocks_for(r.tokens.len() as u32) as usize;
         let hashes = &r.hashes[..hit.blocks as usize];
         let Some((in_hbm, from_dram)) =

@@ -441,16 +441,8 @@ impl KvPool {
         if self.restore_cost(id).slots > self.hbm_available() {
             return false;
         }
-        // Shared blocks whose entry is in HBM first, then those copied in, then the parked
-        // ones: holding an entry keeps the slots taken after from evicting its HBM copy.
-        for in_hbm in [true, false] {
-            for i in 0..self.table(id).len() {
-                let b = self.block(id, i);
-                if b.state == BlockState::SharedOut && self.entry_in_hbm(b) == in_hbm {
-                    self.hold_again(id, i, out);
-                }
-            }
-        }
+        // Shared blocks first, then the parked ones.
+        self.hold_shared(id, out);
         for i in 0..self.table(id).len() {
             let b = self.block(id, i);
             if b.state != BlockState::Parked {

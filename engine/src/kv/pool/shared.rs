@@ -177,14 +177,7 @@ impl KvPool {
             });
             table.counts[BlockState::SharedOut.index()] += 1;
         }
-        // Hits in HBM first: holding them keeps the slots taken after from evicting them.
-        for in_hbm in [true, false] {
-            for i in 0..hits.len() {
-                if self.entry_in_hbm(self.block(id, i)) == in_hbm {
-                    self.hold_again(id, i, out);
-                }
-            }
-        }
+        self.hold_shared(id, out);
         let grown = self.grow_to(id, total);
         debug_assert!(grown, "costed the fresh blocks above");
         Some((cost.in_hbm, cost.blocks - cost.in_hbm))
@@ -330,8 +323,22 @@ impl KvPool {
     }
 
     /// Whether the entry block `b` references has an HBM copy.
-    pub(super) fn entry_in_hbm(&self, b: &LogicalBlock) -> bool {
+    fn entry_in_hbm(&self, b: &LogicalBlock) -> bool {
         b.entry.is_some_and(|e| self.cache.get(e).hbm.is_some())
+    }
+
+    /// Every `SharedOut` block of `id` takes its entry's HBM copy again (a restore, or the
+    /// hits of an admission): those whose entry is in HBM first, so that the slots the others
+    /// take cannot evict the copies they use.
+    pub(super) fn hold_shared(&mut self, id: RequestId, out: &mut Vec<H2dCopy>) {
+        for in_hbm in [true, false] {
+            for i in 0..self.table(id).len() {
+                let b = self.block(id, i);
+                if b.state == BlockState::SharedOut && self.entry_in_hbm(b) == in_hbm {
+                    self.hold_again(id, i, out);
+                }
+            }
+        }
     }
 
     /// `id` holds entry `e`'s HBM copy; the sole-holder counts follow.
