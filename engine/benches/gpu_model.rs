@@ -13,7 +13,8 @@
 //!
 //! ```text
 //! cargo bench -p superinfer-engine --features cuda --bench gpu_model -- \
-//!     [--model llama-3-8b] [--context 512] [--iters 20]
+//!     [--model llama-3-8b] [--context 512] [--iters 20] [--hbm-tbs 4.11] [--gemm-tflops 786]
+//!     [--sections decode,prefill,matmul,attention]
 //! ```
 
 use candle_core::{DType, Device, Tensor};
@@ -33,6 +34,8 @@ struct Args {
     iters: usize,
     hbm_tbs: f64,
     gemm_tflops: f64,
+    /// Which sections run: any of decode, prefill, matmul, attention (comma-separated).
+    sections: String,
 }
 
 fn args() -> Args {
@@ -42,6 +45,7 @@ fn args() -> Args {
         iters: 20,
         hbm_tbs: 4.11,
         gemm_tflops: 786.0,
+        sections: "decode,prefill,matmul,attention".into(),
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -53,6 +57,7 @@ fn args() -> Args {
             "--iters" => a.iters = v.parse().expect("--iters N"),
             "--hbm-tbs" => a.hbm_tbs = v.parse().expect("--hbm-tbs X"),
             "--gemm-tflops" => a.gemm_tflops = v.parse().expect("--gemm-tflops X"),
+            "--sections" => a.sections = v,
             // cargo bench passes --bench; nothing else is expected.
             "--bench" => {
                 i += 1;
@@ -84,6 +89,16 @@ fn time(iters: usize, dev: &Device, mut f: impl FnMut()) -> f64 {
         t.push(s.elapsed().as_secs_f64());
     }
     median(t)
+}
+
+/// Median seconds per call of `f` issued `n` times back to back (one synchronize per `n`), over
+/// `iters` rounds: a kernel's own time, without the host's launch-and-wait round trip.
+fn time_each(iters: usize, n: usize, dev: &Device, mut f: impl FnMut()) -> f64 {
+    time(iters, dev, || {
+        for _ in 0..n {
+            f();
+        }
+    }) / n as f64
 }
 
 struct Seq {
@@ -163,19 +178,29 @@ fn main() {
         "Host issue: the time to enqueue a step's forward pass (no wait); when it is below the"
     );
     println!("step time the GPU never waits for the host, so replaying CUDA graphs would not pay.");
-    println!("| batch | matmuls | ms/step | roofline ms (weights + KV at {} TB/s) | x roofline | tokens/s | host issue ms |", a.hbm_tbs);
+    println!("| batch | matmuls, decode attention | ms/step | roofline ms (weights + KV at {} TB/s) | x roofline | tokens/s | host issue ms |", a.hbm_tbs);
     println!("| --- | --- | --- | --- | --- | --- | --- |");
-    for (b, gemv) in [
-        (1usize, 0usize),
-        (1, 1),
-        (2, 0),
-        (2, 2),
-        (8, 0),
-        (32, 0),
-        (64, 0),
-    ] {
+    use superinfer_kernels::cuda::DecodeKernel::{OnePass, ThreePhase};
+    let steps = [
+        (1usize, 0usize, OnePass),
+        (1, 1, OnePass),
+        (1, 1, ThreePhase),
+        (2, 0, OnePass),
+        (2, 2, OnePass),
+        (8, 0, OnePass),
+        (8, 0, ThreePhase),
+        (32, 0, OnePass),
+        (32, 0, ThreePhase),
+        (64, 0, OnePass),
+        (64, 0, ThreePhase),
+    ];
+    for (b, gemv, kernel) in steps.into_iter().filter(|_| a.sections.contains("decode")) {
         runner.model_mut().set_gemv_max_rows(gemv);
-        let how = if gemv > 0 { "GEMV kernel" } else { "cuBLAS" };
+        runner.model().kernels().set_decode_kernel(kernel);
+        let how = format!(
+            "{}, {kernel:?}",
+            if gemv > 0 { "GEMV kernel" } else { "cuBLAS" },
+        );
         let s = seqs(b, ctx + 1, 0);
         let step = batch(&s, ctx, &greedy);
         let t = time(a.iters, &dev, || {
@@ -204,6 +229,10 @@ fn main() {
     runner
         .model_mut()
         .set_gemv_max_rows(superinfer_engine::model::gpu_llama::DEFAULT_GEMV_MAX_ROWS);
+    runner
+        .model()
+        .kernels()
+        .set_decode_kernel(Default::default());
 
     println!("\n## prefill (one sequence, one chunk)");
     println!(
@@ -212,7 +241,10 @@ fn main() {
     );
     println!("| --- | --- | --- | --- |");
     let params = (weights / 2.0) - (cfg.vocab_size * cfg.hidden_size) as f64;
-    for n in [512usize, 2048] {
+    for n in [512usize, 2048]
+        .into_iter()
+        .filter(|_| a.sections.contains("prefill"))
+    {
         let s = seqs(1, n, 0);
         let step = batch(&s, 0, &greedy);
         let t = time(a.iters, &dev, || {
@@ -245,7 +277,7 @@ fn main() {
             (h, cfg.intermediate_size),
             (cfg.vocab_size, h),
         ];
-        for (n, kk) in shapes {
+        for (n, kk) in shapes.into_iter().filter(|_| a.sections.contains("matmul")) {
             let w = Tensor::randn(0f32, 1.0, (n, kk), &dev)
                 .unwrap()
                 .to_dtype(DType::BF16)
@@ -272,61 +304,81 @@ fn main() {
         }
     }
 
+    if !a.sections.contains("attention") {
+        return;
+    }
     println!("\n## attention kernels alone (one layer)");
+    use superinfer_kernels::cuda::DecodeKernel;
     let k = runner.model().kernels();
     let arena = runner.arena().rows().clone();
     let qw = cfg.q_width();
-    // Decode: 64 sequences of `ctx` keys.
-    let s = seqs(max_batch, ctx + 1, 0);
-    let tables: Vec<Vec<u32>> = s
-        .iter()
-        .map(|q| q.blocks.iter().map(|b| b.hbm.unwrap().0).collect())
-        .collect();
-    let spans: Vec<SeqSpan<'_>> = tables
-        .iter()
-        .enumerate()
-        .map(|(i, t)| SeqSpan {
-            q_offset: i as u32,
-            pos: ctx as u32,
-            end: ctx as u32 + 1,
-            blocks: t,
-        })
-        .collect();
-    let meta = k
-        .upload(AttentionPlan::new(&shape, &spans).unwrap(), &shape)
-        .unwrap();
+    // Decode: both kernels side by side (the one-pass kernel is the default), at batch 64 ×
+    // `ctx + 1` keys, batch 8 × 4,096 keys and batch 1 (the plan splits the context).
+    println!("Each figure: 20 launches back to back, one synchronize.");
+    println!(
+        "| decode | kernel | splits × keys | us | GB/s of KV | % of {} TB/s |",
+        a.hbm_tbs
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
     let q = Tensor::randn(0f32, 1.0, (max_batch, qw), &dev)
         .unwrap()
         .to_dtype(DType::BF16)
         .unwrap();
-    let t = time(a.iters * 5, &dev, || {
-        k.attention(&q, &arena, &meta, &shape, 0).unwrap();
-    });
-    let bytes = max_batch as f64 * (ctx + 1) as f64 * kv_per_token / cfg.num_layers as f64;
-    println!(
-        "decode, batch {max_batch} x {} keys: {:.1} us, {:.0} GB/s of KV ({:.0}% of {} TB/s)",
-        ctx + 1,
-        t * 1e6,
-        bytes / t / 1e9,
-        100.0 * bytes / t / (a.hbm_tbs * 1e12),
-        a.hbm_tbs
-    );
-    // Decode at batch 1 (the plan splits the context over the GPU).
-    let one: Vec<SeqSpan<'_>> = spans.iter().take(1).copied().collect();
-    let meta1 = k
-        .upload(AttentionPlan::new(&shape, &one).unwrap(), &shape)
-        .unwrap();
-    let q1 = q.narrow(0, 0, 1).unwrap().contiguous().unwrap();
-    let t = time(a.iters * 5, &dev, || {
-        k.attention(&q1, &arena, &meta1, &shape, 0).unwrap();
-    });
-    println!(
-        "decode, batch 1 x {} keys: {:.1} us ({} splits of {} keys)",
-        ctx + 1,
-        t * 1e6,
-        meta1.plan.decode_splits,
-        meta1.plan.decode_part
-    );
+    for (n, keys) in [(max_batch, ctx + 1), (8, 4096), (1, ctx + 1)] {
+        let s = seqs(n, keys, 0);
+        let tables: Vec<Vec<u32>> = s
+            .iter()
+            .map(|q| q.blocks.iter().map(|b| b.hbm.unwrap().0).collect())
+            .collect();
+        let spans: Vec<SeqSpan<'_>> = tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| SeqSpan {
+                q_offset: i as u32,
+                pos: keys as u32 - 1,
+                end: keys as u32,
+                blocks: t,
+            })
+            .collect();
+        let meta = k
+            .upload(AttentionPlan::new(&shape, &spans).unwrap(), &shape)
+            .unwrap();
+        let qn = q.narrow(0, 0, n).unwrap().contiguous().unwrap();
+        let bytes = n as f64 * keys as f64 * kv_per_token / cfg.num_layers as f64;
+        // The arena as one layer of blocks (64 KB apart instead of a whole block's 2 MB):
+        // what the layout's stride costs.
+        let one_layer = AttentionShape {
+            num_layers: 1,
+            ..shape
+        };
+        let meta1 = k
+            .upload(AttentionPlan::new(&one_layer, &spans).unwrap(), &one_layer)
+            .unwrap();
+        for (kernel, layers) in DecodeKernel::ALL
+            .into_iter()
+            .map(|k| (k, "block-first"))
+            .chain([(DecodeKernel::OnePass, "one-layer arena")])
+        {
+            k.set_decode_kernel(kernel);
+            let (sh, me) = if layers == "block-first" {
+                (&shape, &meta)
+            } else {
+                (&one_layer, &meta1)
+            };
+            let t = time_each(a.iters, 20, &dev, || {
+                k.attention(&qn, &arena, me, sh, 0).unwrap();
+            });
+            println!(
+                "| {n} x {keys} | {kernel:?}, {layers} | {} x {} | {:.1} | {:.0} | {:.0}% |",
+                meta.plan.decode_splits,
+                meta.plan.decode_part,
+                t * 1e6,
+                bytes / t / 1e9,
+                100.0 * bytes / t / (a.hbm_tbs * 1e12),
+            );
+        }
+        k.set_decode_kernel(Default::default());
+    }
     // Prefill: one 2,048-token causal chunk.
     let n = 2048usize;
     let s = seqs(1, n, 0);

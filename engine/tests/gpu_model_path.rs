@@ -7,16 +7,11 @@
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor};
-use std::collections::BTreeMap;
 use std::path::Path;
 use superinfer_engine::model::gpu_llama::GpuLlama;
 use superinfer_engine::model::tiny::write_tiny_model;
 use superinfer_engine::model::{KvArena, ModelConfig, PagedLlama, SeqChunk};
-use superinfer_engine::serve::gpu::{gpu_engine, GpuModel, GpuOptions};
-use superinfer_engine::serve::{EngineOptions, ModelDtype};
-use superinfer_engine::{EngineEvent, EngineRequest, SamplingParams};
 use superinfer_kernels::cuda::GpuSample;
-use superinfer_policies::{PolicyKind, RequestId, Slo, TenantId, WlvfConfig};
 
 fn cuda() -> Device {
     Device::new_cuda(0).expect("a CUDA GPU")
@@ -339,7 +334,14 @@ fn attention_kernels_match_a_host_reference() {
         (0, 700),
         (63, 64),
     ];
-    for (d, nh, kvh) in [(128u32, 8u32, 2u32), (64, 4, 4), (32, 8, 1), (128, 32, 8)] {
+    for (d, nh, kvh) in [
+        (128u32, 8u32, 2u32),
+        (64, 4, 4),
+        (32, 8, 1),
+        (128, 32, 8),
+        (128, 40, 8),
+        (64, 6, 2),
+    ] {
         let shape = AttentionShape {
             num_heads: nh,
             kv_heads: kvh,
@@ -389,7 +391,6 @@ fn attention_kernels_match_a_host_reference() {
             .upload(AttentionPlan::new(&shape, &spans).unwrap(), &shape)
             .unwrap();
         let layer = 1u32;
-        let out = k.attention(&q, &arena, &meta, &shape, layer).unwrap();
         let host = |t: &Tensor| -> Vec<f32> {
             t.to_dtype(DType::F32)
                 .unwrap()
@@ -398,11 +399,11 @@ fn attention_kernels_match_a_host_reference() {
                 .to_vec1()
                 .unwrap()
         };
-        let (a, qh, oh) = (host(&arena), host(&q), host(&out));
+        let (a, qh) = (host(&arena), host(&q));
         let g = (nh / kvh) as usize;
         let du = d as usize;
         let scale = 1.0 / (d as f64).sqrt();
-        let mut want = vec![0f64; oh.len()];
+        let mut want = vec![0f64; tokens * (nh * d) as usize];
         for s in &spans {
             for (i, p) in (s.pos..s.end).enumerate() {
                 let t = s.q_offset as usize + i;
@@ -437,24 +438,36 @@ fn attention_kernels_match_a_host_reference() {
                 }
             }
         }
-        let num: f64 = oh
-            .iter()
-            .zip(&want)
-            .map(|(x, y)| (*x as f64 - y).powi(2))
-            .sum();
-        let den: f64 = want.iter().map(|y| y * y).sum();
-        let err = (num / den).sqrt();
-        let worst = oh
-            .iter()
-            .zip(&want)
-            .map(|(x, y)| (*x as f64 - y).abs())
-            .fold(0f64, f64::max);
-        println!(
-            "head dim {d}, {nh} heads over {kvh}: relative error {err:.2e}, worst element {worst:.2e} \
-             ({tokens} query rows, {} decode splits)",
-            meta.plan.decode_splits
-        );
-        assert!(err <= 1e-2, "head dim {d}: relative error {err}");
+        // Every decode kernel (those without an instance for the shape fall back to the
+        // three-phase one).
+        for kernel in superinfer_kernels::cuda::DecodeKernel::ALL {
+            k.set_decode_kernel(kernel);
+            let out = k.attention(&q, &arena, &meta, &shape, layer).unwrap();
+            let oh = host(&out);
+            let num: f64 = oh
+                .iter()
+                .zip(&want)
+                .map(|(x, y)| (*x as f64 - y).powi(2))
+                .sum();
+            let den: f64 = want.iter().map(|y| y * y).sum();
+            let err = (num / den).sqrt();
+            let worst = oh
+                .iter()
+                .zip(&want)
+                .map(|(x, y)| (*x as f64 - y).abs())
+                .fold(0f64, f64::max);
+            let kernel = k.decode_kernel(&shape);
+            println!(
+                "head dim {d}, {nh} heads over {kvh}, {kernel:?} decode: relative error {err:.2e}, \
+                 worst element {worst:.2e} ({tokens} query rows, {} decode splits)",
+                meta.plan.decode_splits
+            );
+            assert!(
+                err <= 1e-2,
+                "head dim {d}, {kernel:?}: relative error {err}"
+            );
+        }
+        k.set_decode_kernel(Default::default());
     }
 }
 

@@ -112,13 +112,19 @@ pub struct AttentionPlan {
 /// Keys per split and splits for `decodes` sequences of at most `max_keys` keys.
 pub fn decode_split(decodes: u32, kv_heads: u32, max_keys: u32) -> (u32, u32) {
     let per_split_ctas = decodes.max(1) * kv_heads.max(1);
-    let wanted = DECODE_TARGET_CTAS.div_ceil(per_split_ctas).max(1);
-    let part = max_keys
-        .max(1)
+    let keys = max_keys.max(1);
+    // Enough splits to fill the GPU and to keep parts within DECODE_PART, then parts of equal
+    // size (513 keys: 3 × 192, not 256 + 256 + 1, whose last CTA would do a CTA's fixed work
+    // for one key).
+    let wanted = DECODE_TARGET_CTAS
+        .div_ceil(per_split_ctas)
+        .max(keys.div_ceil(DECODE_PART))
+        .max(1);
+    let part = keys
         .div_ceil(wanted)
         .next_multiple_of(32)
         .clamp(32, DECODE_PART);
-    (part, max_keys.max(1).div_ceil(part))
+    (part, keys.div_ceil(part))
 }
 
 impl AttentionPlan {

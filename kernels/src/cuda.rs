@@ -17,7 +17,7 @@ pub use device::Gpu;
 pub use duplex::{Direction, DuplexConfig, DuplexEngine};
 pub use kernels::{Blocks, Kernels};
 pub use memory::{Arena, DeviceArena, PinnedArena};
-pub use model::{GpuSample, ModelKernels, StepMeta, GEMV_MAX_ROWS};
+pub use model::{DecodeKernel, GpuSample, ModelKernels, StepMeta, GEMV_MAX_ROWS};
 
 use crate::error::Error;
 use cudarc::driver::DriverError;

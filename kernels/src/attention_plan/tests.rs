@@ -98,7 +98,8 @@ fn decode_parts_cover_the_keys_and_grow_with_the_batch() {
         }
     }
     // Many sequences: full parts; few: the grid is filled by splitting the context.
-    assert_eq!(decode_split(64, 8, 513), (256, 3));
+    assert_eq!(decode_split(64, 8, 513), (192, 3));
+    assert_eq!(decode_split(8, 8, 4097), (256, 17));
     assert_eq!(decode_split(1, 8, 513).0, 32);
 }
 

@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 
 const COMMON: &str = include_str!("cu/common.cuh");
 const ATTENTION: &str = include_str!("cu/attention.cu");
+const DECODE: &str = include_str!("cu/decode.cu");
 const ROPE_KV: &str = include_str!("cu/rope_kv.cu");
 const NORM_ACT: &str = include_str!("cu/norm_act.cu");
 const SAMPLE: &str = include_str!("cu/sample.cu");
@@ -77,6 +78,21 @@ fn ptr(t: &Tensor, stream: &Arc<CudaStream>) -> Result<u64> {
     Ok(base + layout.start_offset() as u64 * elem)
 }
 
+/// The decode attention kernels (same arguments, same split workspace).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DecodeKernel {
+    /// attention.cu's: scores, softmax, values in three phases through shared memory.
+    ThreePhase = 0,
+    /// decode.cu's: one pass with an online softmax, two tiles of 4 keys per group in flight.
+    #[default]
+    OnePass = 1,
+}
+
+impl DecodeKernel {
+    pub const ALL: [DecodeKernel; 2] = [DecodeKernel::ThreePhase, DecodeKernel::OnePass];
+}
+
 /// A step's [`AttentionPlan`] uploaded once; every layer's kernels read it.
 pub struct StepMeta {
     pub plan: AttentionPlan,
@@ -96,6 +112,9 @@ impl StepMeta {
 /// The compiled model kernels of one GPU.
 pub struct ModelKernels {
     attention: Arc<super::cudarc::driver::CudaModule>,
+    decode: Arc<super::cudarc::driver::CudaModule>,
+    /// The decode attention kernel, a [`DecodeKernel`] as u8.
+    decode_kernel: std::sync::atomic::AtomicU8,
     rope_kv: Arc<super::cudarc::driver::CudaModule>,
     norm_act: Arc<super::cudarc::driver::CudaModule>,
     sample: Arc<super::cudarc::driver::CudaModule>,
@@ -122,12 +141,15 @@ impl ModelKernels {
             Ok::<_, Error>(m)
         };
         let attention = module("superinfer_attention", ATTENTION)?;
+        let decode = module("superinfer_decode", DECODE)?;
         let rope_kv = module("superinfer_rope_kv", ROPE_KV)?;
         let norm_act = module("superinfer_norm_act", NORM_ACT)?;
         let sample = module("superinfer_sample", SAMPLE)?;
         let gemv = module("superinfer_gemv", GEMV)?;
         Ok(Self {
             attention,
+            decode,
+            decode_kernel: std::sync::atomic::AtomicU8::new(DecodeKernel::default() as u8),
             rope_kv,
             norm_act,
             sample,
@@ -138,6 +160,28 @@ impl ModelKernels {
             funcs: Mutex::new(HashMap::new()),
             origins,
         })
+    }
+
+    /// Chooses the decode attention kernel (kept selectable to compare them in one run:
+    /// benches/gpu_model.rs).
+    pub fn set_decode_kernel(&self, k: DecodeKernel) {
+        self.decode_kernel
+            .store(k as u8, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The kernel decodes of `shape` run through: the chosen one where it has an instance
+    /// (the one-pass kernels: head dim 64 or 128, at most 8 query heads per kv head).
+    pub fn decode_kernel(&self, shape: &AttentionShape) -> DecodeKernel {
+        let g = shape.num_heads / shape.kv_heads.max(1);
+        let k = DecodeKernel::ALL[self
+            .decode_kernel
+            .load(std::sync::atomic::Ordering::Relaxed) as usize];
+        let one_pass = matches!(shape.head_dim, 64 | 128) && (1..=8).contains(&g);
+        if one_pass {
+            k
+        } else {
+            DecodeKernel::ThreePhase
+        }
     }
 
     /// An output tensor that the launching kernel writes completely (no memset).
@@ -320,10 +364,17 @@ impl ModelKernels {
             unsafe { b.launch(cfg) }.map_err(driver("launch paged_prefill"))?;
         }
         if p.num_decodes > 0 {
-            let f = self.func(
-                &self.attention,
-                format_args!("paged_decode_{name}_d{}", s.head_dim),
-            )?;
+            let kernel = self.decode_kernel(s);
+            let (d, g) = (s.head_dim, s.num_heads / s.kv_heads);
+            let f = match kernel {
+                DecodeKernel::ThreePhase => {
+                    self.func(&self.attention, format_args!("paged_decode_{name}_d{d}"))?
+                }
+                DecodeKernel::OnePass => self.func(
+                    &self.decode,
+                    format_args!("paged_decode_fused_{name}_d{d}_g{g}"),
+                )?,
+            };
             let seqs = meta.at(p.decode_seqs);
             let (ws_acc, ws_ml) = match &meta.ws {
                 Some((a, m)) => (ptr(a, st)?, ptr(m, st)?),

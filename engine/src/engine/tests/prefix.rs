@@ -73,6 +73,23 @@ fn settle(e: &mut TestEngine) {
 }
 
 #[test]
+fn a_hit_on_a_long_prompt_shortens_its_time_to_first_token() {
+    // 1,500 tokens: three 512-token chunks, each bound by compute on the h200 profile.
+    let mut e = cache_engine(256, true);
+    let long: Vec<u32> = (0..1500).map(|i| 7000 + i).collect();
+    let (_, ttft_miss, prefill_miss) = run_one(&mut e, asking(1, 0, &long, 4));
+    assert_eq!(prefill_miss, 1500);
+    settle(&mut e);
+    let (hit, ttft_hit, prefill_hit) = run_one(&mut e, asking(2, 0, &long, 4));
+    assert_eq!(hit.hbm, 1488, "{hit:?}");
+    assert_eq!(prefill_hit, 12);
+    assert!(
+        ttft_hit < ttft_miss / 3.0,
+        "a hit of 1,488 tokens: {ttft_hit} vs {ttft_miss}"
+    );
+}
+
+#[test]
 fn a_repeated_prompt_hits_in_hbm_and_prefills_only_its_tail() {
     let mut e = cache_engine(256, true);
     let (miss, ttft_miss, prefill_miss) = run_one(&mut e, asking(1, 0, &chat(), 4));
@@ -83,7 +100,12 @@ fn a_repeated_prompt_hits_in_hbm_and_prefills_only_its_tail() {
     // Six full blocks cached; the partial tail (4 tokens) is prefilled again.
     assert_eq!(hit, PrefixHit { hbm: 96, dram: 0 });
     assert_eq!(prefill_hit, 4);
-    assert!(ttft_hit < ttft_miss, "{ttft_hit} vs {ttft_miss}");
+    // A 100-token prefill on the h200 profile is bound by reading the weights, as is a 4-token
+    // one: the hit is no slower (the cheaper admission is what `prefill_hit` shows).
+    assert!(
+        ttft_hit <= ttft_miss * (1.0 + 1e-9),
+        "{ttft_hit} vs {ttft_miss}"
+    );
     let s = e.stats();
     assert_eq!(s.prefix_hit_hbm_tokens, 96);
     assert_eq!(s.prefix_query_tokens, 200);
