@@ -5,6 +5,7 @@
 
 mod apply;
 mod batch;
+mod copy_fault;
 mod shed;
 mod xfer;
 
@@ -71,6 +72,9 @@ pub struct EngineConfig {
     /// Let the prefix cache keep blocks whose only copy is in DRAM (and copy them in on a
     /// hit). Off: an HBM-only prefix cache, as vLLM's, over the same rotation machinery.
     pub prefix_cache_dram: bool,
+    /// Seconds a copy batch may take before the engine gives up on it as a fault: the
+    /// requests it touches are recomputed and its slots stay quarantined until it lands.
+    pub copy_timeout_s: f64,
 }
 
 impl EngineConfig {
@@ -100,6 +104,7 @@ impl Default for EngineConfig {
             max_long_prefills: 1,
             prefix_cache: true,
             prefix_cache_dram: true,
+            copy_timeout_s: 10.0,
         }
     }
 }
@@ -143,8 +148,8 @@ pub struct StepReport {
     pub batch_size: usize,
     pub prefill_tokens: u32,
     pub decode_tokens: u32,
-    /// Nothing could run: the engine time of the next copy completion, if one is pending on a
-    /// virtual clock.
+    /// Nothing could run: the engine time of the next copy completion (on a virtual clock) or
+    /// of the next copy timeout, whichever is first.
     pub idle_until: Option<f64>,
 }
 
@@ -168,6 +173,9 @@ pub struct EngineStats {
     pub finished: u64,
     /// Model steps that failed (their batch's requests ended with an error).
     pub failed_steps: u64,
+    /// Copy tickets (one direction of one batch) that failed or timed out; the requests they
+    /// touched were recomputed.
+    pub copy_faults: u64,
     /// Requests refused at submit because they would wait past their TTFT SLO.
     pub shed: u64,
     pub steps: u64,
@@ -229,6 +237,8 @@ pub struct Engine<R, T, C> {
     requests: BTreeMap<RequestId, Request>,
     /// Requests with copies in flight (Evicting or Restoring).
     transit: BTreeSet<RequestId>,
+    /// Tickets submitted and not yet landed, with their submit time (for the copy timeout).
+    outstanding: BTreeMap<crate::transfer::Ticket, f64>,
     events: Vec<EngineEvent>,
     counters: EngineStats,
     census: Census,
@@ -291,6 +301,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             pool,
             requests: BTreeMap::new(),
             transit: BTreeSet::new(),
+            outstanding: BTreeMap::new(),
             events: Vec::new(),
             counters: EngineStats::default(),
             census: Census::default(),
@@ -311,6 +322,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
 
     pub fn clock_mut(&mut self) -> &mut C {
         &mut self.clock
+    }
+
+    /// The copy engine (fault drills and tests inject faults through it).
+    pub fn transfer_mut(&mut self) -> &mut T {
+        &mut self.transfer
     }
 
     pub fn pool(&self) -> &KvPool {
@@ -506,6 +522,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.grow_and_write_back(grown, &mut copies);
         if !copies.is_empty() {
             let tickets = self.transfer.submit(now, copies);
+            for t in tickets.h2d.into_iter().chain(tickets.d2h) {
+                self.outstanding.insert(t, now);
+            }
             self.pool.commit(tickets);
         }
         self.counters.steps += 1;

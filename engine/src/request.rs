@@ -53,6 +53,10 @@ pub const REQ_TRANSITIONS: &[(ReqState, ReqState)] = &[
     (ReqState::Restoring, ReqState::Running),
     // Recompute preemption: the KV is dropped.
     (ReqState::Running, ReqState::Waiting),
+    // A copy fault touched its blocks: the KV is dropped wherever the request was.
+    (ReqState::Evicting, ReqState::Waiting),
+    (ReqState::Rotary, ReqState::Waiting),
+    (ReqState::Restoring, ReqState::Waiting),
 ];
 
 /// Why a request ended. Every request ends with exactly one.

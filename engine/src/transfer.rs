@@ -51,6 +51,18 @@ pub struct Tickets {
     pub d2h: Option<Ticket>,
 }
 
+/// A fault to inject into the next submitted batch (tests and fault drills: the sim and host
+/// backends take it through their `inject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyFault {
+    /// The batch fails: nothing is copied and its tickets come back through
+    /// [`Transfer::take_failed`] (the copy is over; nothing of it is in flight).
+    Fail,
+    /// The batch never completes: its tickets are never reported (the engine's copy timeout
+    /// gives up on them).
+    Hang,
+}
+
 /// A copy engine between the HBM and DRAM tiers.
 ///
 /// Contract: `submit` never blocks on the copies; D2H copies of blocks written by the step
@@ -64,6 +76,12 @@ pub trait Transfer: Send {
     fn submit(&mut self, now: f64, batch: CopyBatch) -> Tickets;
     /// Tickets completed by engine time `now`, each reported once.
     fn poll(&mut self, now: f64) -> Vec<Ticket>;
+    /// Tickets whose copies failed since the last call, with the reason, each reported once
+    /// and never by `poll`: nothing of them is in flight any more, and the bytes they were to
+    /// copy must not be trusted.
+    fn take_failed(&mut self) -> Vec<(Ticket, String)> {
+        Vec::new()
+    }
     /// For backends on a virtual clock: the engine time at which the next ticket completes,
     /// so an idle engine can advance its clock to it. Real backends return `None`.
     fn next_completion(&self) -> Option<f64>;

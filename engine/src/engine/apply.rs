@@ -16,10 +16,12 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// Copies that landed: evicted requests become rotary, restored ones running.
     pub(super) fn ingest_copies(&mut self, now: f64) {
         let done = self.transfer.poll(now);
+        self.ingest_faults(now);
         if done.is_empty() {
             return;
         }
         for t in done {
+            self.outstanding.remove(&t);
             self.pool.complete(t);
         }
         let transit: Vec<RequestId> = self.transit.iter().copied().collect();
@@ -330,7 +332,16 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// under a full DRAM could be recomputed again and again without bound.
     fn recompute(&mut self, id: RequestId) {
         self.pool.free(id);
+        self.requeue(id);
+        let req = self.requests.get_mut(&id).expect("caller checked");
+        req.consecutive_rotations += 1;
+    }
+
+    /// A request whose blocks were just released waits to prefill its whole sequence again.
+    pub(super) fn requeue(&mut self, id: RequestId) {
         self.counters.recomputes += 1;
+        self.transit.remove(&id);
+        self.writeback_due.remove(&id);
         self.move_req(id, ReqState::Waiting);
         let req = self.requests.get_mut(&id).expect("caller checked");
         if self.cfg.prefix_cache {
@@ -341,7 +352,6 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         req.kv_len = 0;
         req.t_run = None;
         req.recomputes += 1;
-        req.consecutive_rotations += 1;
         req.run_tokens = 0;
     }
 

@@ -105,7 +105,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let (spans, entries) = plan_batch(&self.requests, &self.pool, &self.cfg, running);
         if spans.is_empty() {
             return Ok(StepReport {
-                idle_until: self.transfer.next_completion(),
+                idle_until: [self.transfer.next_completion(), self.copy_deadline()]
+                    .into_iter()
+                    .flatten()
+                    .reduce(f64::min),
                 ..Default::default()
             });
         }

@@ -394,6 +394,10 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
                 let id = live[rng.random_range(0..live.len())];
                 e.abort(RequestId(id));
             }
+            31 if rng.random_range(0..8) == 0 => {
+                // The next copy batch fails: its requests are recomputed (kv/pool/fault.rs).
+                e.transfer_mut().inject(crate::transfer::CopyFault::Fail);
+            }
             30 => {
                 // An operator drops a namespace: a tenant's own (all its salts) or the shared one.
                 let base = match rng.random_range(0..4) {
@@ -443,6 +447,7 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
         assert!(s.rotations_out > 0, "{kind}: no rotation happened: {s:?}");
     }
     assert!(s.prefix_hit_hbm_tokens > 0, "{kind}: no HBM hit: {s:?}");
+    assert!(s.copy_faults > 0, "{kind}: no copy fault: {s:?}");
     if seed.is_multiple_of(2) {
         assert!(s.prefix_hit_dram_tokens > 0, "{kind}: no DRAM hit: {s:?}");
     } else {

@@ -13,6 +13,7 @@
 
 mod cache;
 mod check;
+mod fault;
 mod shared;
 
 pub use cache::EntryId;
@@ -547,15 +548,23 @@ impl KvPool {
     /// Releases every block of `id`. Slots with a copy in flight are quarantined until their
     /// ticket completes, so they are never handed out while the copy still uses them.
     pub fn free(&mut self, id: RequestId) {
+        self.free_keeping(id, None);
+    }
+
+    /// [`Self::free`], except that blocks with a copy in flight under `faulty` (a batch that
+    /// failed or timed out) never become cache entries: their DRAM copy is not trusted.
+    fn free_keeping(&mut self, id: RequestId, faulty: Option<Ticket>) {
         let Some(table) = self.tables.get(&id) else {
             return;
         };
         for i in 0..table.blocks.len() {
             // Shared blocks go back to their entry; synced full blocks stay as cache entries.
-            match self.block(id, i).state {
+            let b = self.block(id, i);
+            let trusted = faulty.is_none() || b.inflight != faulty;
+            match b.state {
                 BlockState::Shared | BlockState::SharedOut => self.release(id, i),
-                BlockState::Restoring if self.block(id, i).entry.is_some() => self.release(id, i),
-                BlockState::Synced | BlockState::Parked | BlockState::WritingBack => {
+                BlockState::Restoring if b.entry.is_some() => self.release(id, i),
+                BlockState::Synced | BlockState::Parked | BlockState::WritingBack if trusted => {
                     self.keep_on_free(id, i)
                 }
                 _ => {}

@@ -8,12 +8,13 @@
 //! flight, and the runner's step is synchronous, so a writeback never reads a block the step
 //! is still writing (the `Transfer` contract).
 //!
-//! A failed copy is a fault the engine cannot recover from (its KV would be wrong): `poll`
-//! panics with the error, as the CUDA backend does for a device fault.
+//! A failed copy is reported through `take_failed` (the engine recomputes what it touched);
+//! faults can be injected for tests and drills (`inject`).
 
-use super::{CopyBatch, Ticket, Tickets, Transfer};
+use super::{CopyBatch, CopyFault, Ticket, Tickets, Transfer};
 use crate::error::EngineError;
 use crate::model::KvArena;
+use std::collections::VecDeque;
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::thread::JoinHandle;
 
@@ -24,16 +25,19 @@ const QUEUE: usize = 1024;
 struct Job {
     ticket: Ticket,
     batch: CopyBatch,
+    fault: Option<CopyFault>,
 }
 
 /// The `host` [`Transfer`] backend.
 pub struct HostTransfer {
     jobs: Option<SyncSender<Job>>,
-    done: Receiver<Result<Ticket, String>>,
+    done: Receiver<(Ticket, Result<(), String>)>,
     worker: Option<JoinHandle<()>>,
     dram: KvArena,
     next_ticket: u64,
     bytes: (u64, u64),
+    faults: VecDeque<CopyFault>,
+    failed: Vec<(Ticket, String)>,
 }
 
 /// Runs of adjacent copies: `(src, dst, n)` with `src..src+n` → `dst..dst+n`.
@@ -78,10 +82,13 @@ impl HostTransfer {
             .name("superinfer-kv-copy".into())
             .spawn(move || {
                 for job in rx {
-                    let r = copy_batch(&hbm, &worker_dram, &job.batch)
-                        .map(|()| job.ticket)
-                        .map_err(|e| format!("ticket {:?}: {e}", job.ticket));
-                    if tx_done.send(r).is_err() {
+                    let r = match job.fault {
+                        None => copy_batch(&hbm, &worker_dram, &job.batch)
+                            .map_err(|e| format!("copy failed: {e}")),
+                        Some(CopyFault::Fail) => Err("injected copy failure".to_string()),
+                        Some(CopyFault::Hang) => continue,
+                    };
+                    if tx_done.send((job.ticket, r)).is_err() {
                         break;
                     }
                 }
@@ -94,7 +101,15 @@ impl HostTransfer {
             dram,
             next_ticket: 0,
             bytes: (0, 0),
+            faults: VecDeque::new(),
+            failed: Vec::new(),
         })
+    }
+
+    /// The next submitted batch fails (nothing copied) or hangs (never reported); one fault
+    /// per call, for successive batches.
+    pub fn inject(&mut self, fault: CopyFault) {
+        self.faults.push_back(fault);
     }
 
     /// The DRAM tier (tests and diagnostics; read it only while no batch is in flight).
@@ -116,10 +131,15 @@ impl Transfer for HostTransfer {
         let block = self.dram.geometry().block_bytes();
         self.bytes.0 += batch.h2d.len() as u64 * block;
         self.bytes.1 += batch.d2h.len() as u64 * block;
-        let sent = self
-            .jobs
-            .as_ref()
-            .is_some_and(|j| j.send(Job { ticket, batch }).is_ok());
+        let fault = self.faults.pop_front();
+        let sent = self.jobs.as_ref().is_some_and(|j| {
+            j.send(Job {
+                ticket,
+                batch,
+                fault,
+            })
+            .is_ok()
+        });
         assert!(sent, "host transfer: the copy thread is gone");
         tickets
     }
@@ -128,8 +148,8 @@ impl Transfer for HostTransfer {
         let mut out = Vec::new();
         loop {
             match self.done.try_recv() {
-                Ok(Ok(t)) => out.push(t),
-                Ok(Err(e)) => panic!("host transfer: copy failed: {e}"),
+                Ok((t, Ok(()))) => out.push(t),
+                Ok((t, Err(e))) => self.failed.push((t, e)),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     assert!(
@@ -141,6 +161,10 @@ impl Transfer for HostTransfer {
             }
         }
         out
+    }
+
+    fn take_failed(&mut self) -> Vec<(Ticket, String)> {
+        std::mem::take(&mut self.failed)
     }
 
     fn next_completion(&self) -> Option<f64> {

@@ -2,8 +2,9 @@
 //! once (duplex ceiling), a fixed latency per batched copy call, queueing behind earlier
 //! copies in the same direction. Time is the engine clock's.
 
-use super::{CopyBatch, Ticket, Tickets, Transfer};
+use super::{CopyBatch, CopyFault, Ticket, Tickets, Transfer};
 use crate::profile::HardwareProfile;
+use std::collections::VecDeque;
 
 /// Bandwidth model of the HBM ⇄ DRAM link.
 #[derive(Clone, Debug)]
@@ -18,9 +19,27 @@ pub struct SimTransfer {
     in_flight: Vec<(Ticket, f64)>,
     next_ticket: u64,
     bytes: (u64, u64),
+    /// Faults for the next batches, in order.
+    faults: VecDeque<CopyFault>,
+    /// Failed tickets and when their failure is reported (when they would have ended).
+    failing: Vec<(Ticket, f64)>,
+    /// The engine time of the latest `poll` (failures are reported up to it).
+    in_flight_clock: f64,
+    /// Blocks of the batches that hang (their slots stay quarantined).
+    hung_blocks: u64,
 }
 
 impl SimTransfer {
+    /// The next submitted batch fails or hangs (one fault per call, for successive batches).
+    pub fn inject(&mut self, fault: CopyFault) {
+        self.faults.push_back(fault);
+    }
+
+    /// Block copies in batches that were made to hang.
+    pub fn hung_blocks(&self) -> u64 {
+        self.hung_blocks
+    }
+
     pub fn new(hw: &HardwareProfile, block_bytes: u64) -> SimTransfer {
         SimTransfer {
             block_bytes,
@@ -32,6 +51,10 @@ impl SimTransfer {
             in_flight: Vec::new(),
             next_ticket: 0,
             bytes: (0, 0),
+            faults: VecDeque::new(),
+            failing: Vec::new(),
+            in_flight_clock: 0.0,
+            hung_blocks: 0,
         }
     }
 
@@ -67,11 +90,20 @@ impl Transfer for SimTransfer {
         let end_d = self.schedule(1, d, self.d2h_bps, both_d, now);
         self.bytes.0 += h;
         self.bytes.1 += d;
+        let fault = if h + d > 0 {
+            self.faults.pop_front()
+        } else {
+            None
+        };
         let mut issue = |bytes: u64, end: f64| {
             (bytes > 0).then(|| {
                 let t = Ticket(self.next_ticket);
                 self.next_ticket += 1;
-                self.in_flight.push((t, end));
+                match fault {
+                    None => self.in_flight.push((t, end)),
+                    Some(CopyFault::Fail) => self.failing.push((t, end)),
+                    Some(CopyFault::Hang) => self.hung_blocks += bytes / self.block_bytes,
+                }
                 t
             })
         };
@@ -82,6 +114,7 @@ impl Transfer for SimTransfer {
     }
 
     fn poll(&mut self, now: f64) -> Vec<Ticket> {
+        self.in_flight_clock = now;
         let (done, left): (Vec<_>, Vec<_>) = self
             .in_flight
             .drain(..)
@@ -90,8 +123,25 @@ impl Transfer for SimTransfer {
         done.into_iter().map(|(t, _)| t).collect()
     }
 
+    fn take_failed(&mut self) -> Vec<(Ticket, String)> {
+        // Reported when the batch would have ended (the sim has no earlier moment to notice).
+        let now = self.in_flight_clock;
+        let (done, left): (Vec<_>, Vec<_>) = self
+            .failing
+            .drain(..)
+            .partition(|&(_, end)| end <= now + 1e-12);
+        self.failing = left;
+        done.into_iter()
+            .map(|(t, _)| (t, "injected copy failure".to_string()))
+            .collect()
+    }
+
     fn next_completion(&self) -> Option<f64> {
-        self.in_flight.iter().map(|&(_, end)| end).reduce(f64::min)
+        self.in_flight
+            .iter()
+            .chain(&self.failing)
+            .map(|&(_, end)| end)
+            .reduce(f64::min)
     }
 
     fn bytes_moved(&self) -> (u64, u64) {

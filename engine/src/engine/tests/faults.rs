@@ -109,3 +109,100 @@ fn a_failed_model_step_ends_only_its_batch_and_the_engine_serves_on() {
         );
     }
 }
+
+/// Runs `n` requests on a tight HBM tier (rotation every few steps), injecting `fault` into
+/// every `every`-th copy batch up to `faults` of them; checks the pool after every step.
+/// Returns the engine once every request finished, and each one's token count.
+fn rotate_with_faults(
+    fault: crate::transfer::CopyFault,
+    every: u64,
+    faults: u64,
+) -> (TestEngine, HashMap<u64, (FinishReason, u32)>) {
+    let mut e = engine_with(
+        PolicyKind::Wlvf,
+        EngineConfig {
+            hbm_blocks: 40,
+            dram_blocks: 400,
+            b_xfer: Some(16),
+            max_batched_tokens: 256,
+            max_num_seqs: 64,
+            copy_timeout_s: 1.0,
+            ..EngineConfig::default()
+        },
+    );
+    for i in 0..40 {
+        e.submit(request(i, (i % 3) as u32, 60 + (i as u32 % 5) * 20, 40))
+            .unwrap();
+    }
+    let (mut injected, mut batches_seen) = (0, 0);
+    let mut done: HashMap<u64, (FinishReason, u32)> = HashMap::new();
+    for _ in 0..20_000 {
+        let before = e.stats();
+        let r = e.step().unwrap();
+        let after = e.stats();
+        if after.bytes_h2d + after.bytes_d2h > before.bytes_h2d + before.bytes_d2h {
+            batches_seen += 1;
+            if batches_seen % every == 0 && injected < faults {
+                e.transfer_mut().inject(fault);
+                injected += 1;
+            }
+        }
+        if let Some(t) = r.idle_until {
+            e.clock_mut().skip_to(t);
+        }
+        for ev in e.take_events() {
+            if let EngineEvent::Finished {
+                id,
+                reason,
+                completion_tokens,
+                ..
+            } = ev
+            {
+                assert!(done.insert(id.0, (reason, completion_tokens)).is_none());
+            }
+        }
+        e.pool().check().unwrap();
+        if e.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(injected, faults, "not enough copy batches to inject into");
+    assert!(e.is_empty(), "a request is still live: {:?}", e.stats());
+    (e, done)
+}
+
+#[test]
+fn failed_copy_batches_recompute_their_requests_and_leak_nothing() {
+    let (e, done) = rotate_with_faults(crate::transfer::CopyFault::Fail, 3, 8);
+    assert_eq!(done.len(), 40, "every request ends once");
+    assert!(
+        done.values()
+            .all(|&(r, n)| r == FinishReason::Length && n == 40),
+        "{done:?}"
+    );
+    let s = e.stats();
+    // A batch has a ticket per direction that has copies; each faults.
+    assert!((8..=16).contains(&s.copy_faults), "{s:?}");
+    assert!(s.recomputes > 0, "{s:?}");
+    // Everything is free again (unreferenced cache entries count as free).
+    assert_eq!((s.hbm_used, s.dram_used), (0, 0), "{s:?}");
+}
+
+#[test]
+fn a_copy_batch_that_never_lands_times_out_and_only_its_slots_stay_quarantined() {
+    let (mut e, done) = rotate_with_faults(crate::transfer::CopyFault::Hang, 4, 1);
+    assert_eq!(done.len(), 40);
+    assert!(done
+        .values()
+        .all(|&(r, n)| r == FinishReason::Length && n == 40));
+    let s = e.stats();
+    assert!((1..=2).contains(&s.copy_faults), "{s:?}");
+    // The hung batch may still write its destinations and read its sources: those slots stay
+    // out of use, nothing else does.
+    let hung = e.transfer_mut().hung_blocks() as u32;
+    assert!(hung > 0);
+    assert!(
+        s.hbm_used + s.dram_used <= 2 * hung && s.hbm_used + s.dram_used > 0,
+        "{hung} blocks hung: {s:?}"
+    );
+}
