@@ -2,6 +2,9 @@
 //! fleet's quota store. It keeps nothing on disk and is killed when dropped. Without
 //! `redis-server` on PATH the test fails (it does not skip): `.ci/run` installs it.
 
+// Each test binary uses part of this helper.
+#![allow(dead_code)]
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
