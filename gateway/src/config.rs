@@ -462,7 +462,10 @@ fn quota_store(s: &Settings) -> anyhow::Result<Option<FleetConfig>> {
         let set = [
             ("quota_store_failure", s.quota_store_failure.is_some()),
             ("quota_store_timeout_ms", s.quota_store_timeout_ms.is_some()),
-            ("quota_store_lease_ttl_ms", s.quota_store_lease_ttl_ms.is_some()),
+            (
+                "quota_store_lease_ttl_ms",
+                s.quota_store_lease_ttl_ms.is_some(),
+            ),
         ];
         if let Some((name, _)) = set.iter().find(|(_, set)| *set) {
             bail!("{name} configures the fleet's quota store; set quota_store too");

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use superinfer_tenants::{Auth, Snapshot, Tenant, TenantId, TenantStore};
 
 use crate::error::GatewayError;
-use crate::quota::{Limiter, QuotaStore};
 use crate::metrics::{Metrics, TenantMetrics};
+use crate::quota::{Limiter, QuotaStore};
 use crate::stats::TenantStats;
 
 /// Everything the gateway holds about one tenant while serving it.

@@ -124,7 +124,10 @@ impl Load {
 async fn drive(nodes: &[String], key: &'static str, per_node: usize) -> Load {
     let end = Instant::now() + RUN;
     let mut tasks = Vec::new();
-    for base in nodes.iter().flat_map(|b| std::iter::repeat_n(b.clone(), per_node)) {
+    for base in nodes
+        .iter()
+        .flat_map(|b| std::iter::repeat_n(b.clone(), per_node))
+    {
         tasks.push(tokio::spawn(async move {
             let c = reqwest::Client::new();
             let mut load = Load::default();
@@ -234,18 +237,30 @@ async fn a_fleet_shares_each_tenants_quota_through_redis() {
     //    a slow one).
     let held = hold_two_streams(&c.base).await;
     let (status, body) = complete(&reqwest::Client::new(), &a.base, GAMMA, 4).await;
-    assert_eq!(status, 429, "gamma's slots are held on the paced node: {body}");
+    assert_eq!(
+        status, 429,
+        "gamma's slots are held on the paced node: {body}"
+    );
     let killed = Instant::now();
     c.kill();
     drop(held);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (status, body) = complete(&reqwest::Client::new(), &b.base, GAMMA, 4).await;
-    assert_eq!(status, 429, "the dead node's leases live until their TTL: {body}");
+    assert_eq!(
+        status, 429,
+        "the dead node's leases live until their TTL: {body}"
+    );
     let ttl = Duration::from_millis(LEASE_TTL_MS);
     let (expired_after, ..) = first_answer(&a.base, GAMMA, killed, ttl * 3, |s| s == 200).await;
     println!("node killed: its leases expired after {expired_after:?} (TTL {ttl:?})");
-    assert!(expired_after >= ttl * 2 / 3 - Duration::from_millis(150), "{expired_after:?}");
-    assert!(expired_after <= ttl + Duration::from_millis(700), "{expired_after:?}");
+    assert!(
+        expired_after >= ttl * 2 / 3 - Duration::from_millis(150),
+        "{expired_after:?}"
+    );
+    assert!(
+        expired_after <= ttl + Duration::from_millis(700),
+        "{expired_after:?}"
+    );
     for base in [&a.base, &b.base] {
         let (status, body) = complete(&reqwest::Client::new(), base, BETA, 4).await;
         assert_eq!(status, 200, "{base} serves after the node died: {body}");
@@ -270,25 +285,46 @@ async fn a_fleet_shares_each_tenants_quota_through_redis() {
     let (open_dead, ..) = first_answer(&b.base, ALPHA, dead, Duration::from_secs(1), ok).await;
     let (closed_dead, _, body) =
         first_answer(&d.base, BETA, dead, Duration::from_secs(1), unavailable).await;
-    println!("redis killed: open node served after {open_dead:?}, closed node 503 after {closed_dead:?}");
+    println!(
+        "redis killed: open node served after {open_dead:?}, closed node 503 after {closed_dead:?}"
+    );
     assert_closed_answer(&body);
     // A answered while Redis was stopped (timeouts); B after it was killed.
     let text = metrics(&a.base).await;
     assert!(metric(&text, "superinfer_quota_store_fallback_total ") >= 1.0);
-    assert!(metric(&text, "superinfer_quota_store_errors_total{kind=\"timeout\"} ") >= 1.0);
+    assert!(
+        metric(
+            &text,
+            "superinfer_quota_store_errors_total{kind=\"timeout\"} "
+        ) >= 1.0
+    );
     let text = metrics(&b.base).await;
     assert_eq!(metric(&text, "superinfer_quota_store_up "), 0.0);
     assert!(metric(&text, "superinfer_quota_store_fallback_total ") >= 1.0);
-    let errors = ["timeout", "connection"]
-        .map(|k| metric(&text, &format!("superinfer_quota_store_errors_total{{kind=\"{k}\"}} ")));
-    println!("node b's quota store errors after the kill: timeout {}, connection {}", errors[0], errors[1]);
+    let errors = ["timeout", "connection"].map(|k| {
+        metric(
+            &text,
+            &format!("superinfer_quota_store_errors_total{{kind=\"{k}\"}} "),
+        )
+    });
+    println!(
+        "node b's quota store errors after the kill: timeout {}, connection {}",
+        errors[0], errors[1]
+    );
     assert!(errors[0] + errors[1] >= 1.0);
     let text = metrics(&d.base).await;
-    assert!(metric(&text, "superinfer_requests_rejected_total{tenant=\"beta\",reason=\"quota_store\"} ") >= 2.0);
+    assert!(
+        metric(
+            &text,
+            "superinfer_requests_rejected_total{tenant=\"beta\",reason=\"quota_store\"} "
+        ) >= 2.0
+    );
     drop((a, b, d));
 
     // 4. The control: the same traffic on nodes with their own limiters admits ~3x.
-    let solo: Vec<Node> = (0..3).map(|_| Node::start("zero", &tenants, &[], ENV)).collect();
+    let solo: Vec<Node> = (0..3)
+        .map(|_| Node::start("zero", &tenants, &[], ENV))
+        .collect();
     let bases: Vec<String> = solo.iter().map(|n| n.base.clone()).collect();
     let control = drive(&bases, ALPHA, 2).await;
     let per_node = control.allowance(ALPHA_TPM);
@@ -297,7 +333,10 @@ async fn a_fleet_shares_each_tenants_quota_through_redis() {
         "control (per-node limits): alpha admitted {} tokens, {control_ratio:.2} x one quota",
         control.tokens
     );
-    assert!(control_ratio > 2.5, "per-node limits admit about 3x: {control_ratio:.2}");
+    assert!(
+        control_ratio > 2.5,
+        "per-node limits admit about 3x: {control_ratio:.2}"
+    );
     println!("fleet test took {:?}", started.elapsed());
 }
 
@@ -310,7 +349,9 @@ async fn hold_two_streams(base: &str) -> Vec<reqwest::Response> {
         let r = c
             .post(format!("{base}/v1/completions"))
             .bearer_auth(GAMMA)
-            .json(&json!({"prompt": "hold", "max_tokens": 4000, "ignore_eos": true, "stream": true}))
+            .json(
+                &json!({"prompt": "hold", "max_tokens": 4000, "ignore_eos": true, "stream": true}),
+            )
             .send()
             .await
             .expect("the paced node answers");

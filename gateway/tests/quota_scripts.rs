@@ -50,13 +50,24 @@ async fn the_request_rate_is_governors_gcra() {
     let (mut admitted, mut refused) = (0, 0);
     for i in 0..400 {
         // Bursts and pauses around the rate.
-        let gap_us = if rng.random_bool(0.8) { rng.random_range(0..60_000) } else { 900_000 };
+        let gap_us = if rng.random_bool(0.8) {
+            rng.random_range(0..60_000)
+        } else {
+            900_000
+        };
         now += gap_us;
         clock.advance(Duration::from_micros(gap_us));
         let lease = format!("l{i}");
-        let fleet = scripts::admit(&mut c, &keys, &q, &lease, TTL, Some(now)).await.unwrap();
+        let fleet = scripts::admit(&mut c, &keys, &q, &lease, TTL, Some(now))
+            .await
+            .unwrap();
         let want = local.check().is_ok();
-        assert_eq!(fleet == Decision::Admitted, want, "request {i} at +{} µs", now - T0);
+        assert_eq!(
+            fleet == Decision::Admitted,
+            want,
+            "request {i} at +{} µs",
+            now - T0
+        );
         match fleet {
             Decision::Admitted => admitted += 1,
             Decision::Refused(Refusal::Rate { wait, .. }) => {
@@ -66,7 +77,10 @@ async fn the_request_rate_is_governors_gcra() {
             other => panic!("{other:?}"),
         }
     }
-    assert!(admitted > 50 && refused > 50, "{admitted} admitted, {refused} refused");
+    assert!(
+        admitted > 50 && refused > 50,
+        "{admitted} admitted, {refused} refused"
+    );
 }
 
 #[tokio::test]
@@ -75,9 +89,11 @@ async fn tokens_per_minute_is_the_local_bucket_with_debt() {
     let mut c = connect(&r).await;
     let keys = TenantKeys::new("t:", "tokens");
     let q = quotas(1e6, 1_000_000, 600, 1_000_000); // 10 tokens/s
-    // The local unit test's numbers: 650 tokens leave 50 in debt, repaid in 5 s.
+                                                    // The local unit test's numbers: 650 tokens leave 50 in debt, repaid in 5 s.
     assert_eq!(d_at(&keys, &q, T0, &mut c, 0).await, Decision::Admitted);
-    let balance = scripts::charge(&mut c, &keys, 600, 650, Some(T0)).await.unwrap();
+    let balance = scripts::charge(&mut c, &keys, 600, 650, Some(T0))
+        .await
+        .unwrap();
     assert!((balance + 50.0).abs() < 1e-6, "{balance}");
     match d_at(&keys, &q, T0, &mut c, 1).await {
         Decision::Refused(Refusal::Tokens { limit: 600, wait }) => {
@@ -89,9 +105,14 @@ async fn tokens_per_minute_is_the_local_bucket_with_debt() {
         d_at(&keys, &q, T0 + 4_999_000, &mut c, 2).await,
         Decision::Refused(_)
     ));
-    assert_eq!(d_at(&keys, &q, T0 + 5_000_000, &mut c, 3).await, Decision::Admitted);
+    assert_eq!(
+        d_at(&keys, &q, T0 + 5_000_000, &mut c, 3).await,
+        Decision::Admitted
+    );
     // The refill stops at the quota.
-    let full = scripts::charge(&mut c, &keys, 600, 1, Some(T0 + 3_600_000_000)).await.unwrap();
+    let full = scripts::charge(&mut c, &keys, 600, 1, Some(T0 + 3_600_000_000))
+        .await
+        .unwrap();
     assert!((full - 599.0).abs() < 1e-6, "{full}");
 
     // Random charges and admissions: the same decisions and balances as the local bucket.
@@ -116,7 +137,9 @@ async fn tokens_per_minute_is_the_local_bucket_with_debt() {
         if fleet == Decision::Admitted {
             let tokens = rng.random_range(1..3_000);
             local.charge(tokens, at);
-            scripts::charge(&mut c, &keys, 12_000, tokens, Some(T0 + now)).await.unwrap();
+            scripts::charge(&mut c, &keys, 12_000, tokens, Some(T0 + now))
+                .await
+                .unwrap();
         }
     }
 }
@@ -128,7 +151,9 @@ async fn d_at(
     c: &mut MultiplexedConnection,
     i: usize,
 ) -> Decision {
-    scripts::admit(c, keys, q, &format!("l{i}"), TTL, Some(now)).await.unwrap()
+    scripts::admit(c, keys, q, &format!("l{i}"), TTL, Some(now))
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -142,7 +167,11 @@ async fn concurrency_leases_expire_unless_refreshed_and_release_frees_them() {
     let admit = |lease: &'static str, now: u64| {
         let (keys, q) = (keys.clone(), q);
         let mut c = conn.clone();
-        async move { scripts::admit(&mut c, &keys, &q, lease, ttl, Some(now)).await.unwrap() }
+        async move {
+            scripts::admit(&mut c, &keys, &q, lease, ttl, Some(now))
+                .await
+                .unwrap()
+        }
     };
     assert_eq!(admit("a", T0).await, Decision::Admitted);
     assert_eq!(admit("b", T0).await, Decision::Admitted);
@@ -151,15 +180,29 @@ async fn concurrency_leases_expire_unless_refreshed_and_release_frees_them() {
         Decision::Refused(Refusal::Concurrency { limit: 2 })
     );
     // `a` keeps its slot by its heartbeat; `b` (its node died) expires at T0 + 3 s.
-    assert!(scripts::refresh(&mut c, &keys, "a", ttl, Some(T0 + 2_000_000)).await.unwrap());
-    assert!(matches!(admit("c", T0 + 2_999_999).await, Decision::Refused(_)));
+    assert!(
+        scripts::refresh(&mut c, &keys, "a", ttl, Some(T0 + 2_000_000))
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        admit("c", T0 + 2_999_999).await,
+        Decision::Refused(_)
+    ));
     assert_eq!(admit("c", T0 + 3_000_000).await, Decision::Admitted);
     // A heartbeat after expiry does not bring `b` back over the limit.
-    assert!(!scripts::refresh(&mut c, &keys, "b", ttl, Some(T0 + 3_000_001)).await.unwrap());
+    assert!(
+        !scripts::refresh(&mut c, &keys, "b", ttl, Some(T0 + 3_000_001))
+            .await
+            .unwrap()
+    );
     assert_eq!(scripts::leases(&mut c, &keys).await.unwrap(), 2);
     scripts::release(&mut c, &keys, "a").await.unwrap();
     assert_eq!(admit("d", T0 + 3_000_002).await, Decision::Admitted);
-    assert!(matches!(admit("e", T0 + 3_000_003).await, Decision::Refused(_)));
+    assert!(matches!(
+        admit("e", T0 + 3_000_003).await,
+        Decision::Refused(_)
+    ));
 }
 
 #[tokio::test]
@@ -169,15 +212,25 @@ async fn the_scripts_load_again_after_redis_forgets_them() {
     let keys = TenantKeys::new("t:", "flush");
     let q = quotas(1e6, 1_000_000, 1_000_000, 10);
     assert_eq!(
-        scripts::admit(&mut c, &keys, &q, "a", TTL, None).await.unwrap(),
+        scripts::admit(&mut c, &keys, &q, "a", TTL, None)
+            .await
+            .unwrap(),
         Decision::Admitted
     );
-    redis::cmd("SCRIPT").arg("FLUSH").query_async::<()>(&mut c).await.unwrap();
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async::<()>(&mut c)
+        .await
+        .unwrap();
     // The server's clock this time (`None`), as in serving.
     assert_eq!(
-        scripts::admit(&mut c, &keys, &q, "b", TTL, None).await.unwrap(),
+        scripts::admit(&mut c, &keys, &q, "b", TTL, None)
+            .await
+            .unwrap(),
         Decision::Admitted
     );
     assert_eq!(scripts::leases(&mut c, &keys).await.unwrap(), 2);
-    scripts::charge(&mut c, &keys, 1_000_000, 10, None).await.unwrap();
+    scripts::charge(&mut c, &keys, 1_000_000, 10, None)
+        .await
+        .unwrap();
 }

@@ -205,7 +205,10 @@ fn the_manifests_agree_with_the_servers_configuration() {
 fn the_tenants_configmap_is_a_tenants_file_the_server_applies() {
     let all = manifests();
     let cfg = served_config(&all);
-    let file = cfg.tenants_file.as_ref().expect("the pods apply a tenants file");
+    let file = cfg
+        .tenants_file
+        .as_ref()
+        .expect("the pods apply a tenants file");
     let deploy = one(&all, "Deployment", "superinfer");
     let pod = &deploy["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
@@ -257,8 +260,15 @@ fn the_tenants_configmap_is_a_tenants_file_the_server_applies() {
         .map(|k| k.as_str().unwrap().to_string())
         .collect();
     assert!(!asked.borrow().is_empty(), "the example shows api_key_env");
-    assert_eq!(*asked.borrow(), in_secret, "each env reference is in the Secret, and only they");
-    assert!(text.contains("api_key_sha256"), "the example shows api_key_sha256");
+    assert_eq!(
+        *asked.borrow(),
+        in_secret,
+        "each env reference is in the Secret, and only they"
+    );
+    assert!(
+        text.contains("api_key_sha256"),
+        "the example shows api_key_sha256"
+    );
     let dir = tempfile::tempdir().unwrap();
     let store = superinfer_tenants::TenantStore::open(dir.path().join("tenants")).unwrap();
     store
@@ -271,7 +281,10 @@ fn the_tenants_configmap_is_a_tenants_file_the_server_applies() {
     assert_eq!(names, want);
 
     // The quota store is the Redis Service of redis.yaml.
-    let quota = cfg.quota_store.as_ref().expect("the pods share quotas in Redis");
+    let quota = cfg
+        .quota_store
+        .as_ref()
+        .expect("the pods share quotas in Redis");
     let svc = one(&all, "Service", "superinfer-redis");
     let port = int(&svc["spec"]["ports"][0]["port"], "redis port");
     assert_eq!(quota.url, format!("redis://superinfer-redis:{port}"));
@@ -283,7 +296,10 @@ fn the_tenants_configmap_is_a_tenants_file_the_server_applies() {
     );
     for (k, v) in svc["spec"]["selector"].as_hash().unwrap() {
         assert_eq!(
-            redis["spec"]["template"]["metadata"]["labels"].as_hash().unwrap().get(k),
+            redis["spec"]["template"]["metadata"]["labels"]
+                .as_hash()
+                .unwrap()
+                .get(k),
             Some(v),
             "the Redis Service selects the Redis pod"
         );

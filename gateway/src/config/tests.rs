@@ -341,9 +341,10 @@ fn the_quota_store_defaults_and_its_checks() {
             .quota_store,
         None
     );
-    let file: Settings =
-        toml::from_str("quota_store = \"redis://10.0.0.5:6379/2\"\nquota_store_failure = \"closed\"\n")
-            .unwrap();
+    let file: Settings = toml::from_str(
+        "quota_store = \"redis://10.0.0.5:6379/2\"\nquota_store_failure = \"closed\"\n",
+    )
+    .unwrap();
     let c = ServeConfig::resolve(file).unwrap().quota_store.unwrap();
     assert_eq!(c.url, "redis://10.0.0.5:6379/2");
     assert_eq!(c.failure, FailureMode::Closed);

@@ -49,7 +49,10 @@ impl RedisServer {
             if server.ping() {
                 return server;
             }
-            assert!(Instant::now() < deadline, "redis-server did not answer in 10 s");
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not answer in 10 s"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

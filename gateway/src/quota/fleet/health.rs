@@ -103,9 +103,8 @@ impl StoreHealth {
 
     /// [`StoreHealth::error`] at time `now` (tests pass their own clock).
     pub fn error_at(&self, kind: ErrorKind, what: &str, now: Instant) -> bool {
-        self.metrics.with(|| {
-            metrics::counter!(QUOTA_STORE_ERRORS, "kind" => kind.label()).increment(1)
-        });
+        self.metrics
+            .with(|| metrics::counter!(QUOTA_STORE_ERRORS, "kind" => kind.label()).increment(1));
         if kind != ErrorKind::LeaseLost && self.up.swap(false, Ordering::AcqRel) {
             self.metrics
                 .with(|| metrics::gauge!(QUOTA_STORE_UP).set(0.0));
@@ -154,7 +153,11 @@ mod tests {
         let logged: Vec<bool> = (0..1000)
             .map(|i| h.error_at(ErrorKind::Timeout, "admit", t0 + Duration::from_millis(i)))
             .collect();
-        assert_eq!(logged.iter().filter(|l| **l).count(), 1, "one line for the first");
+        assert_eq!(
+            logged.iter().filter(|l| **l).count(),
+            1,
+            "one line for the first"
+        );
         assert!(logged[0]);
         assert!(h.error_at(ErrorKind::Connection, "admit", t0 + LOG_PERIOD));
         assert!(!h.is_up());

@@ -172,5 +172,8 @@ pub async fn release(
 
 /// Leases held now (live or not yet dropped), for tests and diagnostics.
 pub async fn leases(conn: &mut impl ConnectionLike, keys: &TenantKeys) -> RedisResult<u64> {
-    redis::cmd("ZCARD").arg(&keys.leases).query_async(conn).await
+    redis::cmd("ZCARD")
+        .arg(&keys.leases)
+        .query_async(conn)
+        .await
 }
