@@ -241,6 +241,13 @@ async fn a_fleet_shares_each_tenants_quota_through_redis() {
         status, 429,
         "gamma's slots are held on the paced node: {body}"
     );
+    // Past one TTL the running requests still hold their leases: the heartbeats extend them.
+    tokio::time::sleep(Duration::from_millis(LEASE_TTL_MS + 500)).await;
+    let (status, body) = complete(&reqwest::Client::new(), &b.base, GAMMA, 4).await;
+    assert_eq!(
+        status, 429,
+        "heartbeats keep running requests' leases: {body}"
+    );
     let killed = Instant::now();
     c.kill();
     drop(held);
