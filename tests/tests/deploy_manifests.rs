@@ -384,7 +384,16 @@ fn alert_queries() -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
-    let s = TestServer::start_with(TestOptions::default()).await;
+    // With a quota store, for its series: one that refuses connections (port 1), so the
+    // server fails open and answers from its own limiters.
+    let s = TestServer::start_with(TestOptions {
+        settings: Settings {
+            quota_store: Some("redis://127.0.0.1:1".into()),
+            ..Settings::default()
+        },
+        ..TestOptions::default()
+    })
+    .await;
     let (status, _) = s.complete(&s.key, 8).await;
     assert_eq!(status, StatusCode::OK);
     let bad = s
@@ -427,6 +436,7 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
         "superinfer_requests_rejected_total",
         "superinfer_kv_usage_ratio",
         "superinfer_rotations_total",
+        "superinfer_quota_store_up",
     ] {
         assert!(used.contains(needed), "the dashboard shows {needed}");
     }
