@@ -16,6 +16,7 @@ use superinfer_policies::{PolicyKind, VltConfig, WlvfConfig};
 
 use crate::backend::{gpu_options, EngineOptions, ModelSource};
 use crate::proxy::{ObjectiveSpec, ProxyConfig, TrustedNet};
+use crate::quota::fleet::{FailureMode, FleetConfig, KEY_PREFIX};
 
 mod edge;
 
@@ -195,6 +196,22 @@ pub struct Settings {
     /// tenant's SLO to at most these (repeat or separate by commas) [default: none].
     #[arg(long, env = "SUPERINFER_OBJECTIVE", value_delimiter = ',')]
     pub objective: Option<Vec<ObjectiveSpec>>,
+    /// Share every tenant's request-rate, tokens-per-minute and concurrency limits with the
+    /// other nodes through this Redis: `redis://host:port[/db]` (docs/OPERATIONS.md, "Fleet
+    /// quotas") [default: none, each node enforces the quotas on its own].
+    #[arg(long, env = "SUPERINFER_QUOTA_STORE")]
+    pub quota_store: Option<String>,
+    /// When the quota store does not answer in time: `open` decides with this node's own
+    /// limiter, `closed` refuses with 503 [default: open].
+    #[arg(long, env = "SUPERINFER_QUOTA_STORE_FAILURE")]
+    pub quota_store_failure: Option<FailureMode>,
+    /// The longest one quota store call may take, milliseconds [default: 100].
+    #[arg(long, env = "SUPERINFER_QUOTA_STORE_TIMEOUT_MS")]
+    pub quota_store_timeout_ms: Option<u64>,
+    /// A running request's concurrency lease expires this many milliseconds after its last
+    /// heartbeat (one every third of it), so a dead node's slots come back [default: 30000].
+    #[arg(long, env = "SUPERINFER_QUOTA_STORE_LEASE_TTL_MS")]
+    pub quota_store_lease_ttl_ms: Option<u64>,
 }
 
 /// Where the model runs.
@@ -255,6 +272,12 @@ impl Settings {
             dram_kv_gb: self.dram_kv_gb.or(lower.dram_kv_gb),
             trusted_proxy: self.trusted_proxy.or(lower.trusted_proxy),
             objective: self.objective.or(lower.objective),
+            quota_store: self.quota_store.or(lower.quota_store),
+            quota_store_failure: self.quota_store_failure.or(lower.quota_store_failure),
+            quota_store_timeout_ms: self.quota_store_timeout_ms.or(lower.quota_store_timeout_ms),
+            quota_store_lease_ttl_ms: self
+                .quota_store_lease_ttl_ms
+                .or(lower.quota_store_lease_ttl_ms),
         }
     }
 
@@ -290,6 +313,8 @@ pub struct ServeConfig {
     pub edge: EdgeConfig,
     /// Who may send the inference extension's headers, and the objectives they may name.
     pub proxy: ProxyConfig,
+    /// Fleet-wide quotas in Redis; `None`: this node's own limiters.
+    pub quota_store: Option<FleetConfig>,
 }
 
 impl ServeConfig {
@@ -298,6 +323,7 @@ impl ServeConfig {
         let d = EngineOptions::default();
         let vlt = vlt_config(&s)?;
         let edge = EdgeConfig::resolve(&s)?;
+        let quota_store = quota_store(&s)?;
         let proxy = ProxyConfig::new(
             s.trusted_proxy.clone().unwrap_or_default(),
             s.objective.clone().unwrap_or_default(),
@@ -424,8 +450,52 @@ impl ServeConfig {
             drain_timeout: Duration::from_secs_f64(drain),
             edge,
             proxy,
+            quota_store,
         })
     }
+}
+
+/// `quota_store` and its settings, checked; the settings alone are an error (they would
+/// change nothing).
+fn quota_store(s: &Settings) -> anyhow::Result<Option<FleetConfig>> {
+    let Some(url) = s.quota_store.clone() else {
+        let set = [
+            ("quota_store_failure", s.quota_store_failure.is_some()),
+            ("quota_store_timeout_ms", s.quota_store_timeout_ms.is_some()),
+            (
+                "quota_store_lease_ttl_ms",
+                s.quota_store_lease_ttl_ms.is_some(),
+            ),
+        ];
+        if let Some((name, _)) = set.iter().find(|(_, set)| *set) {
+            bail!("{name} configures the fleet's quota store; set quota_store too");
+        }
+        return Ok(None);
+    };
+    if !url.starts_with("redis://") {
+        // Not echoed: the URL may hold a password.
+        bail!("quota_store must be a redis://host:port[/db] URL (TLS is not built in)");
+    }
+    redis::IntoConnectionInfo::into_connection_info(url.as_str())
+        .map_err(|e| anyhow::anyhow!("quota_store: {e}"))?;
+    let timeout_ms = s.quota_store_timeout_ms.unwrap_or(100);
+    if !(1..=10_000).contains(&timeout_ms) {
+        bail!("quota_store_timeout_ms must be 1 to 10000 milliseconds, got {timeout_ms}");
+    }
+    let ttl_ms = s.quota_store_lease_ttl_ms.unwrap_or(30_000);
+    if ttl_ms < 4 * timeout_ms {
+        bail!(
+            "quota_store_lease_ttl_ms ({ttl_ms}) must be at least 4 x quota_store_timeout_ms \
+             ({timeout_ms}), so a heartbeat (every third of it) can land before it expires"
+        );
+    }
+    Ok(Some(FleetConfig {
+        url,
+        failure: s.quota_store_failure.unwrap_or_default(),
+        timeout: Duration::from_millis(timeout_ms),
+        lease_ttl: Duration::from_millis(ttl_ms),
+        key_prefix: KEY_PREFIX.into(),
+    }))
 }
 
 /// The VLT knobs from the settings (the paper's defaults where unset), validated.

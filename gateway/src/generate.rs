@@ -10,7 +10,7 @@ use std::time::Instant;
 use superinfer_engine::kv::PrefixHit;
 use superinfer_engine::{FinishReason, RequestStream, StreamEvent};
 
-use crate::limits::InFlight;
+use crate::quota::InFlight;
 use crate::registry::TenantCtx;
 use crate::text::Decoder;
 use crate::usage::UsageTicket;

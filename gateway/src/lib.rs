@@ -2,8 +2,8 @@
 //! tenants at once.
 //!
 //! What it does: authenticates each request by API key against the tenant registry
-//! ([`registry`], kept fresh from sled), enforces the tenant's quotas ([`quota`],
-//! [`limits`]), validates and tokenizes ([`validate`], [`text`]), admits into the engine with
+//! ([`registry`], kept fresh from sled), enforces the tenant's quotas ([`quota`]:
+//! in-process, or fleet-wide in Redis), validates and tokenizes ([`validate`], [`text`]), admits into the engine with
 //! the tenant's SLO and weight ([`admission`]), and streams the answer back as server-sent
 //! events or one JSON body ([`openai`], [`generate`]); serves the admin API ([`admin`]),
 //! `/metrics` ([`metrics`]), health checks, and the `superinfer` command line ([`cli`],
@@ -25,7 +25,6 @@ pub mod conn;
 pub mod error;
 pub mod generate;
 pub mod layers;
-pub mod limits;
 pub mod metrics;
 pub mod openai;
 pub mod proxy;

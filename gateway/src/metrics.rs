@@ -33,6 +33,9 @@ pub const PREFIX_HIT_TOKENS: &str = "superinfer_prefix_cache_hit_tokens_total";
 pub const PREFIX_BLOCKS: &str = "superinfer_prefix_cache_blocks";
 pub const SLO_CHECKS: &str = "superinfer_slo_checks_total";
 pub const SLO_MET: &str = "superinfer_slo_met_total";
+pub const QUOTA_STORE_UP: &str = "superinfer_quota_store_up";
+pub const QUOTA_STORE_ERRORS: &str = "superinfer_quota_store_errors_total";
+pub const QUOTA_STORE_FALLBACK: &str = "superinfer_quota_store_fallback_total";
 
 /// The reasons of [`SHED`].
 pub const SHED_REASONS: &[&str] = &[
@@ -164,6 +167,19 @@ impl Metrics {
                 SLO_MET,
                 "SLO checks that met the SLO, per tenant (slo=ttft, tbt); over the checks: \
                  attainment in any window, for burn-rate alerts.",
+            ),
+            (
+                QUOTA_STORE_UP,
+                "1 while the fleet's quota store (--quota-store) answers, 0 after a failed call.",
+            ),
+            (
+                QUOTA_STORE_ERRORS,
+                "Failed quota store calls, by kind (timeout, connection, server, lease_lost).",
+            ),
+            (
+                QUOTA_STORE_FALLBACK,
+                "Requests decided by the local limiter because the quota store did not answer \
+                 (--quota-store-failure open).",
             ),
             (
                 "superinfer_num_requests_running",

@@ -1,17 +1,154 @@
-//! The quota layer (after auth, before validation): the tenant's requests/s with burst, its
-//! tokens-per-minute bucket and its concurrency limit ([`crate::limits`]). Over any of them →
-//! 429 with `Retry-After`. The concurrency slot it takes travels with the request as a
-//! [`Slot`] and is freed when the response (streamed or not) is complete.
+//! Tenant quotas: requests/s with burst, tokens per minute and requests in flight, behind one
+//! interface ([`Limiter`], made per tenant by a [`QuotaStore`]) with two implementations:
+//! - [`local`]: in-process limiters (governor's GCRA for the request rate, a token bucket that
+//!   may go into debt for tokens, a counter of requests in flight): each node on its own. The
+//!   default.
+//! - [`fleet`]: the same three limits kept in Redis (`serve --quota-store redis://…`) by
+//!   server-side Lua scripts, shared by every node, with leased concurrency slots that expire
+//!   when a node dies; Redis slow or down falls back to the local limiter (fail open) or
+//!   refuses with 503 (fail closed).
+//!
+//! The quota layer (after auth, before validation) admits a request or answers 429 with
+//! `Retry-After`. The concurrency slot it takes travels with the request as a [`Slot`] and is
+//! freed when the response (streamed or not) is complete.
+
+pub mod fleet;
+pub mod local;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::future::BoxFuture;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+use superinfer_tenants::{Quotas, Tenant};
 
 use crate::error::GatewayError;
-use crate::limits::{InFlight, Refusal};
 use crate::registry::TenantCtx;
 use crate::state::Shared;
+
+pub use local::{LocalLimiter, LocalStore};
+
+/// Where quota state lives: makes each tenant's [`Limiter`].
+pub trait QuotaStore: Send + Sync {
+    /// The limiter of `tenant` (its name and quotas); made again when either changes.
+    fn limiter(&self, tenant: &Tenant) -> Arc<dyn Limiter>;
+}
+
+/// One tenant's live limits.
+pub trait Limiter: Send + Sync + std::fmt::Debug {
+    /// The quotas this limiter enforces.
+    fn quotas(&self) -> &Quotas;
+    /// Admits one request or says why not. The returned guard holds a concurrency slot until
+    /// it is dropped (when the response, streamed or not, is complete).
+    fn admit(&self) -> BoxFuture<'_, Result<InFlight, Refusal>>;
+    /// Charges `tokens` (prompt at admission, output at the end) against tokens per minute.
+    fn charge_tokens(&self, tokens: u64);
+    /// Requests of this tenant in flight on this node now.
+    fn in_flight(&self) -> u32;
+}
+
+/// Why a request was refused, with how long to wait.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refusal {
+    Rate {
+        limit: f64,
+        burst: u32,
+        wait: Duration,
+    },
+    Tokens {
+        limit: u64,
+        wait: Duration,
+    },
+    Concurrency {
+        limit: u32,
+    },
+    /// The shared quota store did not answer and the node fails closed.
+    StoreUnavailable,
+}
+
+impl Refusal {
+    /// The `reason` label of `superinfer_requests_rejected_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Rate { .. } => "rate",
+            Refusal::Tokens { .. } => "tokens",
+            Refusal::Concurrency { .. } => "concurrency",
+            Refusal::StoreUnavailable => "quota_store",
+        }
+    }
+
+    /// What the client reads, and the `Retry-After` seconds.
+    pub fn message(&self) -> (String, u64) {
+        match self {
+            Refusal::Rate { limit, burst, wait } => (
+                format!(
+                    "request rate over this tenant's quota ({limit} requests/s, burst {burst}); \
+                     retry after the Retry-After seconds or ask for a higher quota"
+                ),
+                ceil_secs(*wait),
+            ),
+            Refusal::Tokens { limit, wait } => (
+                format!(
+                    "token usage over this tenant's quota ({limit} tokens/min); retry after the \
+                     Retry-After seconds or ask for a higher quota"
+                ),
+                ceil_secs(*wait),
+            ),
+            Refusal::Concurrency { limit } => (
+                format!(
+                    "too many requests in flight for this tenant (limit {limit}); wait for one \
+                     to finish"
+                ),
+                1,
+            ),
+            Refusal::StoreUnavailable => (
+                "the fleet's quota store is unavailable, so no quota can be checked; retry \
+                 after the Retry-After seconds"
+                    .into(),
+                1,
+            ),
+        }
+    }
+
+    /// The HTTP answer: 429 for a quota, 503 when the quota store is down (fail closed).
+    pub fn into_error(self) -> GatewayError {
+        let (message, retry_after_s) = self.message();
+        match self {
+            Refusal::StoreUnavailable => GatewayError::Overloaded {
+                message,
+                retry_after_s,
+            },
+            _ => GatewayError::RateLimited {
+                message,
+                retry_after_s,
+            },
+        }
+    }
+}
+
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// A concurrency slot (local counter or fleet lease); frees itself on drop.
+pub struct InFlight {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl InFlight {
+    pub(crate) fn new(held: impl Send + Sync + 'static) -> InFlight {
+        InFlight {
+            _held: Box::new(held),
+        }
+    }
+}
+
+impl std::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InFlight")
+    }
+}
 
 /// The concurrency slot of one request, taken out by the handler.
 #[derive(Clone, Debug)]
@@ -28,25 +165,15 @@ pub async fn layer(State(state): State<Shared>, mut req: Request, next: Next) ->
         // The auth layer runs first; without it there is no tenant to charge.
         return GatewayError::Internal("quota layer without auth".into()).into_response();
     };
-    match ctx.limits.admit() {
+    match ctx.limits.admit().await {
         Ok(slot) => {
             req.extensions_mut()
                 .insert(Slot(Arc::new(Mutex::new(Some(slot)))));
             next.run(req).await
         }
         Err(refusal) => {
-            let reason = match refusal {
-                Refusal::Rate { .. } => "rate",
-                Refusal::Tokens { .. } => "tokens",
-                Refusal::Concurrency { .. } => "concurrency",
-            };
-            state.metrics.rejected(&ctx.tenant.name, reason);
-            let (message, retry_after_s) = refusal.message();
-            GatewayError::RateLimited {
-                message,
-                retry_after_s,
-            }
-            .into_response()
+            state.metrics.rejected(&ctx.tenant.name, refusal.reason());
+            refusal.into_error().into_response()
         }
     }
 }

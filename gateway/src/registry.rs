@@ -12,15 +12,15 @@ use std::sync::Arc;
 use superinfer_tenants::{Auth, Snapshot, Tenant, TenantId, TenantStore};
 
 use crate::error::GatewayError;
-use crate::limits::Limits;
 use crate::metrics::{Metrics, TenantMetrics};
+use crate::quota::{Limiter, QuotaStore};
 use crate::stats::TenantStats;
 
 /// Everything the gateway holds about one tenant while serving it.
 #[derive(Debug)]
 pub struct TenantCtx {
     pub tenant: Tenant,
-    pub limits: Arc<Limits>,
+    pub limits: Arc<dyn Limiter>,
     pub stats: Arc<TenantStats>,
     pub metrics: Arc<TenantMetrics>,
 }
@@ -35,6 +35,8 @@ struct Directory {
 pub struct Registry {
     store: TenantStore,
     metrics: Metrics,
+    /// Makes each tenant's limiter: in-process, or shared by the fleet.
+    quota: Arc<dyn QuotaStore>,
     current: ArcSwap<Directory>,
     /// Serializes rebuilds, so an older snapshot never replaces a newer one.
     rebuild: tokio::sync::Mutex<()>,
@@ -43,10 +45,15 @@ pub struct Registry {
 impl Registry {
     /// Builds the first directory. Subscribe to the store before calling this, so no write
     /// falls between the subscription and the first snapshot.
-    pub fn new(store: TenantStore, metrics: Metrics) -> Result<Registry, GatewayError> {
+    pub fn new(
+        store: TenantStore,
+        metrics: Metrics,
+        quota: Arc<dyn QuotaStore>,
+    ) -> Result<Registry, GatewayError> {
         let r = Registry {
             store,
             metrics,
+            quota,
             current: ArcSwap::from_pointee(Directory::default()),
             rebuild: tokio::sync::Mutex::new(()),
         };
@@ -104,12 +111,15 @@ impl Registry {
             .store(Arc::new(Directory { snapshot, tenants }));
     }
 
-    /// The tenant's state, keeping what did not change: limiters while the quotas are the
-    /// same, statistics always, metric handles while the name is the same.
+    /// The tenant's state, keeping what did not change: limiters while the quotas and the
+    /// name (the fleet's key) are the same, statistics always, metric handles while the name
+    /// is the same.
     fn context(&self, t: &Tenant, old: Option<&Arc<TenantCtx>>) -> TenantCtx {
         let limits = match old {
-            Some(o) if *o.limits.quotas() == t.quotas => o.limits.clone(),
-            _ => Arc::new(Limits::new(t.quotas)),
+            Some(o) if *o.limits.quotas() == t.quotas && o.tenant.name == t.name => {
+                o.limits.clone()
+            }
+            _ => self.quota.limiter(t),
         };
         let metrics = match old {
             Some(o) if o.tenant.name == t.name => o.metrics.clone(),

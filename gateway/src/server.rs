@@ -46,6 +46,8 @@ use crate::conn::Accept;
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::openai;
+use crate::quota::fleet::RedisStore;
+use crate::quota::{LocalStore, QuotaStore};
 use crate::registry::Registry;
 use crate::state::{AppState, Shared};
 use crate::text::TextPool;
@@ -94,7 +96,8 @@ pub const METRICS_PATH: &str = "/metrics";
 /// Opens everything and starts listening.
 pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
     let metrics = Metrics::new();
-    let (registry, default_api_key, changes) = open_tenants(&cfg, metrics.clone()).await?;
+    let quota = quota_store(&cfg, &metrics).await?;
+    let (registry, default_api_key, changes) = open_tenants(&cfg, metrics.clone(), quota).await?;
     let model = cfg.model.clone();
     let engine_opts = cfg.engine.clone();
     let Backend {
@@ -185,9 +188,26 @@ type Opened = (
     superinfer_tenants::Subscriber,
 );
 
+/// This node's limiters, or the fleet's in Redis (pinged once, so the log and
+/// `superinfer_quota_store_up` say at once whether it answers).
+async fn quota_store(cfg: &ServeConfig, metrics: &Metrics) -> anyhow::Result<Arc<dyn QuotaStore>> {
+    let Some(fleet) = &cfg.quota_store else {
+        return Ok(Arc::new(LocalStore));
+    };
+    let store = RedisStore::new(fleet.clone(), metrics.clone())?;
+    if store.ping().await {
+        tracing::info!(failure = ?fleet.failure, "fleet quotas in Redis");
+    }
+    Ok(Arc::new(store))
+}
+
 /// Opens the store and applies `--tenants-file`; without one, on the first start creates the
 /// default tenant and returns its key.
-async fn open_tenants(cfg: &ServeConfig, metrics: Metrics) -> anyhow::Result<Opened> {
+async fn open_tenants(
+    cfg: &ServeConfig,
+    metrics: Metrics,
+    quota: Arc<dyn QuotaStore>,
+) -> anyhow::Result<Opened> {
     let dir = cfg.data_dir.clone();
     let file = cfg.tenants_file.clone();
     tokio::task::spawn_blocking(move || -> anyhow::Result<Opened> {
@@ -204,7 +224,7 @@ async fn open_tenants(cfg: &ServeConfig, metrics: Metrics) -> anyhow::Result<Ope
         }
         // Subscribe before the first snapshot, so no write falls between them.
         let changes = store.subscribe();
-        let registry = Registry::new(store, metrics)?;
+        let registry = Registry::new(store, metrics, quota)?;
         Ok((Arc::new(registry), key, changes))
     })
     .await

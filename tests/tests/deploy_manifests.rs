@@ -201,6 +201,111 @@ fn the_manifests_agree_with_the_servers_configuration() {
     assert_eq!(ep["path"].as_str(), Some(METRICS_PATH));
 }
 
+#[test]
+fn the_tenants_configmap_is_a_tenants_file_the_server_applies() {
+    let all = manifests();
+    let cfg = served_config(&all);
+    let file = cfg
+        .tenants_file
+        .as_ref()
+        .expect("the pods apply a tenants file");
+    let deploy = one(&all, "Deployment", "superinfer");
+    let pod = &deploy["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let mount = c["volumeMounts"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"].as_str() == Some("tenants"))
+        .expect("the tenants volume is mounted");
+    assert_eq!(
+        file.path.parent(),
+        Some(Path::new(mount["mountPath"].as_str().unwrap())),
+        "tenants_file is in the mounted ConfigMap"
+    );
+    let volume = pod["volumes"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"].as_str() == Some("tenants"))
+        .expect("the tenants volume");
+    let cm_name = volume["configMap"]["name"].as_str().expect("a ConfigMap");
+    let cm = one(&all, "ConfigMap", cm_name);
+    let key = file.path.file_name().unwrap().to_str().unwrap();
+    let text = cm["data"][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("ConfigMap {cm_name} has no {key}"));
+
+    // The keys that `api_key_env` names come from the Secret the pods take their env from.
+    let secret = one(&all, "Secret", "superinfer-tenant-keys");
+    let from_env: Vec<&str> = c["envFrom"]
+        .as_vec()
+        .expect("envFrom")
+        .iter()
+        .filter_map(|e| e["secretRef"]["name"].as_str())
+        .collect();
+    assert!(from_env.contains(&"superinfer-tenant-keys"), "{from_env:?}");
+    let values = secret["stringData"].as_hash().expect("stringData");
+    let asked = std::cell::RefCell::new(BTreeSet::new());
+    let parsed = superinfer_tenants::TenantsFile::parse(key, text, |var| {
+        asked.borrow_mut().insert(var.to_string());
+        values
+            .get(&Yaml::String(var.to_string()))
+            .and_then(Yaml::as_str)
+            .map(str::to_string)
+    })
+    .expect("the ConfigMap is a tenants file the server accepts, with the Secret's keys");
+    let in_secret: BTreeSet<String> = values
+        .keys()
+        .map(|k| k.as_str().unwrap().to_string())
+        .collect();
+    assert!(!asked.borrow().is_empty(), "the example shows api_key_env");
+    assert_eq!(
+        *asked.borrow(),
+        in_secret,
+        "each env reference is in the Secret, and only they"
+    );
+    assert!(
+        text.contains("api_key_sha256"),
+        "the example shows api_key_sha256"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let store = superinfer_tenants::TenantStore::open(dir.path().join("tenants")).unwrap();
+    store
+        .apply(&parsed, file.prune)
+        .expect("the tenants store applies it");
+    let mut names: Vec<String> = store.list().unwrap().into_iter().map(|t| t.name).collect();
+    names.sort();
+    let mut want: Vec<String> = parsed.names().map(str::to_string).collect();
+    want.sort();
+    assert_eq!(names, want);
+
+    // The quota store is the Redis Service of redis.yaml.
+    let quota = cfg
+        .quota_store
+        .as_ref()
+        .expect("the pods share quotas in Redis");
+    let svc = one(&all, "Service", "superinfer-redis");
+    let port = int(&svc["spec"]["ports"][0]["port"], "redis port");
+    assert_eq!(quota.url, format!("redis://superinfer-redis:{port}"));
+    let redis = one(&all, "Deployment", "superinfer-redis");
+    let rc = &redis["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        rc["ports"][0]["name"].as_str(),
+        svc["spec"]["ports"][0]["targetPort"].as_str()
+    );
+    for (k, v) in svc["spec"]["selector"].as_hash().unwrap() {
+        assert_eq!(
+            redis["spec"]["template"]["metadata"]["labels"]
+                .as_hash()
+                .unwrap()
+                .get(k),
+            Some(v),
+            "the Redis Service selects the Redis pod"
+        );
+    }
+}
+
 /// The metric names in a PromQL expression: our namespaces only (`superinfer_`, `vllm:`);
 /// recording rules (`tenant_slo:…`) are not metrics the server exports.
 fn promql_names(expr: &str) -> Vec<String> {
@@ -279,7 +384,16 @@ fn alert_queries() -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
-    let s = TestServer::start_with(TestOptions::default()).await;
+    // With a quota store, for its series: one that refuses connections (port 1), so the
+    // server fails open and answers from its own limiters.
+    let s = TestServer::start_with(TestOptions {
+        settings: Settings {
+            quota_store: Some("redis://127.0.0.1:1".into()),
+            ..Settings::default()
+        },
+        ..TestOptions::default()
+    })
+    .await;
     let (status, _) = s.complete(&s.key, 8).await;
     assert_eq!(status, StatusCode::OK);
     let bad = s
@@ -322,6 +436,7 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
         "superinfer_requests_rejected_total",
         "superinfer_kv_usage_ratio",
         "superinfer_rotations_total",
+        "superinfer_quota_store_up",
     ] {
         assert!(used.contains(needed), "the dashboard shows {needed}");
     }

@@ -331,3 +331,46 @@ fn trusted_proxies_and_objectives_come_from_the_file_and_flags() {
     let e = ServeConfig::resolve(twice).unwrap_err().to_string();
     assert!(e.contains("twice"), "{e}");
 }
+
+#[test]
+fn the_quota_store_defaults_and_its_checks() {
+    let err = |s: Settings| ServeConfig::resolve(s).unwrap_err().to_string();
+    assert_eq!(
+        ServeConfig::resolve(Settings::default())
+            .unwrap()
+            .quota_store,
+        None
+    );
+    let file: Settings = toml::from_str(
+        "quota_store = \"redis://10.0.0.5:6379/2\"\nquota_store_failure = \"closed\"\n",
+    )
+    .unwrap();
+    let c = ServeConfig::resolve(file).unwrap().quota_store.unwrap();
+    assert_eq!(c.url, "redis://10.0.0.5:6379/2");
+    assert_eq!(c.failure, FailureMode::Closed);
+    assert_eq!(c.timeout, Duration::from_millis(100));
+    assert_eq!(c.lease_ttl, Duration::from_secs(30));
+    let alone = Settings {
+        quota_store_failure: Some(FailureMode::Closed),
+        ..Settings::default()
+    };
+    assert!(err(alone).contains("set quota_store too"));
+    let tls = Settings {
+        quota_store: Some("rediss://h:6380".into()),
+        ..Settings::default()
+    };
+    assert!(err(tls).contains("redis://host:port"));
+    let bad_port = Settings {
+        quota_store: Some("redis://h:notaport".into()),
+        ..Settings::default()
+    };
+    assert!(err(bad_port).contains("quota_store"));
+    let short_lease = Settings {
+        quota_store: Some("redis://h:6379".into()),
+        quota_store_timeout_ms: Some(200),
+        quota_store_lease_ttl_ms: Some(500),
+        ..Settings::default()
+    };
+    assert!(err(short_lease).contains("at least 4 x"));
+    assert!(toml::from_str::<Settings>("quota_store_failure = \"maybe\"").is_err());
+}

@@ -1,5 +1,7 @@
-//! Per-tenant limiters for the quotas stored with each tenant: a governor token bucket for
+//! The in-process limiters of one node (the default [`QuotaStore`]): a governor GCRA for
 //! requests/s with burst, a tokens-per-minute bucket, and a count of requests in flight.
+//! [`super::fleet`] keeps the same three in Redis with the same semantics, and falls back to
+//! these when Redis does not answer (fail open).
 //!
 //! Tokens per minute: a request is admitted while the tenant's bucket is not in debt; its
 //! prompt tokens are charged at admission and its output tokens as it finishes, so the bucket
@@ -12,78 +14,40 @@ use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use superinfer_tenants::Quotas;
+use superinfer_tenants::{Quotas, Tenant};
 
-/// Why a request was refused, with how long to wait.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Refusal {
-    Rate {
-        limit: f64,
-        burst: u32,
-        wait: Duration,
-    },
-    Tokens {
-        limit: u64,
-        wait: Duration,
-    },
-    Concurrency {
-        limit: u32,
-    },
-}
+use super::{InFlight, Limiter, QuotaStore, Refusal};
 
-impl Refusal {
-    /// What the client reads, and the `Retry-After` seconds.
-    pub fn message(&self) -> (String, u64) {
-        match self {
-            Refusal::Rate { limit, burst, wait } => (
-                format!(
-                    "request rate over this tenant's quota ({limit} requests/s, burst {burst}); \
-                     retry after the Retry-After seconds or ask for a higher quota"
-                ),
-                ceil_secs(*wait),
-            ),
-            Refusal::Tokens { limit, wait } => (
-                format!(
-                    "token usage over this tenant's quota ({limit} tokens/min); retry after the \
-                     Retry-After seconds or ask for a higher quota"
-                ),
-                ceil_secs(*wait),
-            ),
-            Refusal::Concurrency { limit } => (
-                format!(
-                    "too many requests in flight for this tenant (limit {limit}); wait for one \
-                     to finish"
-                ),
-                1,
-            ),
-        }
+/// Limiters in this process only: each node enforces each quota on its own.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LocalStore;
+
+impl QuotaStore for LocalStore {
+    fn limiter(&self, tenant: &Tenant) -> Arc<dyn Limiter> {
+        Arc::new(LocalLimiter::new(tenant.quotas))
     }
 }
 
-fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
-
 /// The live limiters of one tenant, built from its [`Quotas`].
-pub struct Limits {
+pub struct LocalLimiter {
     quotas: Quotas,
     rate: DefaultDirectRateLimiter,
     tokens: Mutex<TokenBucket>,
     in_flight: Arc<AtomicU32>,
 }
 
-impl std::fmt::Debug for Limits {
+impl std::fmt::Debug for LocalLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Limits")
+        f.debug_struct("LocalLimiter")
             .field("quotas", &self.quotas)
             .field("in_flight", &self.in_flight)
             .finish()
     }
 }
 
-impl Limits {
-    pub fn new(quotas: Quotas) -> Limits {
-        Limits {
+impl LocalLimiter {
+    pub fn new(quotas: Quotas) -> LocalLimiter {
+        LocalLimiter {
             quotas,
             rate: RateLimiter::direct(rate_quota(&quotas)),
             tokens: Mutex::new(TokenBucket::new(quotas.tokens_per_min, Instant::now())),
@@ -124,9 +88,9 @@ impl Limits {
                 limit: self.quotas.max_concurrent,
             });
         }
-        Ok(InFlight {
+        Ok(InFlight::new(LocalSlot {
             counter: self.in_flight.clone(),
-        })
+        }))
     }
 
     /// Charges `tokens` against the tokens-per-minute bucket.
@@ -140,7 +104,8 @@ impl Limits {
     }
 }
 
-fn rate_quota(q: &Quotas) -> Quota {
+/// The governor quota of `q`'s request rate (also the reference of the fleet's GCRA in tests).
+pub fn rate_quota(q: &Quotas) -> Quota {
     // Validated by the tenant store: requests_per_s is finite and > 0, burst >= 1.
     let period =
         Duration::from_secs_f64(1.0 / q.requests_per_s.max(1e-6)).max(Duration::from_nanos(1));
@@ -150,13 +115,31 @@ fn rate_quota(q: &Quotas) -> Quota {
         .allow_burst(burst)
 }
 
-/// A concurrency slot; frees itself on drop.
+impl Limiter for LocalLimiter {
+    fn quotas(&self) -> &Quotas {
+        &self.quotas
+    }
+
+    fn admit(&self) -> futures_util::future::BoxFuture<'_, Result<InFlight, Refusal>> {
+        Box::pin(std::future::ready(LocalLimiter::admit(self)))
+    }
+
+    fn charge_tokens(&self, tokens: u64) {
+        LocalLimiter::charge_tokens(self, tokens);
+    }
+
+    fn in_flight(&self) -> u32 {
+        LocalLimiter::in_flight(self)
+    }
+}
+
+/// A local concurrency slot; frees itself on drop.
 #[derive(Debug)]
-pub struct InFlight {
+struct LocalSlot {
     counter: Arc<AtomicU32>,
 }
 
-impl Drop for InFlight {
+impl Drop for LocalSlot {
     fn drop(&mut self) {
         self.counter.fetch_sub(1, Ordering::AcqRel);
     }
@@ -215,7 +198,7 @@ mod tests {
 
     #[test]
     fn burst_then_refusal_with_a_wait() {
-        let l = Limits::new(quotas(1.0, 3, 100));
+        let l = LocalLimiter::new(quotas(1.0, 3, 100));
         let held: Vec<_> = (0..3).map(|_| l.admit().unwrap()).collect();
         match l.admit() {
             Err(Refusal::Rate { wait, .. }) => {
@@ -230,7 +213,7 @@ mod tests {
 
     #[test]
     fn concurrency_slots_are_returned_on_drop() {
-        let l = Limits::new(quotas(1e6, 1000, 2));
+        let l = LocalLimiter::new(quotas(1e6, 1000, 2));
         let a = l.admit().unwrap();
         let _b = l.admit().unwrap();
         assert_eq!(l.admit().unwrap_err(), Refusal::Concurrency { limit: 2 });
