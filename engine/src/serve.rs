@@ -19,6 +19,7 @@
 #[cfg(feature = "cuda")]
 pub mod gpu;
 mod gpu_options;
+pub mod host_memory;
 mod warm_up;
 
 pub use warm_up::{warm_up, WARM_UP_PROMPT};
@@ -202,6 +203,16 @@ pub fn cpu_engine_with_policy(
     };
     let hbm_blocks = blocks(opts.hbm_blocks, opts.hbm_bytes, "HBM")?;
     let dram_blocks = blocks(opts.dram_blocks, opts.dram_bytes, "DRAM")?;
+    // Both tiers live in host memory on the CPU path.
+    let avail = host_memory::available_bytes();
+    let tier = |n: u32| u64::from(n) * block_bytes;
+    host_memory::check(tier(hbm_blocks), avail, "HBM KV tier", "--hbm-blocks")?;
+    host_memory::check(
+        tier(hbm_blocks) + tier(dram_blocks),
+        avail,
+        "HBM and DRAM KV tiers together",
+        "--dram-blocks (or --hbm-blocks)",
+    )?;
     let mut runner = CpuRunner::load(
         model_dir,
         &CpuRunnerConfig {

@@ -75,7 +75,19 @@ pub fn gpu_engine(
     if opts.warm_up {
         super::warm_up(&mut runner, hbm_blocks, opts.block_size)?;
     }
-    let transfer = runner.transfer(dram_blocks)?;
+    // The pinned DRAM tier is host memory: refuse it up front rather than fail in the driver.
+    super::host_memory::check(
+        u64::from(dram_blocks) * block_bytes,
+        super::host_memory::available_bytes(),
+        "pinned DRAM KV tier",
+        "--dram-kv-gb",
+    )?;
+    let transfer = runner.transfer(dram_blocks).map_err(|e| {
+        EngineError::Config(format!(
+            "{e} (allocating the pinned DRAM KV tier of {:.1} GB: lower --dram-kv-gb)",
+            (u64::from(dram_blocks) * block_bytes) as f64 / 1e9
+        ))
+    })?;
     let engine_cfg = opts.engine_config(hbm_blocks, dram_blocks);
     let engine = Engine::new(engine_cfg, policy, runner, transfer, RealClock::new())?;
     Ok((engine, codec, config))

@@ -1,6 +1,7 @@
-//! Copy faults on the CPU model path (issue 16): host-transfer batches that fail are
-//! recomputed, and every request's greedy output is the same as in a run without faults (no
-//! request is lost, none hangs, the pool is checked after every step and ends empty).
+//! Faults on the CPU model path (issue 16): host-transfer batches that fail are recomputed, and
+//! every request's greedy output is the same as in a run without faults (no request is lost,
+//! none hangs, the pool is checked after every step and ends empty); a DRAM tier larger than
+//! the host's available memory is a start-up error naming its setting.
 
 use std::collections::BTreeMap;
 use superinfer_engine::model::tiny::write_tiny_model;
@@ -99,4 +100,23 @@ fn failed_host_copies_are_recomputed_and_outputs_do_not_change() {
     );
     assert_eq!(got, want, "greedy outputs changed under copy faults");
     assert_eq!((s.hbm_used, s.dram_used), (0, 0), "blocks leaked: {s:?}");
+}
+
+#[test]
+fn a_dram_tier_beyond_the_host_memory_is_a_start_up_error_naming_the_flag() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_tiny_model(dir.path(), 5).expect("tiny model");
+    let opts = EngineOptions {
+        hbm_blocks: Some(24),
+        dram_blocks: Some(u32::MAX),
+        ..EngineOptions::default()
+    };
+    let Err(e) = cpu_engine(dir.path(), &opts) else {
+        panic!("a DRAM tier of u32::MAX blocks was accepted");
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("--dram-blocks") && e.contains("GB of host memory"),
+        "{e}"
+    );
 }
