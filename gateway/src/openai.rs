@@ -74,9 +74,10 @@ async fn generate(
     let bytes = body.map_err(|e| refuse("invalid", GatewayError::from_body(&e, &state)))?;
     let (tenant, model, text) = (ctx.tenant.clone(), state.model.clone(), state.text.clone());
     // Parsing, tokenization and templating are CPU work: off the reactor, in the bounded pool.
+    let size = bytes.len();
     let valid = state
         .text_pool
-        .run(ctx.tenant.id.0, move || {
+        .run_sized(ctx.tenant.id.0, size, move || {
             validate::parse(&bytes)
                 .and_then(|b| validate::validate(endpoint, b, &tenant, &model, &text))
         })

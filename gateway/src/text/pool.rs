@@ -7,13 +7,29 @@
 //! - at most `workers + queue` jobs are in the pool, running or waiting; beyond that a
 //!   request is refused at once with 503 and `Retry-After`;
 //! - one tenant may hold at most half of those places (429 beyond), and run at most half of
-//!   the workers (rounded up), so one tenant's long prompts leave room for the others.
+//!   the workers (rounded up), so one tenant's long prompts leave room for the others;
+//! - a job for a body of [`LONG_BODY_BYTES`] or more runs on a thread of its own at the lowest
+//!   CPU priority (nice 19 on Linux), so on a busy machine the reactor, the engine and other
+//!   requests' short jobs run first and a long prompt takes only the CPU nobody else wants.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{GatewayError, Result};
+
+/// Bodies of at least this many bytes are tokenized at the lowest CPU priority (a 64 KiB
+/// prompt takes ~15 ms to tokenize; shorter jobs are not worth a thread of their own).
+pub const LONG_BODY_BYTES: usize = 64 * 1024;
+
+/// Lowers the calling thread's CPU priority to the lowest (Linux keeps a nice value per
+/// thread). Unprivileged processes cannot raise it again, so only threads that end after
+/// their job call this.
+fn lowest_priority() {
+    // A failure (e.g. a seccomp filter) leaves the priority as it was, which is harmless.
+    #[cfg(target_os = "linux")]
+    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
+}
 
 /// The pool's size: running jobs and waiting places.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +110,16 @@ impl TextPool {
         tenant: u32,
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T> {
+        self.run_sized(tenant, 0, job).await
+    }
+
+    /// [`Self::run`] for a job over a body of `bytes` (long ones run at the lowest priority).
+    pub async fn run_sized<T: Send + 'static>(
+        &self,
+        tenant: u32,
+        bytes: usize,
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T> {
         let share = self.share(tenant);
         let c = self.config;
         let tenant_place =
@@ -125,13 +151,27 @@ impl TextPool {
         let tenant_worker = acquire(&share.running).await?;
         let worker = acquire(&self.running).await?;
         let held: [OwnedSemaphorePermit; 4] = [tenant_place, place, tenant_worker, worker];
-        tokio::task::spawn_blocking(move || {
-            let out = job();
-            drop(held);
-            out
-        })
-        .await
-        .map_err(|e| GatewayError::Internal(format!("a tokenizer job failed: {e}")))
+        if bytes < LONG_BODY_BYTES {
+            return tokio::task::spawn_blocking(move || {
+                let out = job();
+                drop(held);
+                out
+            })
+            .await
+            .map_err(|e| GatewayError::Internal(format!("a tokenizer job failed: {e}")));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("superinfer-text-long".into())
+            .spawn(move || {
+                lowest_priority();
+                let out = job();
+                drop(held);
+                let _ = tx.send(out);
+            })
+            .map_err(|e| GatewayError::Internal(format!("cannot start a tokenizer thread: {e}")))?;
+        rx.await
+            .map_err(|_| GatewayError::Internal("a tokenizer job failed".into()))
     }
 }
 
@@ -165,6 +205,28 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         (tx, h)
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn long_bodies_are_tokenized_at_the_lowest_priority_and_short_ones_are_not() {
+        let p = pool(2, 4);
+        let nice = || {
+            let me = rustix::thread::gettid();
+            let name = std::thread::current().name().map(str::to_owned);
+            (
+                name,
+                rustix::process::getpriority_process(Some(me)).unwrap(),
+            )
+        };
+        let base = nice().1;
+        let (name, long) = p.run_sized(0, LONG_BODY_BYTES, nice).await.unwrap();
+        assert_eq!(name.as_deref(), Some("superinfer-text-long"));
+        assert_eq!(long, 19);
+        let (_, short) = p.run_sized(0, LONG_BODY_BYTES - 1, nice).await.unwrap();
+        assert_eq!(short, base, "a short job keeps the normal priority");
+        // The places of the long job were returned.
+        assert_eq!(p.in_pool(), 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
