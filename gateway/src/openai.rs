@@ -121,6 +121,10 @@ async fn generate(
     );
     meta.continuous_usage = valid.continuous_usage;
     meta.echo = valid.echo;
+    if let Some(t) = valid.tools.as_ref().filter(|t| t.parses()) {
+        let stream = crate::tools::ToolStream::new(valid.tool_format, t.tools.clone());
+        meta.tools = Some(std::cell::RefCell::new(stream));
+    }
     if valid.stream {
         let out = sse::Out {
             metrics: state.metrics.clone(),

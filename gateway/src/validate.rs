@@ -9,6 +9,7 @@ mod extras;
 mod fields;
 mod prompt;
 mod strict;
+pub(crate) mod structured;
 
 pub(crate) use prompt::chat_messages;
 use prompt::{chat_tokens, prompt_list, PromptLimit};
@@ -60,6 +61,11 @@ pub struct ValidRequest {
     pub continuous_usage: bool,
     /// vLLM's `cache_salt`: the prefix cache's namespace is salted with it.
     pub cache_salt: Option<String>,
+    /// Chat: the tools the model may call; the answer is parsed for calls unless
+    /// `tool_choice` is `none`.
+    pub tools: Option<crate::tools::ValidTools>,
+    /// How the model writes calls (by its chat template).
+    pub tool_format: crate::tools::ToolFormat,
 }
 
 /// At most this many alternatives per token (OpenAI's limit).
@@ -174,15 +180,21 @@ pub fn validate(
         }
     }
     unsupported(&body, endpoint)?;
+    let (mut constraint, whitespace) = structured::constraint(&mut body)?;
     let cache_salt = cache_salt(body.cache_salt.take())?;
     let logprobs = logprobs(&body, endpoint)?;
     let mut sampling = sampling(&body)?;
     sampling.logprobs = logprobs;
     let stop = stop_strings(body.stop)?;
     let limit = PromptLimit::of(tenant, model);
+    let tools = crate::tools::validate(
+        body.tools.take(),
+        body.tool_choice.take(),
+        body.parallel_tool_calls.take(),
+    )?;
     let mut prompts = match endpoint {
         Endpoint::Completions => prompt_list(body.prompt, text, limit)?,
-        Endpoint::Chat => vec![chat_tokens(body.messages, text, limit)?],
+        Endpoint::Chat => vec![chat_tokens(body.messages, tools.as_ref(), text, limit)?],
     };
     // Every limit holds for the longest prompt.
     let prompt_len = prompts.iter().map(Vec::len).max().unwrap_or(0) as u32;
@@ -216,6 +228,36 @@ pub fn validate(
         &stop_token_ids,
         &mut sampling,
     )?;
+    let tool_format = text.tool_format();
+    if let Some(spec) = tools.as_ref().and_then(|t| t.grammar(tool_format)) {
+        if let Some(c) = &constraint {
+            return Err(GatewayError::invalid(
+                "tool_choice",
+                format!(
+                    "`tool_choice` constrains the answer to a call, and so does `{}`; send \
+                     one of them",
+                    c.field
+                ),
+            ));
+        }
+        constraint = Some(structured::Constraint {
+            field: "tool_choice".into(),
+            spec,
+        });
+    }
+    if let Some(c) = &constraint {
+        if sampling.min_tokens > 0 {
+            return Err(GatewayError::invalid(
+                "min_tokens",
+                format!(
+                    "`min_tokens` with `{}` is not supported: the grammar decides where the \
+                     answer ends",
+                    c.field
+                ),
+            ));
+        }
+        sampling.grammar = Some(structured::compile(c, whitespace.as_deref(), text)?);
+    }
     let prompt = prompts.remove(0);
     let more_prompts = prompts;
     let n = body.n.unwrap_or(1);
@@ -235,6 +277,8 @@ pub fn validate(
         text,
     )?;
     Ok(ValidRequest {
+        tools,
+        tool_format,
         cache_salt,
         more_prompts,
         n,
@@ -403,8 +447,20 @@ fn unsupported(body: &Body, endpoint: Endpoint) -> Result<()> {
     if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return refuse("suffix", "`suffix` is not supported");
     }
-    if body.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return refuse("tools", "tool calling is not supported; leave `tools` out");
+    if endpoint == Endpoint::Completions {
+        if body.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            return refuse("tools", "tools are for chat completions; leave `tools` out");
+        }
+        if body
+            .tool_choice
+            .as_ref()
+            .is_some_and(|c| !c.is_null() && c.as_str() != Some("none"))
+        {
+            return refuse("tool_choice", "tools are for chat completions");
+        }
+        if body.parallel_tool_calls.is_some() {
+            return refuse("parallel_tool_calls", "tools are for chat completions");
+        }
     }
     if endpoint == Endpoint::Chat && body.prompt.is_some() && body.messages.is_none() {
         return refuse(
