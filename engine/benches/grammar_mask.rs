@@ -38,7 +38,7 @@ fn smollm2_gguf() -> PathBuf {
 
 fn engine(gguf: &std::path::Path, codec: &TextCodec, constrained: usize) -> CpuEngine {
     let opts = EngineOptions {
-        hbm_blocks: Some(2048),
+        hbm_blocks: Some(512),
         dram_blocks: Some(64),
         max_batched_tokens: 2048,
         seed: Some(0),

@@ -88,7 +88,7 @@ async fn generate(
             refuse("text_pool", e)
         })?
         .map_err(|e| refuse("invalid", e))?;
-    if !valid.more_prompts.is_empty() || valid.n > 1 {
+    if !valid.more_prompts.is_empty() || valid.best_of > 1 {
         return several::generate(&state, ctx, slot, valid, started, kill).await;
     }
     let stream =

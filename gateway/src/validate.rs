@@ -44,8 +44,11 @@ pub struct ValidRequest {
     pub prompt: Vec<u32>,
     /// Completions with a list of prompts: the others, one choice each after `prompt`'s.
     pub more_prompts: Vec<Vec<u32>>,
-    /// Completions: choices per prompt (each its own engine request).
+    /// Choices per prompt (each its own engine request).
     pub n: u32,
+    /// Completions: candidates generated per prompt, of which the `n` with the highest mean
+    /// token log-probability are returned (`n` when `best_of` is not set).
+    pub best_of: u32,
     pub max_tokens: u32,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
@@ -267,7 +270,20 @@ pub fn validate(
             format!("prompts × `n` is more than {MAX_PROMPTS} choices"),
         ));
     }
-    let several = !more_prompts.is_empty() || n > 1;
+    let best_of = body.best_of.unwrap_or(n).max(n);
+    if (more_prompts.len() + 1) * best_of as usize > MAX_PROMPTS {
+        return Err(GatewayError::invalid(
+            "best_of",
+            format!("prompts × `best_of` is more than {MAX_PROMPTS} candidates"),
+        ));
+    }
+    let several = !more_prompts.is_empty() || best_of > 1;
+    if n > 1 && tools.as_ref().is_some_and(|t| t.parses()) {
+        return Err(GatewayError::invalid(
+            "n",
+            "`n` > 1 with tool calls is not supported; send one request per choice",
+        ));
+    }
     let echo = echo_text(
         body.echo.unwrap_or(false),
         endpoint,
@@ -282,6 +298,7 @@ pub fn validate(
         cache_salt,
         more_prompts,
         n,
+        best_of,
         echo,
         continuous_usage,
         endpoint,
@@ -430,19 +447,25 @@ fn unsupported(body: &Body, endpoint: Endpoint) -> Result<()> {
     let refuse = |field: &str, msg: &str| Err(GatewayError::invalid(field, msg));
     match body.n {
         Some(0) => return refuse("n", "`n` must be at least 1"),
-        Some(n) if n > 1 && endpoint == Endpoint::Chat => {
-            return refuse(
-                "n",
-                "chat completions support only `n` = 1; send one request per choice",
-            )
-        }
         Some(n) if n as usize > MAX_PROMPTS => {
             return refuse("n", "at most 64 choices per request")
         }
         _ => {}
     }
-    if body.best_of.is_some_and(|n| n != 1) {
-        return refuse("best_of", "only `best_of` = 1 is supported");
+    if let Some(b) = body.best_of {
+        let n = body.n.unwrap_or(1);
+        if b < n {
+            return refuse("best_of", "`best_of` must be at least `n`");
+        }
+        if b > 1 && endpoint == Endpoint::Chat {
+            return refuse("best_of", "`best_of` is for completions; chat takes only 1");
+        }
+        if b > n && body.stream == Some(true) {
+            return refuse("best_of", "`best_of` > `n` cannot be streamed");
+        }
+        if b as usize > MAX_PROMPTS {
+            return refuse("best_of", "at most 64 candidates per request");
+        }
     }
     if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return refuse("suffix", "`suffix` is not supported");

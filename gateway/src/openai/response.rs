@@ -286,22 +286,44 @@ impl ResponseMeta {
         resp
     }
 
-    /// The non-streamed body of a completion with several prompts: one choice per prompt,
-    /// `(text, finish_reason)` in order, and the usage of all.
+    /// The non-streamed body of several choices (a completion with several prompts or `n` >
+    /// 1, a chat with `n` > 1): `(text, finish_reason)` in order, and the usage of all.
     pub fn full_body_many(&self, choices: &[(String, &str)], usage: Usage) -> Response {
-        let choices: Vec<TextChoice<'_>> = choices
-            .iter()
-            .enumerate()
-            .map(|(i, (text, finish))| text_choice(i as u32, text, None, Some(finish)))
-            .collect();
-        let bytes = serde_json::to_vec(&Full {
-            id: &self.id,
-            object: "text_completion",
-            created: self.created,
-            model: &self.model,
-            choices,
-            usage,
-        });
+        let bytes = match self.endpoint {
+            Endpoint::Completions => serde_json::to_vec(&Full {
+                id: &self.id,
+                object: "text_completion",
+                created: self.created,
+                model: &self.model,
+                choices: choices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (text, finish))| text_choice(i as u32, text, None, Some(finish)))
+                    .collect::<Vec<_>>(),
+                usage,
+            }),
+            Endpoint::Chat => serde_json::to_vec(&Full {
+                id: &self.id,
+                object: "chat.completion",
+                created: self.created,
+                model: &self.model,
+                choices: choices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (text, finish))| ChatChoice {
+                        index: i as u32,
+                        message: ChatMessageOut {
+                            role: "assistant",
+                            content: Some(text),
+                            tool_calls: None,
+                        },
+                        logprobs: None,
+                        finish_reason: finish,
+                    })
+                    .collect::<Vec<_>>(),
+                usage,
+            }),
+        };
         let mut resp = bytes.unwrap_or_default().into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -340,6 +362,7 @@ impl ResponseMeta {
                 let (choices, usage) = match kind {
                     ChunkKind::Open => (
                         vec![delta(
+                            index,
                             Delta {
                                 role: Some("assistant"),
                                 content: Some(""),
@@ -355,11 +378,11 @@ impl ResponseMeta {
                             content: Some(t),
                             tool_calls: None,
                         };
-                        let mut d = delta(content, None);
+                        let mut d = delta(index, content, None);
                         d.logprobs = self.logprobs_value(lp);
                         (vec![d], None)
                     }
-                    ChunkKind::Finish(r) => (vec![delta(Delta::default(), Some(r))], None),
+                    ChunkKind::Finish(r) => (vec![delta(index, Delta::default(), Some(r))], None),
                     ChunkKind::Usage(u) => (vec![], Some(u)),
                     ChunkKind::Call(c) => {
                         let i = self.calls_sent.get();
@@ -370,7 +393,7 @@ impl ResponseMeta {
                             tool_calls: Some(vec![call]),
                             ..Delta::default()
                         };
-                        (vec![delta(d, None)], None)
+                        (vec![delta(index, d, None)], None)
                     }
                 };
                 serde_json::to_vec(&self.wrap("chat.completion.chunk", choices, usage.or(live)))
@@ -410,9 +433,9 @@ fn text_choice<'a>(
     }
 }
 
-fn delta<'a>(delta: Delta<'a>, finish_reason: Option<&'a str>) -> DeltaChoice<'a> {
+fn delta<'a>(index: u32, delta: Delta<'a>, finish_reason: Option<&'a str>) -> DeltaChoice<'a> {
     DeltaChoice {
-        index: 0,
+        index,
         delta,
         logprobs: None,
         finish_reason,
