@@ -46,6 +46,8 @@ impl ChatMessage {
 #[derive(Clone, Debug)]
 pub struct Text {
     inner: Arc<Backend>,
+    /// `--tool-call-parser`: how the model writes tool calls, whatever its template says.
+    tool_format: Option<crate::tools::ToolFormat>,
 }
 
 #[derive(Debug)]
@@ -70,6 +72,7 @@ impl Text {
     pub fn words() -> Text {
         Text {
             inner: Arc::new(Backend::Words),
+            tool_format: None,
         }
     }
 
@@ -92,6 +95,7 @@ impl Text {
                 max_token_bytes,
                 grammars: OnceLock::new(),
             }),
+            tool_format: None,
         }
     }
 
@@ -206,8 +210,17 @@ impl Text {
         }
     }
 
-    /// How the model writes tool calls, by its chat template.
+    /// `self` with tool calls read and constrained in `format` (`None`: by the template).
+    pub fn with_tool_format(mut self, format: Option<crate::tools::ToolFormat>) -> Text {
+        self.tool_format = format;
+        self
+    }
+
+    /// How the model writes tool calls: `--tool-call-parser`, else by its chat template.
     pub fn tool_format(&self) -> crate::tools::ToolFormat {
+        if let Some(f) = self.tool_format {
+            return f;
+        }
         match &*self.inner {
             Backend::Words => crate::tools::ToolFormat::Hermes,
             Backend::Model { codec, .. } => crate::tools::ToolFormat::of(codec.chat_template()),

@@ -25,6 +25,15 @@ pub enum ToolFormat {
 }
 
 impl ToolFormat {
+    /// vLLM's `--tool-call-parser` names.
+    pub fn named(name: &str) -> Option<ToolFormat> {
+        match name {
+            "hermes" => Some(ToolFormat::Hermes),
+            "llama3_json" => Some(ToolFormat::Llama3Json),
+            _ => None,
+        }
+    }
+
     /// The format a chat template writes calls in: Llama 3.1's templates speak of
     /// `ipython` / `<|python_tag|>`; everything else (Hermes, Qwen, and templates without
     /// tool support, for which the tools go into the system message) uses Hermes'.

@@ -189,3 +189,38 @@ async fn the_openai_client_does_a_tool_call_round_trip() {
     assert!(stdout.contains("ok"), "{stdout}");
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_llama_json_form_is_constrained_and_parsed_too() {
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: None,
+        model_dir: Some(smollm2_gguf()),
+        settings: superinfer_gateway::Settings {
+            tool_call_parser: Some("llama3_json".into()),
+            ..superinfer_gateway::Settings::default()
+        },
+        ..TestOptions::default()
+    })
+    .await;
+    let tools = tools();
+    let (server, key) = (&s, &s.key);
+    let answers = join_all(ASKS[..4].iter().map(|ask| {
+        let tools = tools.clone();
+        async move {
+            let b = json!({"messages": [{"role": "user", "content": ask}], "tools": tools,
+                           "tool_choice": "required", "max_tokens": 200, "temperature": 0,
+                           "parallel_tool_calls": false});
+            let resp = server.post("/v1/chat/completions", key, &b).await;
+            assert_eq!(resp.status(), StatusCode::OK);
+            resp.json::<Value>().await.unwrap()
+        }
+    }))
+    .await;
+    for v in &answers {
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+        let calls = v["choices"][0]["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{v}");
+        check_call(&calls[0], &tools);
+    }
+    s.shutdown().await;
+}

@@ -331,3 +331,26 @@ fn trusted_proxies_and_objectives_come_from_the_file_and_flags() {
     let e = ServeConfig::resolve(twice).unwrap_err().to_string();
     assert!(e.contains("twice"), "{e}");
 }
+
+#[test]
+fn the_tool_call_parser_is_named_or_refused() {
+    use crate::tools::ToolFormat;
+    let with = |name: &str| {
+        ServeConfig::resolve(Settings {
+            tool_call_parser: Some(name.into()),
+            ..Settings::default()
+        })
+    };
+    assert_eq!(
+        with("llama3_json").unwrap().engine.tool_call_parser,
+        Some(ToolFormat::Llama3Json)
+    );
+    assert_eq!(
+        with("hermes").unwrap().engine.tool_call_parser,
+        Some(ToolFormat::Hermes)
+    );
+    let e = with("xml").unwrap_err().to_string();
+    assert!(e.contains("tool_call_parser"), "{e}");
+    let d = ServeConfig::resolve(Settings::default()).unwrap();
+    assert_eq!(d.engine.tool_call_parser, None);
+}
