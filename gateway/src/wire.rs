@@ -4,7 +4,8 @@
 //! the field.
 //!
 //! vLLM's extensions are read: `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`,
-//! `stop_token_ids`, `min_tokens`, `stream_options.continuous_usage_stats`, `cache_salt`. `priority` is
+//! `stop_token_ids`, `min_tokens`, `stream_options.continuous_usage_stats`, `cache_salt`,
+//! `structured_outputs` and the `guided_*` fields. `priority` is
 //! read and has no effect: a tenant's priority comes only from its weight and SLO, never from
 //! the body (DESIGN.md); `user` is OpenAI's end-user tag and has none either.
 
