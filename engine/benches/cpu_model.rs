@@ -85,6 +85,7 @@ fn bench(name: &str, spec: &RandomLlama, quick: bool) {
                 blocks: &tables[0],
                 sample: true,
                 sampling: &sp,
+                mask: None,
             };
             runner
                 .step(&StepBatch { entries: vec![e] })
@@ -107,6 +108,7 @@ fn bench(name: &str, spec: &RandomLlama, quick: bool) {
             blocks: &tables[s],
             sample: false,
             sampling: &sp,
+            mask: None,
         };
         runner.step(&StepBatch { entries: vec![e] }).expect("fill");
     }
@@ -122,6 +124,7 @@ fn bench(name: &str, spec: &RandomLlama, quick: bool) {
                     blocks: &tables[s],
                     sample: true,
                     sampling: &sp,
+                    mask: None,
                 })
                 .collect();
             runner.step(&StepBatch { entries }).expect("decode");

@@ -138,6 +138,7 @@ fn batch<'a>(s: &'a [Seq], pos: usize, p: &'a SamplingParams) -> StepBatch<'a> {
                 blocks: &q.blocks,
                 sample: true,
                 sampling: p,
+                mask: None,
             })
             .collect(),
     }

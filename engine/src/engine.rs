@@ -250,6 +250,9 @@ pub struct Engine<R, T, C> {
     /// Requests that may have full blocks not yet written back (a block filled since their
     /// last complete writeback), oldest first: eager writeback visits only these.
     writeback_due: BTreeSet<RequestId>,
+    /// The matcher of each live request with a grammar (structured outputs): a field of its
+    /// own, so that a step's masks are computed on a worker while the runner runs.
+    constraints: BTreeMap<RequestId, llguidance::Matcher>,
 }
 
 impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
@@ -309,6 +312,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             busy_since: None,
             xfer,
             writeback_due: BTreeSet::new(),
+            constraints: BTreeMap::new(),
         })
     }
 
@@ -414,6 +418,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.policy.on_arrival(req.spec.tenant, req.spec.weight);
         self.late.queued(req.spec.tenant);
         self.census.add(req.state);
+        if let Some(g) = &req.spec.sampling.grammar {
+            self.constraints.insert(id, g.matcher());
+        }
         self.requests.insert(id, req);
         Ok(())
     }
@@ -459,6 +466,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.pool.free(id);
         self.transit.remove(&id);
         self.writeback_due.remove(&id);
+        self.constraints.remove(&id);
         self.counters.finished += 1;
         self.events.push(EngineEvent::Finished {
             id,

@@ -15,6 +15,7 @@
 //! - [`profile`]: hardware + model profiles for the simulation.
 //! - [`sim`]: a ready-made simulated engine.
 //! - [`handle`]: real-clock serving on a dedicated thread, with per-request event streams.
+//! - [`grammar`]: structured outputs (llguidance grammars, token masks computed while the step runs).
 //! - [`text`]: tokenizer, chat template and incremental detokenization ([`TextCodec`]).
 //! - [`serve`]: a ready CPU engine from a model directory ([`serve::cpu_engine`]).
 //! - [`model`]: model code; [`model::tiny`] writes the embedded random-weight default model.
@@ -23,6 +24,7 @@
 pub mod clock;
 pub mod engine;
 pub mod error;
+pub mod grammar;
 pub mod handle;
 pub mod kv;
 pub mod model;

@@ -9,6 +9,7 @@ pub mod gpu;
 pub mod sim;
 
 use crate::error::EngineError;
+use crate::grammar::MaskRef;
 use crate::kv::{BlockGeometry, LogicalBlock};
 use crate::sampling::{SamplingParams, TokenLogprobs};
 use superinfer_policies::RequestId;
@@ -28,6 +29,9 @@ pub struct BatchEntry<'a> {
     pub blocks: &'a [LogicalBlock],
     pub sample: bool,
     pub sampling: &'a SamplingParams,
+    /// The row's token mask when its request has a grammar (computed while the step runs;
+    /// the runner applies it before sampling).
+    pub mask: Option<MaskRef<'a>>,
 }
 
 impl BatchEntry<'_> {

@@ -41,6 +41,11 @@ pub struct SamplingParams {
     /// Stop tokens of the request (its `stop_token_ids`) held back by `min_tokens`, besides
     /// the model's end-of-sequence ids.
     pub min_tokens_stops: Vec<u32>,
+    /// Structured outputs: only tokens this grammar allows next (its mask applied before
+    /// everything else); the request stops when the grammar is complete. Not serialized: a
+    /// compiled grammar belongs to one served model.
+    #[serde(skip)]
+    pub grammar: Option<crate::grammar::Grammar>,
 }
 
 impl Default for SamplingParams {
@@ -58,6 +63,7 @@ impl Default for SamplingParams {
             logit_bias: Vec::new(),
             min_tokens: 0,
             min_tokens_stops: Vec::new(),
+            grammar: None,
         }
     }
 }

@@ -26,6 +26,14 @@ use tokenizers::Tokenizer;
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant's calls, as Hugging Face templates take them: `[{"id", "type",
+    /// "function": {"name", "arguments"}}]` with `arguments` an object. Absent (undefined in
+    /// the template) when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Value>,
+    /// A `tool` message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -33,6 +41,8 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
         }
     }
 }
@@ -47,6 +57,8 @@ struct Inner {
     tokenizer: Tokenizer,
     /// Holds the template `chat` when the model has one.
     env: Option<minijinja::Environment<'static>>,
+    /// The template's source (what it supports, e.g. `tools`, is read from it).
+    template: Option<String>,
     bos_token: Option<String>,
     eos_token: Option<String>,
     eos_ids: Vec<u32>,
@@ -221,6 +233,7 @@ impl TextCodec {
         }
         let mut seen = std::collections::BTreeSet::new();
         eos_ids.retain(|id| seen.insert(*id));
+        let source_text = template.clone();
         let env = match template {
             Some(t) => Some(chat_env(t).map_err(|e| {
                 files_err(
@@ -235,6 +248,7 @@ impl TextCodec {
             inner: Arc::new(Inner {
                 tokenizer,
                 env,
+                template: source_text,
                 bos_token,
                 eos_token,
                 eos_ids,
@@ -267,6 +281,22 @@ impl TextCodec {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, EngineError> {
+        self.render_chat_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// The chat template's source, when the model has one.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.inner.template.as_deref()
+    }
+
+    /// [`TextCodec::render_chat`] with `tools` (OpenAI's tool objects) passed to the template
+    /// as Hugging Face templates take them.
+    pub fn render_chat_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, EngineError> {
         let env = self.inner.env.as_ref().ok_or_else(|| {
             EngineError::Text(
                 "the model has no chat template (tokenizer_config.json: chat_template)".into(),
@@ -277,6 +307,7 @@ impl TextCodec {
             .map_err(|e| EngineError::Text(format!("chat template: {e}")))?;
         tmpl.render(minijinja::context! {
             messages => messages,
+            tools => tools,
             bos_token => self.inner.bos_token.as_deref().unwrap_or(""),
             eos_token => self.inner.eos_token.as_deref().unwrap_or(""),
             add_generation_prompt => add_generation_prompt,

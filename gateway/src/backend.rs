@@ -91,6 +91,8 @@ pub struct EngineOptions {
     /// The prefix cache may keep blocks whose only copy is in DRAM (`--prefix-cache-hbm-only`
     /// turns it off).
     pub prefix_cache_dram: bool,
+    /// How the model writes tool calls (`--tool-call-parser`); `None`: by its chat template.
+    pub tool_call_parser: Option<crate::tools::ToolFormat>,
 }
 
 impl Default for EngineOptions {
@@ -108,6 +110,7 @@ impl Default for EngineOptions {
             max_model_len: 8192,
             prefix_cache: true,
             prefix_cache_dram: true,
+            tool_call_parser: None,
         }
     }
 }
@@ -225,6 +228,7 @@ where
     T: superinfer_engine::transfer::Transfer + 'static,
     C: superinfer_engine::clock::Clock + 'static,
 {
+    let text = text.with_tool_format(opts.tool_call_parser);
     let kv_tokens = engine
         .config()
         .hbm_blocks

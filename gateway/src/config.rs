@@ -116,6 +116,10 @@ pub struct Settings {
     /// not kept as cache entries [default: both tiers].
     #[arg(long, env = "SUPERINFER_PREFIX_CACHE_HBM_ONLY", num_args = 0..=1, default_missing_value = "true")]
     pub prefix_cache_hbm_only: Option<bool>,
+    /// How the model writes tool calls: `hermes` (`<tool_call>` JSON) or `llama3_json`
+    /// [default: by the chat template].
+    #[arg(long, env = "SUPERINFER_TOOL_CALL_PARSER")]
+    pub tool_call_parser: Option<String>,
     /// HBM tier size in KV blocks [default: from the model and memory].
     #[arg(long, env = "SUPERINFER_HBM_BLOCKS")]
     pub hbm_blocks: Option<u32>,
@@ -249,6 +253,7 @@ impl Settings {
             preempt_for_seats: self.preempt_for_seats.or(lower.preempt_for_seats),
             no_prefix_cache: self.no_prefix_cache.or(lower.no_prefix_cache),
             prefix_cache_hbm_only: self.prefix_cache_hbm_only.or(lower.prefix_cache_hbm_only),
+            tool_call_parser: self.tool_call_parser.or(lower.tool_call_parser),
             hbm_blocks: self.hbm_blocks.or(lower.hbm_blocks),
             dram_blocks: self.dram_blocks.or(lower.dram_blocks),
             b_xfer: self.b_xfer.or(lower.b_xfer),
@@ -445,6 +450,14 @@ impl ServeConfig {
                     .unwrap_or(d.max_model_len),
                 prefix_cache,
                 prefix_cache_dram: !hbm_only,
+                tool_call_parser: match s.tool_call_parser.as_deref() {
+                    None => None,
+                    Some(name) => Some(crate::tools::ToolFormat::named(name).ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "tool_call_parser must be `hermes` or `llama3_json`, got {name:?}"
+                        )
+                    })?),
+                },
             },
             max_body_bytes: s.max_body_bytes.unwrap_or(4 << 20),
             drain_timeout: Duration::from_secs_f64(drain),

@@ -5,7 +5,8 @@
 //! ([`registry`], kept fresh from sled), enforces the tenant's quotas ([`quota`]:
 //! in-process, or fleet-wide in Redis), validates and tokenizes ([`validate`], [`text`]), admits into the engine with
 //! the tenant's SLO and weight ([`admission`]), and streams the answer back as server-sent
-//! events or one JSON body ([`openai`], [`generate`]); serves the admin API ([`admin`]),
+//! events or one JSON body ([`openai`], [`generate`]), with tool calls parsed out of the
+//! text ([`tools`]); serves the admin API ([`admin`]),
 //! `/metrics` ([`metrics`]), health checks, and the `superinfer` command line ([`cli`],
 //! [`config`]). [`server`] wires it together and shuts it down in order.
 //!
@@ -35,6 +36,7 @@ pub mod state;
 pub mod stats;
 pub mod tenants_file;
 pub mod text;
+pub mod tools;
 pub mod usage;
 pub mod validate;
 pub mod wire;

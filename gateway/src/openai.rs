@@ -89,7 +89,7 @@ async fn generate(
             refuse("text_pool", e)
         })?
         .map_err(|e| refuse("invalid", e))?;
-    if !valid.more_prompts.is_empty() || valid.n > 1 {
+    if !valid.more_prompts.is_empty() || valid.best_of > 1 {
         return several::generate(&state, ctx, slot, valid, started, kill).await;
     }
     let stream =
@@ -122,6 +122,10 @@ async fn generate(
     );
     meta.continuous_usage = valid.continuous_usage;
     meta.echo = valid.echo;
+    if let Some(t) = valid.tools.as_ref().filter(|t| t.parses()) {
+        let stream = crate::tools::ToolStream::new(valid.tool_format, t.tools.clone());
+        meta.tools = Some(std::cell::RefCell::new(stream));
+    }
     if valid.stream {
         let out = sse::Out {
             metrics: state.metrics.clone(),

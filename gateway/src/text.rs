@@ -15,7 +15,8 @@ mod pool;
 
 pub use pool::{TextPool, TextPoolConfig};
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use superinfer_engine::grammar::GrammarCompiler;
 use superinfer_engine::{IncrementalDecoder, TextCodec};
 
 /// One chat message after parsing: a role and its text.
@@ -23,12 +24,30 @@ use superinfer_engine::{IncrementalDecoder, TextCodec};
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant's calls (`[{"id", "type", "function": {"name", "arguments"}}]`,
+    /// `arguments` an object, as chat templates take them).
+    pub tool_calls: Option<serde_json::Value>,
+    /// A `tool` message: the call it answers.
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: &str) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+        }
+    }
 }
 
 /// A tokenizer + chat template + detokenizer. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Text {
     inner: Arc<Backend>,
+    /// `--tool-call-parser`: how the model writes tool calls, whatever its template says.
+    tool_format: Option<crate::tools::ToolFormat>,
 }
 
 #[derive(Debug)]
@@ -38,6 +57,8 @@ enum Backend {
         codec: TextCodec,
         /// Bytes of text one token covers at most (the longest vocabulary entry, UTF-8).
         max_token_bytes: usize,
+        /// Compiles structured-output grammars; built on first use (it walks the vocabulary).
+        grammars: OnceLock<Result<GrammarCompiler, String>>,
     },
 }
 
@@ -51,6 +72,7 @@ impl Text {
     pub fn words() -> Text {
         Text {
             inner: Arc::new(Backend::Words),
+            tool_format: None,
         }
     }
 
@@ -71,7 +93,9 @@ impl Text {
             inner: Arc::new(Backend::Model {
                 codec,
                 max_token_bytes,
+                grammars: OnceLock::new(),
             }),
+            tool_format: None,
         }
     }
 
@@ -92,6 +116,22 @@ impl Text {
         match &*self.inner {
             Backend::Words => Ok(text.split_whitespace().map(word_id).collect()),
             Backend::Model { codec: c, .. } => c.encode(text, true).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The structured-output grammar compiler of the model's tokenizer; the word stand-in
+    /// has no vocabulary to constrain.
+    pub fn grammar_compiler(&self) -> Result<&GrammarCompiler, String> {
+        match &*self.inner {
+            Backend::Words => Err(
+                "structured outputs need a model's tokenizer; the simulated engine has none".into(),
+            ),
+            Backend::Model {
+                codec, grammars, ..
+            } => grammars
+                .get_or_init(|| GrammarCompiler::new(codec, None).map_err(|e| e.to_string()))
+                .as_ref()
+                .map_err(Clone::clone),
         }
     }
 
@@ -120,6 +160,70 @@ impl Text {
                 let msgs = engine_messages(messages);
                 c.encode_chat(&msgs).map_err(|e| e.to_string())
             }
+        }
+    }
+
+    /// A conversation with `tools` through the chat template, the assistant's turn opened.
+    /// A template that takes `tools` renders them itself; for one that does not, they are
+    /// described in the system message and calls and results are written in the Hermes form
+    /// ([`crate::tools::without_template_support`]).
+    pub fn encode_chat_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[serde_json::Value],
+    ) -> Result<Vec<u32>, String> {
+        match &*self.inner {
+            Backend::Words => {
+                let mut ids: Vec<u32> = tools
+                    .iter()
+                    .flat_map(|t| {
+                        t.to_string()
+                            .split_whitespace()
+                            .map(word_id)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                ids.extend(self.encode_chat(messages)?);
+                Ok(ids)
+            }
+            Backend::Model { codec: c, .. } => {
+                let text = if self.template_takes_tools() {
+                    let msgs = engine_messages(messages);
+                    c.render_chat_with_tools(&msgs, Some(tools), true)
+                } else {
+                    let msgs = crate::tools::without_template_support(messages, tools);
+                    c.render_chat(&engine_messages(&msgs), true)
+                }
+                .map_err(|e| e.to_string())?;
+                c.encode(&text, false).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// Whether the chat template renders `tools` itself.
+    fn template_takes_tools(&self) -> bool {
+        match &*self.inner {
+            Backend::Words => false,
+            Backend::Model { codec, .. } => {
+                codec.chat_template().is_some_and(|t| t.contains("tools"))
+            }
+        }
+    }
+
+    /// `self` with tool calls read and constrained in `format` (`None`: by the template).
+    pub fn with_tool_format(mut self, format: Option<crate::tools::ToolFormat>) -> Text {
+        self.tool_format = format;
+        self
+    }
+
+    /// How the model writes tool calls: `--tool-call-parser`, else by its chat template.
+    pub fn tool_format(&self) -> crate::tools::ToolFormat {
+        if let Some(f) = self.tool_format {
+            return f;
+        }
+        match &*self.inner {
+            Backend::Words => crate::tools::ToolFormat::Hermes,
+            Backend::Model { codec, .. } => crate::tools::ToolFormat::of(codec.chat_template()),
         }
     }
 
@@ -261,7 +365,11 @@ fn word_id(word: &str) -> u32 {
 fn engine_messages(messages: &[ChatMessage]) -> Vec<superinfer_engine::ChatMessage> {
     messages
         .iter()
-        .map(|m| superinfer_engine::ChatMessage::new(&m.role, &m.content))
+        .map(|m| superinfer_engine::ChatMessage {
+            tool_calls: m.tool_calls.clone(),
+            tool_call_id: m.tool_call_id.clone(),
+            ..superinfer_engine::ChatMessage::new(&m.role, &m.content)
+        })
         .collect()
 }
 
@@ -282,10 +390,7 @@ mod tests {
     #[test]
     fn chat_template_opens_the_assistant_turn() {
         let t = Text::words();
-        let msgs = [ChatMessage {
-            role: "user".into(),
-            content: "hi there".into(),
-        }];
+        let msgs = [ChatMessage::new("user", "hi there")];
         assert_eq!(t.encode_chat(&msgs).unwrap().len(), 4);
     }
 }

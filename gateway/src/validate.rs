@@ -9,6 +9,7 @@ mod extras;
 mod fields;
 mod prompt;
 mod strict;
+pub(crate) mod structured;
 
 pub(crate) use prompt::chat_messages;
 use prompt::{chat_tokens, prompt_list, PromptLimit};
@@ -43,8 +44,11 @@ pub struct ValidRequest {
     pub prompt: Vec<u32>,
     /// Completions with a list of prompts: the others, one choice each after `prompt`'s.
     pub more_prompts: Vec<Vec<u32>>,
-    /// Completions: choices per prompt (each its own engine request).
+    /// Choices per prompt (each its own engine request).
     pub n: u32,
+    /// Completions: candidates generated per prompt, of which the `n` with the highest mean
+    /// token log-probability are returned (`n` when `best_of` is not set).
+    pub best_of: u32,
     pub max_tokens: u32,
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
@@ -60,6 +64,11 @@ pub struct ValidRequest {
     pub continuous_usage: bool,
     /// vLLM's `cache_salt`: the prefix cache's namespace is salted with it.
     pub cache_salt: Option<String>,
+    /// Chat: the tools the model may call; the answer is parsed for calls unless
+    /// `tool_choice` is `none`.
+    pub tools: Option<crate::tools::ValidTools>,
+    /// How the model writes calls (by its chat template).
+    pub tool_format: crate::tools::ToolFormat,
 }
 
 /// At most this many alternatives per token (OpenAI's limit).
@@ -174,15 +183,21 @@ pub fn validate(
         }
     }
     unsupported(&body, endpoint)?;
+    let (mut constraint, whitespace) = structured::constraint(&mut body)?;
     let cache_salt = cache_salt(body.cache_salt.take())?;
     let logprobs = logprobs(&body, endpoint)?;
     let mut sampling = sampling(&body)?;
     sampling.logprobs = logprobs;
     let stop = stop_strings(body.stop)?;
     let limit = PromptLimit::of(tenant, model);
+    let tools = crate::tools::validate(
+        body.tools.take(),
+        body.tool_choice.take(),
+        body.parallel_tool_calls.take(),
+    )?;
     let mut prompts = match endpoint {
         Endpoint::Completions => prompt_list(body.prompt, text, limit)?,
-        Endpoint::Chat => vec![chat_tokens(body.messages, text, limit)?],
+        Endpoint::Chat => vec![chat_tokens(body.messages, tools.as_ref(), text, limit)?],
     };
     // Every limit holds for the longest prompt.
     let prompt_len = prompts.iter().map(Vec::len).max().unwrap_or(0) as u32;
@@ -216,6 +231,36 @@ pub fn validate(
         &stop_token_ids,
         &mut sampling,
     )?;
+    let tool_format = text.tool_format();
+    if let Some(spec) = tools.as_ref().and_then(|t| t.grammar(tool_format)) {
+        if let Some(c) = &constraint {
+            return Err(GatewayError::invalid(
+                "tool_choice",
+                format!(
+                    "`tool_choice` constrains the answer to a call, and so does `{}`; send \
+                     one of them",
+                    c.field
+                ),
+            ));
+        }
+        constraint = Some(structured::Constraint {
+            field: "tool_choice".into(),
+            spec,
+        });
+    }
+    if let Some(c) = &constraint {
+        if sampling.min_tokens > 0 {
+            return Err(GatewayError::invalid(
+                "min_tokens",
+                format!(
+                    "`min_tokens` with `{}` is not supported: the grammar decides where the \
+                     answer ends",
+                    c.field
+                ),
+            ));
+        }
+        sampling.grammar = Some(structured::compile(c, whitespace.as_deref(), text)?);
+    }
     let prompt = prompts.remove(0);
     let more_prompts = prompts;
     let n = body.n.unwrap_or(1);
@@ -225,7 +270,20 @@ pub fn validate(
             format!("prompts × `n` is more than {MAX_PROMPTS} choices"),
         ));
     }
-    let several = !more_prompts.is_empty() || n > 1;
+    let best_of = body.best_of.unwrap_or(n).max(n);
+    if (more_prompts.len() + 1) * best_of as usize > MAX_PROMPTS {
+        return Err(GatewayError::invalid(
+            "best_of",
+            format!("prompts × `best_of` is more than {MAX_PROMPTS} candidates"),
+        ));
+    }
+    let several = !more_prompts.is_empty() || best_of > 1;
+    if n > 1 && tools.as_ref().is_some_and(|t| t.parses()) {
+        return Err(GatewayError::invalid(
+            "n",
+            "`n` > 1 with tool calls is not supported; send one request per choice",
+        ));
+    }
     let echo = echo_text(
         body.echo.unwrap_or(false),
         endpoint,
@@ -235,9 +293,12 @@ pub fn validate(
         text,
     )?;
     Ok(ValidRequest {
+        tools,
+        tool_format,
         cache_salt,
         more_prompts,
         n,
+        best_of,
         echo,
         continuous_usage,
         endpoint,
@@ -386,25 +447,43 @@ fn unsupported(body: &Body, endpoint: Endpoint) -> Result<()> {
     let refuse = |field: &str, msg: &str| Err(GatewayError::invalid(field, msg));
     match body.n {
         Some(0) => return refuse("n", "`n` must be at least 1"),
-        Some(n) if n > 1 && endpoint == Endpoint::Chat => {
-            return refuse(
-                "n",
-                "chat completions support only `n` = 1; send one request per choice",
-            )
-        }
         Some(n) if n as usize > MAX_PROMPTS => {
             return refuse("n", "at most 64 choices per request")
         }
         _ => {}
     }
-    if body.best_of.is_some_and(|n| n != 1) {
-        return refuse("best_of", "only `best_of` = 1 is supported");
+    if let Some(b) = body.best_of {
+        let n = body.n.unwrap_or(1);
+        if b < n {
+            return refuse("best_of", "`best_of` must be at least `n`");
+        }
+        if b > 1 && endpoint == Endpoint::Chat {
+            return refuse("best_of", "`best_of` is for completions; chat takes only 1");
+        }
+        if b > n && body.stream == Some(true) {
+            return refuse("best_of", "`best_of` > `n` cannot be streamed");
+        }
+        if b as usize > MAX_PROMPTS {
+            return refuse("best_of", "at most 64 candidates per request");
+        }
     }
     if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return refuse("suffix", "`suffix` is not supported");
     }
-    if body.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-        return refuse("tools", "tool calling is not supported; leave `tools` out");
+    if endpoint == Endpoint::Completions {
+        if body.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            return refuse("tools", "tools are for chat completions; leave `tools` out");
+        }
+        if body
+            .tool_choice
+            .as_ref()
+            .is_some_and(|c| !c.is_null() && c.as_str() != Some("none"))
+        {
+            return refuse("tool_choice", "tools are for chat completions");
+        }
+        if body.parallel_tool_calls.is_some() {
+            return refuse("parallel_tool_calls", "tools are for chat completions");
+        }
     }
     if endpoint == Endpoint::Chat && body.prompt.is_some() && body.messages.is_none() {
         return refuse(

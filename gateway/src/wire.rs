@@ -4,7 +4,8 @@
 //! the field.
 //!
 //! vLLM's extensions are read: `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`,
-//! `stop_token_ids`, `min_tokens`, `stream_options.continuous_usage_stats`, `cache_salt`. `priority` is
+//! `stop_token_ids`, `min_tokens`, `stream_options.continuous_usage_stats`, `cache_salt`,
+//! `structured_outputs` and the `guided_*` fields. `priority` is
 //! read and has no effect: a tenant's priority comes only from its weight and SLO, never from
 //! the body (DESIGN.md); `user` is OpenAI's end-user tag and has none either.
 
@@ -43,7 +44,10 @@ pub struct Body {
     pub logprobs: Option<serde_json::Value>,
     /// Chat: alternatives per token with `logprobs: true`.
     pub top_logprobs: Option<u32>,
+    /// Chat: functions the model may call (`tools.rs`), and how it may.
     pub tools: Option<Vec<serde_json::Value>>,
+    pub tool_choice: Option<serde_json::Value>,
+    pub parallel_tool_calls: Option<bool>,
     pub user: Option<String>,
     /// No effect (DESIGN.md: a client cannot raise its own priority).
     pub priority: Option<i64>,
@@ -54,6 +58,16 @@ pub struct Body {
     /// vLLM's: a salt of the prefix cache's namespace; only requests with the same salt (and
     /// the same tenant or shared namespace) share cached blocks.
     pub cache_salt: Option<String>,
+    /// Structured outputs (`validate/structured.rs`): OpenAI's `response_format`, vLLM's
+    /// `structured_outputs` and its older `guided_*` names.
+    pub response_format: Option<serde_json::Value>,
+    pub structured_outputs: Option<serde_json::Value>,
+    pub guided_json: Option<serde_json::Value>,
+    pub guided_regex: Option<String>,
+    pub guided_choice: Option<Vec<String>>,
+    pub guided_grammar: Option<String>,
+    pub guided_whitespace_pattern: Option<String>,
+    pub guided_decoding_backend: Option<String>,
 }
 
 /// A prompt: text, a list of one text, or token ids.
@@ -86,6 +100,10 @@ pub struct StreamOptions {
 pub struct Message {
     pub role: String,
     pub content: Option<Content>,
+    /// An assistant's earlier calls, fed back through the chat template.
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A `tool` message: the id of the call it answers.
+    pub tool_call_id: Option<String>,
 }
 
 /// Message content: text, or a list of parts of which only `text` parts are supported.

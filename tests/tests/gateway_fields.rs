@@ -272,3 +272,105 @@ async fn n_choices_per_prompt_differ_by_seed_and_repeat_exactly() {
     assert_eq!(a["usage"]["completion_tokens"], 36, "{a}");
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_n_gives_n_choices_streamed_or_not() {
+    let s = tiny().await;
+    let body = json!({"messages": [{"role": "user", "content": "In the beginning"}],
+                      "n": 3, "max_tokens": 5, "temperature": 1.0, "seed": 2, "ignore_eos": true});
+    let v: Value = s
+        .post("/v1/chat/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let choices = v["choices"].as_array().expect("choices");
+    assert_eq!(choices.len(), 3, "{v}");
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i, "{v}");
+        assert_eq!(c["message"]["role"], "assistant");
+        assert!(c["message"]["content"].is_string());
+        assert_eq!(c["finish_reason"], "length");
+    }
+    assert_ne!(choices[0]["message"], choices[1]["message"], "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 15, "{v}");
+    // Streamed: each choice opens with its role, its deltas carry its index, and they add up
+    // to the same choices (seeded).
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let text = s
+        .post("/v1/chat/completions", &s.key, &streamed)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let mut contents = vec![String::new(); 3];
+    let mut roles = 0;
+    let mut finishes = 0;
+    for e in sse_events(&text) {
+        if e == "[DONE]" {
+            continue;
+        }
+        let c: Value = serde_json::from_str(&e).unwrap();
+        let c = &c["choices"][0];
+        let i = c["index"].as_u64().unwrap() as usize;
+        roles += usize::from(c["delta"]["role"] == "assistant");
+        finishes += usize::from(!c["finish_reason"].is_null());
+        if let Some(t) = c["delta"]["content"].as_str() {
+            contents[i].push_str(t);
+        }
+    }
+    assert_eq!((roles, finishes), (3, 3), "{text}");
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["message"]["content"], contents[i], "{text}");
+    }
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn best_of_returns_the_candidates_with_the_highest_mean_logprob() {
+    let s = tiny().await;
+    let body = json!({"prompt": "In the beginning", "max_tokens": 4, "temperature": 1.0,
+                      "seed": 11, "ignore_eos": true, "best_of": 4, "n": 2});
+    let v: Value = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let got: Vec<&str> = v["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(got.len(), 2, "{v}");
+    assert_eq!(
+        v["usage"]["completion_tokens"], 16,
+        "all four candidates count: {v}"
+    );
+    // Candidate j draws from seed + j: each alone, with its log-probabilities, to rank them.
+    let mut ranked = Vec::new();
+    for j in 0..4 {
+        let one = json!({"prompt": "In the beginning", "max_tokens": 4, "temperature": 1.0,
+                         "seed": 11 + j, "ignore_eos": true, "logprobs": 0});
+        let c: Value = s
+            .post("/v1/completions", &s.key, &one)
+            .await
+            .json()
+            .await
+            .unwrap();
+        let lps = c["choices"][0]["logprobs"]["token_logprobs"]
+            .as_array()
+            .unwrap();
+        let mean = lps.iter().map(|x| x.as_f64().unwrap()).sum::<f64>() / lps.len() as f64;
+        ranked.push((mean, c["choices"][0]["text"].as_str().unwrap().to_owned()));
+    }
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+    assert_eq!(
+        got,
+        [ranked[0].1.as_str(), ranked[1].1.as_str()],
+        "{ranked:?}"
+    );
+    s.shutdown().await;
+}

@@ -5,13 +5,15 @@
 use super::{Engine, EngineConfig, EngineEvent, StepReport};
 use crate::clock::Clock;
 use crate::error::EngineError;
+use crate::grammar::{MaskBoard, MaskRef};
 use crate::kv::pool::LogicalBlock;
 use crate::kv::prefix::extend_chain;
 use crate::kv::KvPool;
 use crate::request::{FinishReason, ReqState, Request};
-use crate::runner::{BatchEntry, ModelRunner, StepBatch};
+use crate::runner::{BatchEntry, ModelRunner, StepBatch, StepOutput};
 use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
+use llguidance::Matcher;
 use std::collections::BTreeMap;
 use superinfer_policies::{RequestId, Service, TenantId};
 
@@ -48,6 +50,7 @@ fn plan_batch<'a>(
             blocks,
             sample: span.sample,
             sampling: &r.spec.sampling,
+            mask: None,
         });
     };
     for r in requests.values().filter(|r| r.state == ReqState::Running) {
@@ -112,8 +115,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 ..Default::default()
             });
         }
-        let batch = StepBatch { entries };
-        let out = self.runner.step(&batch);
+        let out = step_with_masks(&mut self.runner, &mut self.constraints, entries);
         self.transfer.step_issued();
         let out = match out {
             Ok(out) if out.tokens.len() == spans.len() => out,
@@ -200,6 +202,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             }
         }
         let mut finished = None;
+        let mut grammar_error = None;
         if let (true, Some(tok)) = (span.sample, token) {
             req.tokens.push(tok);
             req.generated += 1;
@@ -216,19 +219,70 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 logprobs,
                 cached: req.cached,
             });
+            // A grammar that is complete ends the request (ignore_eos or not).
+            let grammar_done = match self.constraints.get_mut(&span.id) {
+                None => false,
+                Some(m) => match m.consume_token(tok) {
+                    Ok(()) => m.is_stopped(),
+                    Err(e) => {
+                        grammar_error = Some(format!("structured output: {e}"));
+                        false
+                    }
+                },
+            };
             let stop = (!req.spec.ignore_eos && eos.contains(&tok))
-                || req.spec.stop_token_ids.contains(&tok);
-            if stop {
+                || req.spec.stop_token_ids.contains(&tok)
+                || grammar_done;
+            if grammar_error.is_some() {
+                finished = Some(FinishReason::Error);
+            } else if stop {
                 finished = Some(FinishReason::Stop);
             } else if req.generated >= req.spec.max_tokens {
                 finished = Some(FinishReason::Length);
             }
         }
         if let Some(reason) = finished {
-            self.finish(span.id, reason, t);
+            self.finish_with(span.id, reason, t, grammar_error);
         }
         charge
     }
+}
+
+/// Runs the batch; when some of its sampling rows have a grammar, their masks are computed
+/// on a worker thread while the runner runs the model (`grammar::mask`).
+fn step_with_masks<R: ModelRunner>(
+    runner: &mut R,
+    constraints: &mut BTreeMap<RequestId, Matcher>,
+    entries: Vec<BatchEntry<'_>>,
+) -> Result<StepOutput, EngineError> {
+    let mut rows: Vec<Option<&mut Matcher>> = Vec::new();
+    if !constraints.is_empty() {
+        let mut by_id: BTreeMap<RequestId, &mut Matcher> =
+            constraints.iter_mut().map(|(id, m)| (*id, m)).collect();
+        rows = entries
+            .iter()
+            .map(|e| e.sample.then(|| by_id.remove(&e.id)).flatten())
+            .collect();
+    }
+    if rows.iter().all(Option::is_none) {
+        return runner.step(&StepBatch { entries });
+    }
+    let (board, tx) = MaskBoard::new();
+    let entries = entries
+        .into_iter()
+        .zip(&rows)
+        .enumerate()
+        .map(|(row, (mut e, m))| {
+            if m.is_some() {
+                e.mask = Some(MaskRef { board: &board, row });
+            }
+            e
+        })
+        .collect();
+    std::thread::scope(|s| {
+        s.spawn(move || MaskBoard::compute(rows, tx));
+        runner.step(&StepBatch { entries })
+    })
 }
 
 /// What one batch entry did: a decode step or prefill, and the service its tenant is charged.

@@ -193,6 +193,9 @@ impl ModelRunner for CpuRunner {
                 .ok_or_else(|| EngineError::Runner("fewer logits rows than samples".into()))?;
             let history = &e.tokens[..e.end as usize];
             let prompt_len = e.prompt_len as usize;
+            if let Some(mask) = &e.mask {
+                mask.apply(&mut row);
+            }
             bias_and_hold_stops(&mut row, e.sampling, &self.eos, history, prompt_len);
             let s = sample(
                 &mut row,

@@ -133,7 +133,7 @@ impl ModelRunner for GpuRunner {
         let sampling: Vec<&BatchEntry<'_>> = batch.entries.iter().filter(|e| e.sample).collect();
         let (mut gpu_rows, mut gpu_draws, mut host_rows) = (Vec::new(), Vec::new(), Vec::new());
         for (row, e) in sampling.iter().enumerate() {
-            if samples_on_gpu(e.sampling) {
+            if samples_on_gpu(e.sampling) && e.mask.is_none() {
                 gpu_rows.push(row as u32);
                 gpu_draws.push(self.gpu_draw(e));
             } else {
@@ -172,6 +172,9 @@ impl ModelRunner for GpuRunner {
                 let e = sampling[*r as usize];
                 let history = &e.tokens[..e.end as usize];
                 let prompt_len = e.prompt_len as usize;
+                if let Some(mask) = &e.mask {
+                    mask.apply(&mut row);
+                }
                 bias_and_hold_stops(&mut row, e.sampling, &self.eos, history, prompt_len);
                 let s = sample(
                     &mut row,

@@ -79,6 +79,7 @@ fn one<'a>(
             blocks,
             sample: true,
             sampling,
+            mask: None,
         }],
     }
 }

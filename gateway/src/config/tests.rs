@@ -374,3 +374,26 @@ fn the_quota_store_defaults_and_its_checks() {
     assert!(err(short_lease).contains("at least 4 x"));
     assert!(toml::from_str::<Settings>("quota_store_failure = \"maybe\"").is_err());
 }
+
+#[test]
+fn the_tool_call_parser_is_named_or_refused() {
+    use crate::tools::ToolFormat;
+    let with = |name: &str| {
+        ServeConfig::resolve(Settings {
+            tool_call_parser: Some(name.into()),
+            ..Settings::default()
+        })
+    };
+    assert_eq!(
+        with("llama3_json").unwrap().engine.tool_call_parser,
+        Some(ToolFormat::Llama3Json)
+    );
+    assert_eq!(
+        with("hermes").unwrap().engine.tool_call_parser,
+        Some(ToolFormat::Hermes)
+    );
+    let e = with("xml").unwrap_err().to_string();
+    assert!(e.contains("tool_call_parser"), "{e}");
+    let d = ServeConfig::resolve(Settings::default()).unwrap();
+    assert_eq!(d.engine.tool_call_parser, None);
+}

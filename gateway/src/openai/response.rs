@@ -5,10 +5,11 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::generate::{Generation, Outcome, TokenLogprob};
+use crate::tools::{ToolCall, ToolStream};
 use crate::validate::Endpoint;
 
 /// OpenAI's `usage`, with `prompt_tokens_details.cached_tokens`: the prompt tokens found in
@@ -72,6 +73,10 @@ pub struct ResponseMeta {
     pub logprobs: bool,
     /// Characters of completion text reported so far (`text_offset` of completions).
     offset: Cell<usize>,
+    /// Chat with tools: the answer's text is split into content and tool calls.
+    pub tools: Option<RefCell<ToolStream>>,
+    /// Tool calls sent so far in the stream (the next one's `index`).
+    calls_sent: Cell<u32>,
 }
 
 #[derive(Serialize)]
@@ -104,7 +109,10 @@ struct ChatChoice<'a> {
 #[derive(Serialize)]
 struct ChatMessageOut<'a> {
     role: &'static str,
-    content: &'a str,
+    /// `null` when the answer is only tool calls.
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<Value>>,
 }
 
 #[derive(Serialize)]
@@ -132,6 +140,8 @@ struct Delta<'a> {
     role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<Value>>,
 }
 
 /// One stream event: text (possibly empty, for the chat's opening role chunk), the finish, or
@@ -142,6 +152,8 @@ pub enum ChunkKind<'a> {
     Text(&'a str, &'a [TokenLogprob]),
     Finish(&'a str),
     Usage(Usage),
+    /// Chat: one whole tool call, as one tool-call delta.
+    Call(&'a ToolCall),
 }
 
 impl ResponseMeta {
@@ -167,7 +179,14 @@ impl ResponseMeta {
             echo: None,
             logprobs,
             offset: Cell::new(0),
+            tools: None,
+            calls_sent: Cell::new(0),
         }
+    }
+
+    /// Whether the stream has sent a tool call (its finish reason is then `tool_calls`).
+    pub fn called(&self) -> bool {
+        self.calls_sent.get() > 0
     }
 
     /// The `logprobs` value of a choice: `null` unless requested.
@@ -226,22 +245,38 @@ impl ResponseMeta {
                 }],
                 usage,
             }),
-            Endpoint::Chat => serde_json::to_vec(&Full {
-                id: &self.id,
-                object: "chat.completion",
-                created: self.created,
-                model: &self.model,
-                choices: [ChatChoice {
-                    index: 0,
-                    message: ChatMessageOut {
-                        role: "assistant",
-                        content: text,
-                    },
-                    logprobs,
-                    finish_reason,
-                }],
-                usage,
-            }),
+            Endpoint::Chat => {
+                let parsed = self.tools.as_ref().map(|t| t.borrow().parse_whole(text));
+                let (content, calls) = match &parsed {
+                    Some(p) if !p.calls.is_empty() => (
+                        (!p.content.is_empty()).then_some(p.content.as_str()),
+                        Some(p.calls.iter().map(ToolCall::to_json).collect()),
+                    ),
+                    _ => (Some(text), None),
+                };
+                let finish_reason = if calls.is_some() {
+                    "tool_calls"
+                } else {
+                    finish_reason
+                };
+                serde_json::to_vec(&Full {
+                    id: &self.id,
+                    object: "chat.completion",
+                    created: self.created,
+                    model: &self.model,
+                    choices: [ChatChoice {
+                        index: 0,
+                        message: ChatMessageOut {
+                            role: "assistant",
+                            content,
+                            tool_calls: calls,
+                        },
+                        logprobs,
+                        finish_reason,
+                    }],
+                    usage,
+                })
+            }
         };
         let mut resp = bytes.unwrap_or_default().into_response();
         resp.headers_mut().insert(
@@ -251,22 +286,44 @@ impl ResponseMeta {
         resp
     }
 
-    /// The non-streamed body of a completion with several prompts: one choice per prompt,
-    /// `(text, finish_reason)` in order, and the usage of all.
+    /// The non-streamed body of several choices (a completion with several prompts or `n` >
+    /// 1, a chat with `n` > 1): `(text, finish_reason)` in order, and the usage of all.
     pub fn full_body_many(&self, choices: &[(String, &str)], usage: Usage) -> Response {
-        let choices: Vec<TextChoice<'_>> = choices
-            .iter()
-            .enumerate()
-            .map(|(i, (text, finish))| text_choice(i as u32, text, None, Some(finish)))
-            .collect();
-        let bytes = serde_json::to_vec(&Full {
-            id: &self.id,
-            object: "text_completion",
-            created: self.created,
-            model: &self.model,
-            choices,
-            usage,
-        });
+        let bytes = match self.endpoint {
+            Endpoint::Completions => serde_json::to_vec(&Full {
+                id: &self.id,
+                object: "text_completion",
+                created: self.created,
+                model: &self.model,
+                choices: choices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (text, finish))| text_choice(i as u32, text, None, Some(finish)))
+                    .collect::<Vec<_>>(),
+                usage,
+            }),
+            Endpoint::Chat => serde_json::to_vec(&Full {
+                id: &self.id,
+                object: "chat.completion",
+                created: self.created,
+                model: &self.model,
+                choices: choices
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (text, finish))| ChatChoice {
+                        index: i as u32,
+                        message: ChatMessageOut {
+                            role: "assistant",
+                            content: Some(text),
+                            tool_calls: None,
+                        },
+                        logprobs: None,
+                        finish_reason: finish,
+                    })
+                    .collect::<Vec<_>>(),
+                usage,
+            }),
+        };
         let mut resp = bytes.unwrap_or_default().into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -297,6 +354,7 @@ impl ResponseMeta {
                     ),
                     ChunkKind::Finish(r) => (vec![text_choice(index, "", None, Some(r))], None),
                     ChunkKind::Usage(u) => (vec![], Some(u)),
+                    ChunkKind::Call(_) => (vec![], None),
                 };
                 serde_json::to_vec(&self.wrap("text_completion", choices, usage.or(live)))
             }
@@ -304,9 +362,11 @@ impl ResponseMeta {
                 let (choices, usage) = match kind {
                     ChunkKind::Open => (
                         vec![delta(
+                            index,
                             Delta {
                                 role: Some("assistant"),
                                 content: Some(""),
+                                tool_calls: None,
                             },
                             None,
                         )],
@@ -316,13 +376,25 @@ impl ResponseMeta {
                         let content = Delta {
                             role: None,
                             content: Some(t),
+                            tool_calls: None,
                         };
-                        let mut d = delta(content, None);
+                        let mut d = delta(index, content, None);
                         d.logprobs = self.logprobs_value(lp);
                         (vec![d], None)
                     }
-                    ChunkKind::Finish(r) => (vec![delta(Delta::default(), Some(r))], None),
+                    ChunkKind::Finish(r) => (vec![delta(index, Delta::default(), Some(r))], None),
                     ChunkKind::Usage(u) => (vec![], Some(u)),
+                    ChunkKind::Call(c) => {
+                        let i = self.calls_sent.get();
+                        self.calls_sent.set(i + 1);
+                        let mut call = c.to_json();
+                        call["index"] = json!(i);
+                        let d = Delta {
+                            tool_calls: Some(vec![call]),
+                            ..Delta::default()
+                        };
+                        (vec![delta(index, d, None)], None)
+                    }
                 };
                 serde_json::to_vec(&self.wrap("chat.completion.chunk", choices, usage.or(live)))
             }
@@ -361,9 +433,9 @@ fn text_choice<'a>(
     }
 }
 
-fn delta<'a>(delta: Delta<'a>, finish_reason: Option<&'a str>) -> DeltaChoice<'a> {
+fn delta<'a>(index: u32, delta: Delta<'a>, finish_reason: Option<&'a str>) -> DeltaChoice<'a> {
     DeltaChoice {
-        index: 0,
+        index,
         delta,
         logprobs: None,
         finish_reason,

@@ -1,5 +1,6 @@
-//! `POST /v1/completions` with a list of prompts and/or `n` > 1: one engine request per
-//! choice, all submitted before the first token (`index` = prompt × `n` + choice; each choice
+//! `POST /v1/completions` with a list of prompts, `n` > 1 and/or `best_of` > 1 (not
+//! streamed: the `n` best of `best_of` candidates by mean token log-probability), and `POST
+//! /v1/chat/completions` with `n` > 1: one engine request per choice, all submitted before the first token (`index` = prompt × `n` + choice; each choice
 //! prefills its prompt itself unless the prefix cache already holds its blocks; usage sums the
 //! choices' `cached_tokens`). The request's concurrency slot is shared by its choices and freed
 //! when the last ends. Not streamed: one body with every choice and the usage of all. Streamed: the
@@ -39,7 +40,9 @@ pub async fn generate(
     let prompts: Vec<Vec<u32>> = std::iter::once(valid.prompt.clone())
         .chain(valid.more_prompts.iter().cloned())
         .collect();
-    let choices = prompts.len() * valid.n as usize;
+    // `best_of` candidates per prompt (`n` unless `best_of` is larger).
+    let per_prompt = valid.best_of;
+    let choices = prompts.len() * per_prompt as usize;
     let usage = UsageTicket::new(
         state.registry.store().usage().clone(),
         ctx.tenant.id,
@@ -50,8 +53,8 @@ pub async fn generate(
     // `seed + j`, so they differ but repeat exactly.
     let choices = prompts
         .iter()
-        .flat_map(|p| (0..valid.n).map(move |j| (p.clone(), j)));
-    let mut gens = Vec::with_capacity(prompts.len() * valid.n as usize);
+        .flat_map(|p| (0..per_prompt).map(move |j| (p.clone(), j)));
+    let mut gens = Vec::with_capacity(prompts.len() * per_prompt as usize);
     for (prompt, j) in choices {
         let mut one = ValidRequest {
             prompt,
@@ -60,6 +63,10 @@ pub async fn generate(
             ..valid.clone()
         };
         one.sampling.seed = valid.sampling.seed.map(|s| s.wrapping_add(u64::from(j)));
+        if per_prompt > valid.n {
+            // Candidates are ranked by their tokens' log-probabilities.
+            one.sampling.logprobs = Some(0);
+        }
         // An error drops the generations made so far, which aborts their requests.
         let stream = admission::submit(state, &ctx.tenant, &one).inspect_err(|_| {
             state.metrics.rejected(&ctx.tenant.name, "overloaded");
@@ -80,12 +87,7 @@ pub async fn generate(
             slot.clone(),
         ));
     }
-    let mut meta = ResponseMeta::new(
-        Endpoint::Completions,
-        &state.model.id,
-        valid.include_usage,
-        false,
-    );
+    let mut meta = ResponseMeta::new(valid.endpoint, &state.model.id, valid.include_usage, false);
     meta.continuous_usage = valid.continuous_usage;
     if valid.stream {
         let out = Out {
@@ -95,17 +97,24 @@ pub async fn generate(
         };
         Ok(respond(gens, meta, out))
     } else {
-        collect(gens, meta, &state.metrics).await
+        let pick = (per_prompt > valid.n).then_some((per_prompt, valid.n));
+        collect(gens, meta, pick, &state.metrics).await
     }
 }
 
-/// One choice's whole text and finish reason, and its usage.
+/// One choice's whole text and finish reason, its usage, and the mean log-probability of its
+/// tokens (0 unless they were reported).
 async fn collect_one(
     mut gen: Generation,
     metrics: &Metrics,
-) -> Result<(String, &'static str, Usage)> {
+) -> Result<(String, &'static str, Usage, f64)> {
     let mut text = String::new();
+    let (mut sum, mut count) = (0f64, 0u32);
     while let Some(piece) = gen.next().await {
+        for lp in gen.take_logprobs() {
+            sum += f64::from(lp.logprob);
+            count += 1;
+        }
         match piece {
             Piece::Text(t) => text.push_str(&t),
             Piece::Done(o) => {
@@ -113,7 +122,12 @@ async fn collect_one(
                     return Err(super::engine_failure(err, o.completion_tokens, metrics));
                 }
                 let usage = Usage::of(&o);
-                return Ok((text, o.finish_reason, usage));
+                let mean = if count > 0 {
+                    sum / f64::from(count)
+                } else {
+                    0.0
+                };
+                return Ok((text, o.finish_reason, usage, mean));
             }
         }
     }
@@ -122,16 +136,36 @@ async fn collect_one(
     ))
 }
 
-async fn collect(gens: Vec<Generation>, meta: ResponseMeta, metrics: &Metrics) -> Result<Response> {
+/// Every choice in order; with `pick = (best_of, n)`, of each prompt's `best_of` candidates
+/// the `n` with the highest mean token log-probability, best first (usage counts them all).
+async fn collect(
+    gens: Vec<Generation>,
+    meta: ResponseMeta,
+    pick: Option<(u32, u32)>,
+    metrics: &Metrics,
+) -> Result<Response> {
     let outs =
         futures_util::future::join_all(gens.into_iter().map(|g| collect_one(g, metrics))).await;
-    let mut choices = Vec::with_capacity(outs.len());
+    let mut candidates = Vec::with_capacity(outs.len());
     let mut usage = Usage::new(0, 0, 0);
     for out in outs {
-        let (text, finish, u) = out?;
+        let (text, finish, u, mean) = out?;
         usage = usage.sum(u);
-        choices.push((text, finish));
+        candidates.push((text, finish, mean));
     }
+    let choices: Vec<(String, &str)> = match pick {
+        None => candidates.into_iter().map(|(t, f, _)| (t, f)).collect(),
+        Some((best_of, n)) => candidates
+            .chunks_mut(best_of as usize)
+            .flat_map(|group| {
+                group.sort_by(|a, b| b.2.total_cmp(&a.2));
+                group[..n as usize]
+                    .iter()
+                    .map(|(t, f, _)| (t.clone(), *f))
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+    };
     Ok(meta.full_body_many(&choices, usage))
 }
 
@@ -162,12 +196,20 @@ fn respond(gens: Vec<Generation>, meta: ResponseMeta, out: Out) -> Response {
             .enumerate()
             .map(|(i, g)| pieces(i as u32, g)),
     );
+    // A chat stream opens each choice with its role chunk.
+    let tail = match meta.endpoint {
+        Endpoint::Chat => (0..open as u32)
+            .rev()
+            .map(|i| meta.chunk_for(i, ChunkKind::Open, None))
+            .collect(),
+        Endpoint::Completions => Vec::new(),
+    };
     let start = Merge {
         metrics: out.metrics.clone(),
         pieces: merged,
         open,
         usage: Usage::new(0, 0, 0),
-        tail: Vec::new(),
+        tail,
     };
     let events = stream::unfold((start, meta), |(mut m, meta)| async move {
         if let Some(b) = m.tail.pop() {

@@ -83,6 +83,10 @@ async fn produce(events: impl Stream<Item = Bytes>, tx: mpsc::Sender<Bytes>, out
             e = events.next() => e,
         };
         let Some(b) = next else { return };
+        if b.is_empty() {
+            // A piece of text held back (a tool call not yet complete).
+            continue;
+        }
         match tx.send_timeout(b, out.limits.stall_timeout).await {
             Ok(()) => {}
             Err(SendTimeoutError::Timeout(_)) => {
@@ -125,12 +129,25 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
                     Some(Piece::Text(t)) => {
                         let lp = gen.take_logprobs();
                         let live = meta.continuous_usage.then(|| Usage::live(&gen));
-                        let b = meta.chunk_with(ChunkKind::Text(&t, &lp), live);
+                        let b = match &meta.tools {
+                            None => meta.chunk_with(ChunkKind::Text(&t, &lp), live),
+                            Some(ts) => {
+                                let events = ts.borrow_mut().push(&t);
+                                tool_chunks(&meta, events, &lp, live)
+                            }
+                        };
                         Some((b, (State::Running(gen), meta)))
                     }
                     Some(Piece::Done(mut o)) => {
-                        let mut tail = Vec::with_capacity(3);
+                        let mut tail = Vec::with_capacity(4);
                         let usage = Usage::of(&o);
+                        if let Some(ts) = &meta.tools {
+                            let events = ts.borrow_mut().finish();
+                            tail.push(tool_chunks(&meta, events, &[], None));
+                            if meta.called() && o.error.is_none() {
+                                o.finish_reason = "tool_calls";
+                            }
+                        }
                         match o.error.take() {
                             Some(err) => {
                                 let e = super::engine_failure(err, o.completion_tokens, &metrics);
@@ -162,4 +179,28 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
             }
         }
     })
+}
+
+/// The chunks of what a tool stream let out (content and whole calls), as one piece of the
+/// body; empty while it holds text back. The log-probabilities go with the first content.
+fn tool_chunks(
+    meta: &ResponseMeta,
+    events: Vec<crate::tools::ToolStreamEvent>,
+    lp: &[crate::generate::TokenLogprob],
+    live: Option<Usage>,
+) -> Bytes {
+    use crate::tools::ToolStreamEvent;
+    let mut out = Vec::new();
+    let mut lp = Some(lp);
+    for e in events {
+        let b = match &e {
+            ToolStreamEvent::Content(c) if c.is_empty() => continue,
+            ToolStreamEvent::Content(c) => {
+                meta.chunk_with(ChunkKind::Text(c, lp.take().unwrap_or(&[])), live)
+            }
+            ToolStreamEvent::Call(call) => meta.chunk_with(ChunkKind::Call(call), live),
+        };
+        out.extend_from_slice(&b);
+    }
+    Bytes::from(out)
 }

@@ -35,67 +35,31 @@ pub const READ: &[&str] = &[
     "logprobs",
     "top_logprobs",
     "tools",
+    "tool_choice",
+    "parallel_tool_calls",
     "user",
     "priority",
     "logit_bias",
     "min_tokens",
     "cache_salt",
+    "response_format",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "guided_whitespace_pattern",
+    "guided_decoding_backend",
 ];
 
 /// Fields this server does not implement, with the value that means "off" (accepted), and
 /// why they are refused otherwise.
 const REFUSED: &[(&str, Option<&str>, &str)] = &[
-    (
-        "response_format",
-        Some(r#"{"type":"text"}"#),
-        "structured outputs are not supported yet",
-    ),
-    (
-        "tool_choice",
-        Some(r#""none""#),
-        "tool calling is not supported",
-    ),
-    ("parallel_tool_calls", None, "tool calling is not supported"),
-    ("functions", None, "function calling is not supported"),
+    ("functions", None, "the older function calling; use `tools`"),
     (
         "function_call",
         Some(r#""none""#),
-        "function calling is not supported",
-    ),
-    (
-        "structured_outputs",
-        None,
-        "structured outputs are not supported yet",
-    ),
-    (
-        "guided_json",
-        None,
-        "structured outputs are not supported yet",
-    ),
-    (
-        "guided_regex",
-        None,
-        "structured outputs are not supported yet",
-    ),
-    (
-        "guided_choice",
-        None,
-        "structured outputs are not supported yet",
-    ),
-    (
-        "guided_grammar",
-        None,
-        "structured outputs are not supported yet",
-    ),
-    (
-        "guided_decoding_backend",
-        None,
-        "structured outputs are not supported yet",
-    ),
-    (
-        "guided_whitespace_pattern",
-        None,
-        "structured outputs are not supported yet",
+        "the older function calling; use `tool_choice`",
     ),
     ("audio", None, "the model produces text only"),
     (

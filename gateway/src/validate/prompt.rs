@@ -123,6 +123,7 @@ const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
 pub(super) fn chat_tokens(
     messages: Option<Vec<Message>>,
+    tools: Option<&crate::tools::ValidTools>,
     text: &Text,
     limit: PromptLimit,
 ) -> Result<Vec<u32>> {
@@ -130,7 +131,11 @@ pub(super) fn chat_tokens(
     // The template only adds text, so the contents alone must fit.
     let bytes = parsed.iter().map(|m| m.content.len()).sum();
     check_bytes("messages", bytes, text, limit)?;
-    let ids = text.encode_chat(&parsed).map_err(|e| {
+    let ids = match tools {
+        Some(t) => text.encode_chat_with_tools(&parsed, &t.template_tools()),
+        None => text.encode_chat(&parsed),
+    };
+    let ids = ids.map_err(|e| {
         GatewayError::invalid("messages", format!("cannot apply the chat template: {e}"))
     })?;
     if ids.is_empty() {
@@ -175,10 +180,62 @@ pub(crate) fn chat_messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>> 
                 s
             }
         };
+        let tool_calls = match m.tool_calls {
+            Some(calls) if m.role == "assistant" => Some(template_calls(i, calls)?),
+            Some(_) => {
+                return Err(GatewayError::invalid(
+                    format!("messages[{i}]"),
+                    "only assistant messages carry `tool_calls`",
+                ))
+            }
+            None => None,
+        };
+        if m.role == "tool" && m.tool_call_id.is_none() {
+            return Err(GatewayError::invalid(
+                format!("messages[{i}]"),
+                "a `tool` message needs the `tool_call_id` of the call it answers",
+            ));
+        }
+        if m.role != "tool" && m.tool_call_id.is_some() {
+            return Err(GatewayError::invalid(
+                format!("messages[{i}]"),
+                "only `tool` messages carry `tool_call_id`",
+            ));
+        }
         parsed.push(ChatMessage {
             role: m.role,
             content,
+            tool_calls,
+            tool_call_id: m.tool_call_id,
         });
     }
     Ok(parsed)
+}
+
+/// An assistant's `tool_calls` as chat templates take them: each `{"id", "type": "function",
+/// "function": {"name", "arguments"}}` with the arguments' JSON string parsed to an object.
+fn template_calls(i: usize, calls: Vec<serde_json::Value>) -> Result<serde_json::Value> {
+    let bad = |msg: String| GatewayError::invalid(format!("messages[{i}]"), msg);
+    let mut out = Vec::with_capacity(calls.len());
+    for (j, c) in calls.into_iter().enumerate() {
+        let here = format!("messages[{i}].tool_calls[{j}]");
+        let name = c.pointer("/function/name").and_then(|v| v.as_str());
+        let args = c.pointer("/function/arguments");
+        let (Some(name), Some(args)) = (name, args) else {
+            return Err(bad(format!(
+                "`{here}` needs `function.name` and `function.arguments`"
+            )));
+        };
+        let args = match args {
+            serde_json::Value::String(s) => serde_json::from_str(s)
+                .map_err(|e| bad(format!("`{here}.function.arguments` is not JSON: {e}")))?,
+            v => v.clone(),
+        };
+        out.push(serde_json::json!({
+            "id": c.get("id").cloned().unwrap_or(serde_json::Value::Null),
+            "type": "function",
+            "function": {"name": name, "arguments": args},
+        }));
+    }
+    Ok(serde_json::Value::Array(out))
 }

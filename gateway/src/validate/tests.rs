@@ -383,7 +383,7 @@ fn a_list_of_prompts_is_checked_prompt_by_prompt() {
 }
 
 #[test]
-fn n_is_honoured_in_completions_and_refused_in_chat() {
+fn n_is_honoured_in_completions_and_chat() {
     assert_eq!(
         check(Endpoint::Completions, r#"{"prompt":"a","n":4}"#)
             .unwrap()
@@ -391,7 +391,10 @@ fn n_is_honoured_in_completions_and_refused_in_chat() {
         4
     );
     let chat_n = r#"{"messages":[{"role":"user","content":"a"}],"n":2}"#;
-    assert_eq!(param_of(check(Endpoint::Chat, chat_n)), "n");
+    assert_eq!(check(Endpoint::Chat, chat_n).unwrap().n, 2);
+    let with_tools = r#"{"messages":[{"role":"user","content":"a"}],"n":2,
+        "tools":[{"type":"function","function":{"name":"f"}}]}"#;
+    assert_eq!(param_of(check(Endpoint::Chat, with_tools)), "n");
 }
 
 #[test]

@@ -100,6 +100,7 @@ fn entry<'a>(
         blocks,
         sample: span.1 == tokens.len(),
         sampling,
+        mask: None,
     }
 }
 

@@ -1,0 +1,138 @@
+//! A step's token masks, computed on a CPU worker while the model runs.
+//!
+//! The engine knows every constrained request's tokens up to step N before step N+1 starts,
+//! so the masks of step N+1 do not depend on its forward pass. [`MaskBoard::compute`] runs
+//! the matchers of the step's constrained rows on a worker thread (many rows in parallel on
+//! rayon's pool) while the runner runs the model; the runner then waits for a row's mask
+//! ([`MaskRef::wait`]) only after its logits exist, and applies it before sampling. A batch
+//! without constrained requests spawns nothing.
+
+use llguidance::toktrie::SimpleVob;
+use llguidance::Matcher;
+use rayon::prelude::*;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Mutex, OnceLock};
+
+/// The tokens a grammar allows next.
+#[derive(Clone, Debug)]
+pub struct TokenMask(pub(crate) SimpleVob);
+
+impl TokenMask {
+    /// Sets every disallowed token's logit to −∞ (tokens past the mask's vocabulary too).
+    pub fn apply(&self, logits: &mut [f32]) {
+        let n = self.0.len().min(logits.len());
+        for (i, l) in logits[..n].iter_mut().enumerate() {
+            if !self.0.is_allowed(i as u32) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        for l in &mut logits[n..] {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+
+    /// Allowed tokens.
+    pub fn allowed(&self) -> usize {
+        self.0.num_set()
+    }
+
+    pub fn is_allowed(&self, token: u32) -> bool {
+        (token as usize) < self.0.len() && self.0.is_allowed(token)
+    }
+}
+
+/// One mask per batch row that has a matcher; `Err` when the matcher failed (the engine then
+/// ends the request with that error after the step).
+type Masks = Vec<Option<Result<TokenMask, String>>>;
+
+/// Up to this many masks are computed one after another on the worker thread.
+const SEQUENTIAL_MASKS: usize = 4;
+
+/// Where a step's masks arrive.
+pub struct MaskBoard {
+    rx: Mutex<Receiver<Masks>>,
+    done: OnceLock<Masks>,
+}
+
+impl std::fmt::Debug for MaskBoard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MaskBoard")
+            .field("ready", &self.done.get().is_some())
+            .finish()
+    }
+}
+
+impl MaskBoard {
+    /// A board and the sender its worker answers on.
+    pub fn new() -> (MaskBoard, MaskSender) {
+        let (tx, rx) = sync_channel(1);
+        let board = MaskBoard {
+            rx: Mutex::new(rx),
+            done: OnceLock::new(),
+        };
+        (board, MaskSender(tx))
+    }
+
+    /// The worker's job: the mask of each row that has a matcher (`rows[i]`: batch row `i`'s
+    /// matcher, if any).
+    pub fn compute(rows: Vec<Option<&mut Matcher>>, tx: MaskSender) {
+        let one = |m: Option<&mut Matcher>| {
+            m.map(|m| m.compute_mask().map(TokenMask).map_err(|e| e.to_string()))
+        };
+        // A few masks: on this thread alone, beside the forward pass's threads; many: also
+        // on rayon's pool (which the forward pass uses too, so they share the cores).
+        let constrained = rows.iter().filter(|m| m.is_some()).count();
+        let masks: Masks = if constrained <= SEQUENTIAL_MASKS {
+            rows.into_iter().map(one).collect()
+        } else {
+            rows.into_par_iter().map(one).collect()
+        };
+        // The runner may have failed and dropped the board: nothing waits then.
+        let _ = tx.0.send(masks);
+    }
+
+    /// Row `row`'s mask, waiting for the worker. `None`: the row has no matcher.
+    fn get(&self, row: usize) -> Option<&Result<TokenMask, String>> {
+        let masks = self.done.get_or_init(|| {
+            let rx = self.rx.lock().expect("the receiver is only read here");
+            // A worker that died sends nothing: every row then reports an error below.
+            rx.recv().unwrap_or_default()
+        });
+        match masks.get(row) {
+            Some(m) => m.as_ref(),
+            None => Some(&WORKER_GONE),
+        }
+    }
+}
+
+static WORKER_GONE: Result<TokenMask, String> = Err(String::new());
+
+/// The worker's end of a [`MaskBoard`].
+pub struct MaskSender(SyncSender<Masks>);
+
+/// A batch row's place on its step's board.
+#[derive(Clone, Copy, Debug)]
+pub struct MaskRef<'a> {
+    pub board: &'a MaskBoard,
+    pub row: usize,
+}
+
+impl<'a> MaskRef<'a> {
+    /// The row's mask (waiting for the worker if it is still computing), or why there is none.
+    pub fn wait(&self) -> Result<&'a TokenMask, String> {
+        match self.board.get(self.row) {
+            Some(Ok(m)) => Ok(m),
+            Some(Err(e)) if e.is_empty() => Err("the mask worker stopped".into()),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err("no matcher for this row".into()),
+        }
+    }
+
+    /// Applies the mask to a row of logits; when there is none (the matcher failed), the
+    /// row is left as it is and the engine ends the request with the matcher's error.
+    pub fn apply(&self, logits: &mut [f32]) {
+        if let Ok(m) = self.wait() {
+            m.apply(logits);
+        }
+    }
+}

