@@ -451,3 +451,55 @@ fn promql_names_skip_labels_functions_and_recording_rules() {
         ["superinfer_slo_met_total", "vllm:num_requests_running"]
     );
 }
+
+/// The Dockerfiles (not built in CI: no Docker daemon here): multi-stage, the final stage runs
+/// as a non-root user, and they build as the README (CPU) and scripts/gpu (CUDA) do.
+#[test]
+fn the_dockerfiles_build_as_the_readme_and_scripts_do_and_run_as_non_root() {
+    let readme = std::fs::read_to_string(deploy().join("../README.md")).expect("README.md");
+    assert!(readme.contains("-p superinfer-gateway --bin superinfer"));
+    let slo = std::fs::read_to_string(deploy().join("../scripts/gpu/slo.sh")).expect("slo.sh");
+    assert!(slo.contains("--target-dir target-cuda"));
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "Dockerfile",
+            &["cargo build --release -p superinfer-gateway --bin superinfer"],
+        ),
+        (
+            "Dockerfile.cuda",
+            &[
+                "cargo build --release -p superinfer-gateway",
+                "--features cuda",
+                "--target-dir target-cuda",
+            ],
+        ),
+    ];
+    for (file, must) in cases {
+        let text = read(file);
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        assert!(
+            lines.iter().filter(|l| l.starts_with("FROM ")).count() >= 2,
+            "{file}: not multi-stage"
+        );
+        let joined = lines.join(" ").replace("\\ ", " ");
+        for m in must {
+            assert!(joined.contains(m), "{file}: no `{m}`");
+        }
+        let last = lines.iter().rposition(|l| l.starts_with("FROM ")).unwrap();
+        let user = lines[last..]
+            .iter()
+            .rev()
+            .find_map(|l| l.strip_prefix("USER "))
+            .unwrap_or_else(|| panic!("{file}: the final stage sets no USER"));
+        let uid = user.split(':').next().unwrap_or_default();
+        assert!(uid != "0" && uid != "root", "{file}: runs as {user}");
+        assert!(
+            lines[last..].iter().any(|l| l.starts_with("ENTRYPOINT")),
+            "{file}: no ENTRYPOINT in the final stage"
+        );
+    }
+}
