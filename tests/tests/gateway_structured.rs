@@ -6,21 +6,10 @@
 use futures_util::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use superinfer_tests::{error_message, smollm2_gguf, sse_events, TestOptions, TestServer};
+use superinfer_tests::{error_message, smollm2_server, sse_events, TestServer};
 
 async fn smollm2() -> (TestServer, String) {
-    let s = TestServer::start_with(TestOptions {
-        sim_profile: None,
-        model_dir: Some(smollm2_gguf()),
-        ..TestOptions::default()
-    })
-    .await;
-    let quotas = json!({"requests_per_s": 10000.0, "burst": 10000,
-                        "tokens_per_min": 100000000, "max_concurrent": 256});
-    let (_, key) = s
-        .create_tenant(json!({"name": "structured", "quotas": quotas}))
-        .await;
-    (s, key)
+    smollm2_server("structured").await
 }
 
 /// Three schemas whose every valid answer fits in the requests' `max_tokens`.

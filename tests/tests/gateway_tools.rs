@@ -8,21 +8,10 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
-use superinfer_tests::{smollm2_gguf, sse_events, TestOptions, TestServer};
+use superinfer_tests::{smollm2_gguf, smollm2_server, sse_events, TestOptions, TestServer};
 
 async fn smollm2() -> (TestServer, String) {
-    let s = TestServer::start_with(TestOptions {
-        sim_profile: None,
-        model_dir: Some(smollm2_gguf()),
-        ..TestOptions::default()
-    })
-    .await;
-    let quotas = json!({"requests_per_s": 10000.0, "burst": 10000,
-                        "tokens_per_min": 100000000, "max_concurrent": 256});
-    let (_, key) = s
-        .create_tenant(json!({"name": "tools", "quotas": quotas}))
-        .await;
-    (s, key)
+    smollm2_server("tools").await
 }
 
 fn tools() -> Value {
