@@ -176,7 +176,8 @@ impl ModelKernels {
         let k = DecodeKernel::ALL[self
             .decode_kernel
             .load(std::sync::atomic::Ordering::Relaxed) as usize];
-        let one_pass = matches!(shape.head_dim, 64 | 128) && (1..=8).contains(&g);
+        let one_pass = matches!(shape.head_dim, 64 | 128)
+            && (1..=crate::attention_plan::MAX_GROUP).contains(&g);
         if one_pass {
             k
         } else {
