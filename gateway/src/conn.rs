@@ -9,7 +9,11 @@
 //! - at most `max_connections` connections at once, and `max_connections_per_ip` from one
 //!   address; a connection over a limit is answered once with 503 (total) or 429 (per
 //!   address) in OpenAI's error shape and closed. At most [`MAX_REFUSING`] such answers are
-//!   pending at once; beyond that a connection is closed without one.
+//!   pending at once; beyond that a connection is closed without one;
+//! - the errors hyper answers by itself (a head it cannot parse) get OpenAI bodies too
+//!   ([`head_errors`]).
+
+mod head_errors;
 
 use axum::response::IntoResponse;
 use axum::Router;
@@ -33,6 +37,7 @@ use crate::config::EdgeConfig;
 use crate::error::GatewayError;
 use crate::metrics::Metrics;
 use crate::proxy::PeerAddr;
+use head_errors::HeadErrors;
 
 /// Closes the connection a request came on (put in every request's extensions): for a stream
 /// whose client stopped reading, where an error in the body would never be seen because
@@ -73,7 +78,7 @@ fn serve_conn(
             req
         },
     ));
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let conn = builder.serve_connection(TokioIo::new(HeadErrors::new(stream)), svc);
     let conn: Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>> = match graceful {
         Some(g) => Box::pin(g.watch(conn)),
         None => Box::pin(conn),
@@ -166,8 +171,8 @@ fn builder(cfg: &EdgeConfig) -> http1::Builder {
     b.timer(TokioTimer::new())
         .header_read_timeout(cfg.header_timeout)
         .half_close(true)
-        // hyper's own limit answers 431 with an empty body; it sits above ours
-        // (`header_limits`), which answers in OpenAI's shape.
+        // hyper's own limit (431, given an OpenAI body by `head_errors`) sits above ours
+        // (`header_limits`), which names the count and the limit.
         .max_headers(cfg.max_headers.saturating_mul(2).max(100));
     b
 }
@@ -312,7 +317,9 @@ impl Accept {
         b.keep_alive(false);
         tasks.spawn(async move {
             let _permit = permit;
-            let _ = b.serve_connection(TokioIo::new(stream), svc).await;
+            let _ = b
+                .serve_connection(TokioIo::new(HeadErrors::new(stream)), svc)
+                .await;
         });
     }
 }

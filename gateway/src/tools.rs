@@ -5,10 +5,12 @@
 //! `{"name": …, "parameters": …}`, chosen by the model's chat template ([`ToolFormat::of`]).
 
 mod parse;
+mod stream;
 #[cfg(test)]
 mod tests;
 
-pub use parse::{parse, Parsed, ToolCall, ToolStream, ToolStreamEvent};
+pub use parse::{parse, Parsed, ToolCall};
+pub use stream::{ToolStream, ToolStreamEvent};
 
 use serde_json::{json, Value};
 use superinfer_engine::grammar::GrammarSpec;

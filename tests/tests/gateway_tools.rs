@@ -127,6 +127,8 @@ async fn required_and_named_answers_are_valid_calls() {
         .unwrap();
     let mut calls: Vec<Value> = Vec::new();
     let mut finish = Value::Null;
+    // Deltas that carry a piece of an open call's arguments (no id: the call opened before).
+    let mut pieces = 0;
     for e in sse_events(&text) {
         if e == "[DONE]" {
             continue;
@@ -138,6 +140,7 @@ async fn required_and_named_answers_are_valid_calls() {
         }
         for d in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
             let i = d["index"].as_u64().unwrap() as usize;
+            pieces += usize::from(d["id"].is_null() && d["function"]["arguments"].is_string());
             if calls.len() <= i {
                 calls.push(json!({"id": d["id"], "type": d["type"],
                                   "function": {"name": "", "arguments": ""}}));
@@ -152,6 +155,8 @@ async fn required_and_named_answers_are_valid_calls() {
     }
     assert_eq!(finish, "tool_calls", "{text}");
     assert!(!calls.is_empty(), "{text}");
+    // The grammar writes `{"name": …, "arguments": {…}}`: the arguments stream in pieces.
+    assert!(pieces > calls.len(), "{pieces} argument pieces: {text}");
     for c in &calls {
         check_call(c, &tools);
     }

@@ -8,14 +8,16 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
+use crate::registry::TenantCtx;
 use crate::error::{GatewayError, Result};
 use crate::state::Shared;
 use crate::validate;
@@ -154,9 +156,34 @@ fn check_model(state: &Shared, model: Option<String>) -> Result<()> {
 /// `POST /tokenize`: `{"count", "max_model_len", "tokens", "token_strs"}`.
 pub async fn tokenize(
     State(state): State<Shared>,
+    Extension(ctx): Extension<Arc<TenantCtx>>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
-    tokenize_body(&state, body)
+    in_text_pool(state, &ctx, body, tokenize_body).await
+}
+
+/// Runs `job` over the body in the text pool (tokenizing a long prompt, or detokenizing a
+/// long list of ids, is CPU work that must not run on the reactor), with the tenant's share
+/// of the pool, as the generating endpoints do.
+async fn in_text_pool(
+    state: Shared,
+    ctx: &TenantCtx,
+    body: std::result::Result<Bytes, BytesRejection>,
+    job: fn(&Shared, std::result::Result<Bytes, BytesRejection>) -> Result<Value>,
+) -> Response {
+    let size = body.as_ref().map_or(0, Bytes::len);
+    let s = state.clone();
+    let answer = state
+        .text_pool
+        .run_sized(ctx.tenant.id.0, size, move || job(&s, body))
+        .await
+        .and_then(|r| r);
+    if let Err(e) = &answer {
+        if e.status() == StatusCode::SERVICE_UNAVAILABLE {
+            state.metrics.shed("text_pool");
+        }
+    }
+    answer
         .map(|v| Json(v).into_response())
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -225,11 +252,10 @@ fn tokenize_body(
 /// `POST /detokenize`: `{"prompt": text}` of `tokens` (special tokens included, as vLLM).
 pub async fn detokenize(
     State(state): State<Shared>,
+    Extension(ctx): Extension<Arc<TenantCtx>>,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
-    detokenize_body(&state, body)
-        .map(|v| Json(v).into_response())
-        .unwrap_or_else(IntoResponse::into_response)
+    in_text_pool(state, &ctx, body, detokenize_body).await
 }
 
 fn detokenize_body(

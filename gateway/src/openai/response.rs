@@ -154,6 +154,10 @@ pub enum ChunkKind<'a> {
     Usage(Usage),
     /// Chat: one whole tool call, as one tool-call delta.
     Call(&'a ToolCall),
+    /// Chat: a tool call opens (index, id, name; empty arguments).
+    CallStart(&'a ToolCall),
+    /// Chat: the next piece of the open tool call's arguments.
+    CallArgs(&'a str),
 }
 
 impl ResponseMeta {
@@ -354,7 +358,9 @@ impl ResponseMeta {
                     ),
                     ChunkKind::Finish(r) => (vec![text_choice(index, "", None, Some(r))], None),
                     ChunkKind::Usage(u) => (vec![], Some(u)),
-                    ChunkKind::Call(_) => (vec![], None),
+                    ChunkKind::Call(_) | ChunkKind::CallStart(_) | ChunkKind::CallArgs(_) => {
+                        (vec![], None)
+                    }
                 };
                 serde_json::to_vec(&self.wrap("text_completion", choices, usage.or(live)))
             }
@@ -384,16 +390,18 @@ impl ResponseMeta {
                     }
                     ChunkKind::Finish(r) => (vec![delta(index, Delta::default(), Some(r))], None),
                     ChunkKind::Usage(u) => (vec![], Some(u)),
-                    ChunkKind::Call(c) => {
+                    ChunkKind::Call(c) | ChunkKind::CallStart(c) => {
                         let i = self.calls_sent.get();
                         self.calls_sent.set(i + 1);
                         let mut call = c.to_json();
                         call["index"] = json!(i);
-                        let d = Delta {
-                            tool_calls: Some(vec![call]),
-                            ..Delta::default()
-                        };
-                        (vec![delta(index, d, None)], None)
+                        (vec![delta(index, calls_delta(call), None)], None)
+                    }
+                    ChunkKind::CallArgs(piece) => {
+                        // The call opened last (`CallStart`) has index `calls_sent - 1`.
+                        let i = self.calls_sent.get().saturating_sub(1);
+                        let call = json!({"index": i, "function": {"arguments": piece}});
+                        (vec![delta(index, calls_delta(call), None)], None)
                     }
                 };
                 serde_json::to_vec(&self.wrap("chat.completion.chunk", choices, usage.or(live)))
@@ -452,3 +460,11 @@ pub fn event(json: &[u8]) -> Bytes {
 }
 
 pub const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// A chat delta carrying one tool-call object.
+fn calls_delta<'a>(call: Value) -> Delta<'a> {
+    Delta {
+        tool_calls: Some(vec![call]),
+        ..Delta::default()
+    }
+}

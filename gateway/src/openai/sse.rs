@@ -181,7 +181,7 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
     })
 }
 
-/// The chunks of what a tool stream let out (content and whole calls), as one piece of the
+/// The chunks of what a tool stream let out (content, calls and their pieces), as one piece of the
 /// body; empty while it holds text back. The log-probabilities go with the first content.
 fn tool_chunks(
     meta: &ResponseMeta,
@@ -199,6 +199,8 @@ fn tool_chunks(
                 meta.chunk_with(ChunkKind::Text(c, lp.take().unwrap_or(&[])), live)
             }
             ToolStreamEvent::Call(call) => meta.chunk_with(ChunkKind::Call(call), live),
+            ToolStreamEvent::CallStart(call) => meta.chunk_with(ChunkKind::CallStart(call), live),
+            ToolStreamEvent::CallArgs(piece) => meta.chunk_with(ChunkKind::CallArgs(piece), live),
         };
         out.extend_from_slice(&b);
     }

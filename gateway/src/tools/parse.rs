@@ -1,14 +1,13 @@
-//! The model's text → OpenAI tool calls, whole ([`parse`]) or while it streams
-//! ([`ToolStream`]: text before a call streams as content; a call is sent once complete, as
-//! one tool-call delta with its id, name and arguments).
+//! The model's text → OpenAI tool calls, whole ([`parse`]); `super::stream` splits a
+//! streamed answer the same way.
 
 use serde_json::Value;
 
 use super::{Tool, ToolFormat};
 
-const OPEN: &str = "<tool_call>";
-const CLOSE: &str = "</tool_call>";
-const PYTHON_TAG: &str = "<|python_tag|>";
+pub(super) const OPEN: &str = "<tool_call>";
+pub(super) const CLOSE: &str = "</tool_call>";
+pub(super) const PYTHON_TAG: &str = "<|python_tag|>";
 
 /// One call, as OpenAI sends it (`arguments` is a JSON string).
 #[derive(Clone, Debug, PartialEq)]
@@ -19,7 +18,15 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
-    fn new(name: &str, arguments: &Value) -> ToolCall {
+    pub(super) fn new(name: &str, arguments: &Value) -> ToolCall {
+        ToolCall {
+            arguments: arguments.to_string(),
+            ..ToolCall::opening(name)
+        }
+    }
+
+    /// A call of `name` with a fresh id whose arguments are still to come (streamed).
+    pub(super) fn opening(name: &str) -> ToolCall {
         ToolCall {
             id: format!(
                 "call_{:016x}{:08x}",
@@ -27,7 +34,7 @@ impl ToolCall {
                 rand::random::<u32>()
             ),
             name: name.to_string(),
-            arguments: arguments.to_string(),
+            arguments: String::new(),
         }
     }
 
@@ -71,7 +78,7 @@ pub fn parse(text: &str, format: ToolFormat, tools: &[Tool]) -> Parsed {
     }
 }
 
-fn parse_hermes(text: &str, tools: &[Tool]) -> Parsed {
+pub(super) fn parse_hermes(text: &str, tools: &[Tool]) -> Parsed {
     let mut out = Parsed::default();
     let mut content = String::new();
     let mut rest = text;
@@ -136,118 +143,5 @@ fn text_only(text: &str) -> Parsed {
     Parsed {
         content: text.to_string(),
         calls: Vec::new(),
-    }
-}
-
-/// What a streamed answer sends next.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ToolStreamEvent {
-    Content(String),
-    Call(ToolCall),
-}
-
-/// Splits a streamed answer as [`parse`] splits a whole one.
-#[derive(Clone, Debug)]
-pub struct ToolStream {
-    format: ToolFormat,
-    tools: Vec<Tool>,
-    /// Text not yet sent: a possible start of a call, or a call still open.
-    held: String,
-    /// Llama form: the answer began as a call, so all of it waits for the end.
-    whole: bool,
-    started: bool,
-}
-
-impl ToolStream {
-    pub fn new(format: ToolFormat, tools: Vec<Tool>) -> ToolStream {
-        ToolStream {
-            format,
-            tools,
-            held: String::new(),
-            whole: false,
-            started: false,
-        }
-    }
-
-    /// A whole answer, split ([`parse`] with this stream's format and tools).
-    pub fn parse_whole(&self, text: &str) -> Parsed {
-        parse(text, self.format, &self.tools)
-    }
-
-    /// What `piece` (the next text of the answer) lets out now.
-    pub fn push(&mut self, piece: &str) -> Vec<ToolStreamEvent> {
-        self.held.push_str(piece);
-        match self.format {
-            ToolFormat::Llama3Json => self.push_llama(),
-            ToolFormat::Hermes => self.push_hermes(),
-        }
-    }
-
-    fn push_llama(&mut self) -> Vec<ToolStreamEvent> {
-        if !self.started {
-            let t = self.held.trim_start();
-            if t.is_empty() || (PYTHON_TAG.starts_with(t) && t.len() < PYTHON_TAG.len()) {
-                return Vec::new();
-            }
-            self.started = true;
-            self.whole = t.starts_with('{') || t.starts_with(PYTHON_TAG);
-        }
-        if self.whole {
-            return Vec::new();
-        }
-        vec![ToolStreamEvent::Content(std::mem::take(&mut self.held))]
-    }
-
-    fn push_hermes(&mut self) -> Vec<ToolStreamEvent> {
-        let mut out = Vec::new();
-        loop {
-            if let Some(start) = self.held.find(OPEN) {
-                if start > 0 {
-                    out.push(ToolStreamEvent::Content(self.held[..start].to_string()));
-                    self.held.drain(..start);
-                }
-                let Some(end) = self.held.find(CLOSE) else {
-                    return out;
-                };
-                let block: String = self.held.drain(..end + CLOSE.len()).collect();
-                let p = parse_hermes(&block, &self.tools);
-                match p.calls.into_iter().next() {
-                    Some(c) => out.push(ToolStreamEvent::Call(c)),
-                    None => out.push(ToolStreamEvent::Content(block)),
-                }
-                continue;
-            }
-            // Hold back a tail that could still become `<tool_call>`.
-            let keep = (1..OPEN.len())
-                .rev()
-                .find(|&k| self.held.len() >= k && self.held.ends_with(&OPEN[..k]))
-                .unwrap_or(0);
-            let send = self.held.len() - keep;
-            if send > 0 && self.held.is_char_boundary(send) {
-                out.push(ToolStreamEvent::Content(self.held[..send].to_string()));
-                self.held.drain(..send);
-            }
-            return out;
-        }
-    }
-
-    /// The end of the answer: whatever is held, parsed.
-    pub fn finish(&mut self) -> Vec<ToolStreamEvent> {
-        let held = std::mem::take(&mut self.held);
-        if held.is_empty() {
-            return Vec::new();
-        }
-        let p = parse(&held, self.format, &self.tools);
-        let mut out = Vec::new();
-        if !p.content.is_empty() || p.calls.is_empty() {
-            // A held tail that was no call goes out as it was.
-            out.push(ToolStreamEvent::Content(if p.calls.is_empty() {
-                held
-            } else {
-                p.content
-            }));
-        }
-        out.extend(p.calls.into_iter().map(ToolStreamEvent::Call));
-        out
     }
 }

@@ -89,7 +89,12 @@ fn stream(text: &str, n: usize, format: ToolFormat, tools: &[Tool]) -> (String, 
     for e in events {
         match e {
             ToolStreamEvent::Content(c) => content.push_str(&c),
-            ToolStreamEvent::Call(c) => calls.push(c),
+            ToolStreamEvent::Call(c) | ToolStreamEvent::CallStart(c) => calls.push(c),
+            ToolStreamEvent::CallArgs(a) => calls
+                .last_mut()
+                .expect("arguments after their call opened")
+                .arguments
+                .push_str(&a),
         }
     }
     (content, calls)
@@ -162,4 +167,51 @@ fn the_required_and_named_grammars_compile() {
             }
         }
     }
+}
+
+#[test]
+fn a_plain_hermes_call_streams_its_arguments_in_pieces_and_other_shapes_go_whole() {
+    let t = tools();
+    let plain = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Li}ma \
+                 \\\"{x\", \"at\": {\"d\": [1, {\"e\": 2}]}}}\n</tool_call> then \
+                 <tool_call>{\"arguments\": {\"city\": \"Oslo\"}, \"name\": \"get_weather\"}\
+                 </tool_call><tool_call>{\"name\": \"nope\", \"arguments\": {}}</tool_call>";
+    let whole = parse(plain, ToolFormat::Hermes, &t.tools);
+    assert_eq!(whole.calls.len(), 2, "{whole:?}");
+    for n in [1, 2, 5, 1000] {
+        let mut s = ToolStream::new(ToolFormat::Hermes, t.tools.clone());
+        let chars: Vec<char> = plain.chars().collect();
+        let mut events = Vec::new();
+        for piece in chars.chunks(n) {
+            events.extend(s.push(&piece.iter().collect::<String>()));
+        }
+        events.extend(s.finish());
+        let starts = events
+            .iter()
+            .filter(|e| matches!(e, ToolStreamEvent::CallStart(_)))
+            .count();
+        let pieces = events
+            .iter()
+            .filter(|e| matches!(e, ToolStreamEvent::CallArgs(_)))
+            .count();
+        let wholes = events
+            .iter()
+            .filter(|e| matches!(e, ToolStreamEvent::Call(_)))
+            .count();
+        // The plain call streams; `arguments` before `name` goes whole; an unknown name is
+        // text.
+        assert_eq!((starts, wholes), (1, 1), "by {n}: {events:?}");
+        if n < 10 {
+            assert!(pieces > 3, "by {n}: {pieces} pieces");
+        }
+        let (content, calls) = stream(plain, n, ToolFormat::Hermes, &t.tools);
+        assert_eq!(content.trim(), whole.content, "by {n}");
+        assert_eq!(names_and_args(&calls), names_and_args(&whole.calls), "by {n}");
+    }
+    // Cut short mid-arguments: the call keeps what was sent, nothing more comes.
+    let mut s = ToolStream::new(ToolFormat::Hermes, t.tools.clone());
+    let events = s.push("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"ci");
+    assert!(matches!(&events[0], ToolStreamEvent::CallStart(c) if c.name == "get_weather"));
+    assert_eq!(events[1], ToolStreamEvent::CallArgs("{\"ci".into()));
+    assert!(s.finish().is_empty());
 }
