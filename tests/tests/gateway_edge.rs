@@ -152,7 +152,10 @@ async fn every_answer_of_the_http_layer_is_an_openai_error() {
         // Heads hyper cannot parse, answered by hyper itself (`conn::head_errors` gives
         // them the body): a header line without a colon, a control byte in a value, a
         // malformed request line, input that is not HTTP at all.
-        (400, "GET /healthz HTTP/1.1\r\nbad header line\r\n\r\n".into()),
+        (
+            400,
+            "GET /healthz HTTP/1.1\r\nbad header line\r\n\r\n".into(),
+        ),
         (400, "GET /healthz HTTP/1.1\r\nX: \u{1}\r\n\r\n".into()),
         (400, "GET  HTTP/9.9\r\n\r\n".into()),
         (400, "\u{16}\u{3}\u{1} garbage\r\n\r\n".into()),
@@ -381,7 +384,9 @@ async fn long_prompts_of_one_tenant_stall_neither_health_checks_nor_another_tena
             "{codes:?}"
         );
         assert!(
-            tokenized.iter().all(|c| [200, 429, 503].contains(&c.as_u16())),
+            tokenized
+                .iter()
+                .all(|c| [200, 429, 503].contains(&c.as_u16())),
             "{tokenized:?}"
         );
         assert!(tokenized.iter().any(|c| c.as_u16() == 200), "{tokenized:?}");

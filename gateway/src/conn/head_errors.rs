@@ -199,12 +199,18 @@ mod tests {
         assert!(h.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{h}");
         assert!(h.contains("date: Tue"), "{h}");
         assert!(h.contains("content-type: application/json"), "{h}");
-        assert!(h.contains(&format!("content-length: {}", body.len())), "{h}");
+        assert!(
+            h.contains(&format!("content-length: {}", body.len())),
+            "{h}"
+        );
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert!(v["error"]["message"].as_str().unwrap().contains("parsed"));
 
-        for (status, word) in [("431 Request Header Fields Too Large", "header"), ("414 URI Too Long", "URI")] {
+        for (status, word) in [
+            ("431 Request Header Fields Too Large", "header"),
+            ("414 URI Too Long", "URI"),
+        ] {
             let h = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\n\r\n");
             let (_, out) = replacement(h.as_bytes()).unwrap();
             assert!(String::from_utf8(out).unwrap().contains(word));
@@ -237,8 +243,8 @@ mod tests {
             let svc = hyper::service::service_fn(|_req| async {
                 Ok::<_, std::convert::Infallible>(hyper::Response::new(String::from("ok")))
             });
-            let conn = http1::Builder::new()
-                .serve_connection(TokioIo::new(HeadErrors::new(server)), svc);
+            let conn =
+                http1::Builder::new().serve_connection(TokioIo::new(HeadErrors::new(server)), svc);
             let served = tokio::spawn(conn);
             let mut client = client;
             client.write_all(request).await.unwrap();

@@ -17,8 +17,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-use crate::registry::TenantCtx;
 use crate::error::{GatewayError, Result};
+use crate::registry::TenantCtx;
 use crate::state::Shared;
 use crate::validate;
 use crate::wire::Message;

@@ -206,7 +206,11 @@ fn a_plain_hermes_call_streams_its_arguments_in_pieces_and_other_shapes_go_whole
         }
         let (content, calls) = stream(plain, n, ToolFormat::Hermes, &t.tools);
         assert_eq!(content.trim(), whole.content, "by {n}");
-        assert_eq!(names_and_args(&calls), names_and_args(&whole.calls), "by {n}");
+        assert_eq!(
+            names_and_args(&calls),
+            names_and_args(&whole.calls),
+            "by {n}"
+        );
     }
     // Cut short mid-arguments: the call keeps what was sent, nothing more comes.
     let mut s = ToolStream::new(ToolFormat::Hermes, t.tools.clone());
