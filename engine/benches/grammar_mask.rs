@@ -63,6 +63,7 @@ fn engine(gguf: &std::path::Path, codec: &TextCodec, constrained: usize) -> CpuE
             sampling,
             arrival: None,
             cache: None,
+            follows: None,
         })
         .expect("submit");
     }

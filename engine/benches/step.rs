@@ -39,6 +39,7 @@ fn request(i: u64, context: u32, max_tokens: u32) -> EngineRequest {
         sampling: SamplingParams::default(),
         arrival: None,
         cache: None,
+        follows: None,
     }
 }
 

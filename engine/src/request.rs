@@ -27,6 +27,11 @@ pub struct EngineRequest {
     /// The prefix-cache namespace its blocks are found and shared in; `None`: the tenant's own
     /// ([`CacheScope::tenant`]).
     pub cache: Option<CacheScope>,
+    /// Another live request with the same prompt and namespace that this one follows (the
+    /// choices of one request with `n` > 1): while that one computes the prompt, this one
+    /// waits (for a few iterations at most), then finds the prompt's full blocks cached
+    /// instead of computing them a second time. `None`: admitted as any other.
+    pub follows: Option<RequestId>,
 }
 
 /// Where a request is in its life. `Evicting` and `Restoring` are the in-flight states

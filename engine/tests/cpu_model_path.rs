@@ -43,6 +43,7 @@ fn request(id: u64, prompt: Vec<u32>, max_tokens: u32) -> EngineRequest {
         sampling: SamplingParams::default(),
         arrival: None,
         cache: None,
+        follows: None,
     }
 }
 

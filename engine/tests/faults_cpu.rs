@@ -36,6 +36,7 @@ fn request(id: u64) -> EngineRequest {
         sampling: SamplingParams::default(),
         arrival: None,
         cache: None,
+        follows: None,
     }
 }
 

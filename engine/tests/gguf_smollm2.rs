@@ -169,6 +169,7 @@ fn request(id: u64, prompt: Vec<u32>) -> EngineRequest {
         sampling: SamplingParams::default(),
         arrival: None,
         cache: None,
+        follows: None,
     }
 }
 

@@ -33,6 +33,7 @@ fn request(id: u64, n: usize, max_tokens: u32) -> EngineRequest {
         sampling: SamplingParams::default(),
         arrival: None,
         cache: None,
+        follows: None,
     }
 }
 

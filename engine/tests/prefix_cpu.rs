@@ -50,6 +50,7 @@ fn request(id: u64, prompt: Vec<u32>, seeded: bool) -> EngineRequest {
         sampling,
         arrival: None,
         cache: None,
+        follows: None,
     }
 }
 

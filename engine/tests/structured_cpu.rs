@@ -27,6 +27,7 @@ fn request(id: u64, prompt: Vec<u32>, max_tokens: u32, sampling: SamplingParams)
         sampling,
         arrival: None,
         cache: None,
+        follows: None,
     }
 }
 

@@ -110,6 +110,7 @@ fn engine_request() -> EngineRequest {
         sampling: SamplingParams::default(),
         arrival: None,
         cache: None,
+        follows: None,
     }
 }
 

@@ -39,11 +39,23 @@ pub fn engine_request(tenant: &Tenant, v: &ValidRequest) -> EngineRequest {
         sampling: v.sampling.clone(),
         arrival: None,
         cache: Some(cache_scope(tenant, v.cache_salt.as_deref())),
+        follows: None,
     }
 }
 
 /// Submits, or refuses; every refusal for load is counted as shed (`Metrics::shed`).
 pub fn submit(state: &AppState, tenant: &Tenant, v: &ValidRequest) -> Result<RequestStream> {
+    submit_following(state, tenant, v, None)
+}
+
+/// [`submit`] for a choice that follows `follows`, an engine request with the same prompt
+/// (`EngineRequest::follows`: it finds that prompt cached instead of computing it again).
+pub fn submit_following(
+    state: &AppState,
+    tenant: &Tenant,
+    v: &ValidRequest,
+    follows: Option<RequestId>,
+) -> Result<RequestStream> {
     let shed = |reason: &'static str, e: GatewayError| {
         state.metrics.shed(reason);
         e
@@ -63,7 +75,10 @@ pub fn submit(state: &AppState, tenant: &Tenant, v: &ValidRequest) -> Result<Req
     }
     state
         .engine
-        .submit(engine_request(tenant, v))
+        .submit(EngineRequest {
+            follows,
+            ..engine_request(tenant, v)
+        })
         .map_err(|e| match e {
             EngineError::QueueFull(_) => shed(
                 "inbox_full",

@@ -108,6 +108,31 @@ async fn a_tenant_hits_its_own_prefix_and_no_one_else_does_unless_shared() {
         .as_u64()
         .unwrap();
     assert_eq!(sum, 2 * single, "{v}");
+    // A new prompt with n = 3 is computed once: the later two choices follow the first and
+    // hit its full blocks (before `follows`, all three computed it: 0 cached).
+    for (i, endpoint) in ["/v1/completions", "/v1/chat/completions"]
+        .iter()
+        .enumerate()
+    {
+        let fresh = long_prompt(&format!("gamma {i}"));
+        let mut body = json!({"max_tokens": 4, "temperature": 0, "n": 3, "ignore_eos": true});
+        if i == 0 {
+            body["prompt"] = json!(fresh);
+        } else {
+            body["messages"] = json!([{"role": "user", "content": fresh}]);
+        }
+        let v: Value = s.post(endpoint, &s.key, &body).await.json().await.unwrap();
+        let n3 = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap();
+        body["n"] = json!(1);
+        let again: Value = s.post(endpoint, &s.key, &body).await.json().await.unwrap();
+        let one = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap();
+        assert!(one >= 48, "{again}");
+        assert_eq!(n3, 2 * one, "{endpoint}: {v}");
+    }
 
     // Another tenant with the same prompt: its own namespace, a miss.
     let (_, other) = s.create_tenant(json!({"name": "other"})).await;

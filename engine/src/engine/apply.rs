@@ -12,6 +12,9 @@ use crate::runner::ModelRunner;
 use crate::transfer::{CopyBatch, Transfer};
 use superinfer_policies::{Capacity, Phase, Plan, ReqView, RequestId, Service};
 
+/// The leader's decode steps a follower waits at most for the prompt's blocks to be cached.
+pub(super) const FOLLOW_STEPS: u32 = 4;
+
 impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// Copies that landed: evicted requests become rotary, restored ones running.
     pub(super) fn ingest_copies(&mut self, now: f64) {
@@ -51,6 +54,28 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let limit = (r.tokens.len() as u32).saturating_sub(1) / self.cfg.block_size;
         let limit = (limit as usize).min(r.hashes.len());
         self.pool.hit_cost(&r.hashes[..limit])
+    }
+
+    /// A waiting request that follows another with its prompt (`EngineRequest::follows`)
+    /// stays out of the plan while that leader computes the prompt and the prompt's full
+    /// blocks are not all cache entries yet: admitted then, it finds them cached. It waits
+    /// while the leader waits or prefills, and for at most [`FOLLOW_STEPS`] of its decode
+    /// steps (the writebacks that make the entries take one or two); never when the leader
+    /// is gone, rotated out, or the cache is off.
+    fn awaits_leader(&self, r: &Request) -> bool {
+        let Some(leader) = r.spec.follows.and_then(|l| self.requests.get(&l)) else {
+            return false;
+        };
+        let leader_busy = match leader.state {
+            ReqState::Waiting => true,
+            ReqState::Running => leader.generated < FOLLOW_STEPS,
+            _ => false,
+        };
+        if r.state != ReqState::Waiting || !self.cfg.prefix_cache || !leader_busy {
+            return false;
+        }
+        let shareable = (r.tokens.len() as u32).saturating_sub(1) / self.cfg.block_size;
+        self.hit_of(r).blocks < shareable.min(r.hashes.len() as u32)
     }
 
     /// Blocks a waiting request takes from what is available, and the copies of its DRAM hits.
@@ -119,6 +144,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         view.extend(
             self.requests
                 .values()
+                .filter(|r| !self.awaits_leader(r))
                 .filter_map(|r| r.phase().map(|p| self.view_of(r, p))),
         );
         if view.is_empty() {

@@ -64,6 +64,7 @@ fn request(id: u64, tenant: u32, prompt: u32, max_tokens: u32) -> EngineRequest 
         sampling: SamplingParams::default(),
         arrival: None,
         cache: None,
+        follows: None,
     }
 }
 
@@ -385,6 +386,18 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
                     1 => Some(CacheScope::tenant(req.tenant).salted(Some("s".into()))),
                     _ => None,
                 };
+                // A fifth are a later choice of a live request (same prompt and namespace):
+                // they follow it and wait for its blocks.
+                let leader = (!live.is_empty() && rng.random_range(0..5) == 0)
+                    .then(|| live[rng.random_range(0..live.len())]);
+                if let Some(l) = leader.and_then(|l| e.request(RequestId(l))) {
+                    req = EngineRequest {
+                        id: RequestId(next_id),
+                        max_tokens: req.max_tokens,
+                        follows: Some(l.spec.id),
+                        ..l.spec.clone()
+                    };
+                }
                 if e.submit(req).is_ok() {
                     live.push(next_id);
                 }

@@ -42,6 +42,7 @@ fn request(prompt: usize, max_tokens: u32) -> EngineRequest {
         sampling: SamplingParams::default(),
         arrival: None,
         cache: None,
+        follows: None,
     }
 }
 

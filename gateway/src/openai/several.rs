@@ -1,8 +1,11 @@
 //! `POST /v1/completions` with a list of prompts, `n` > 1 and/or `best_of` > 1 (not
 //! streamed: the `n` best of `best_of` candidates by mean token log-probability), and `POST
-//! /v1/chat/completions` with `n` > 1: one engine request per choice, all submitted before the first token (`index` = prompt × `n` + choice; each choice
-//! prefills its prompt itself unless the prefix cache already holds its blocks; usage sums the
-//! choices' `cached_tokens`). The request's concurrency slot is shared by its choices and freed
+//! /v1/chat/completions` with `n` > 1: one engine request per choice, all submitted before the
+//! first token (`index` = prompt × `n` + choice). A prompt is prefilled once: its later
+//! choices follow the first (`EngineRequest::follows`), so the engine admits them once the
+//! prompt's full blocks are cached and they compute only the partial last block (with the
+//! prefix cache off, each choice prefills the prompt itself); usage sums the choices'
+//! `cached_tokens`. The request's concurrency slot is shared by its choices and freed
 //! when the last ends. Not streamed: one body with every choice and the usage of all. Streamed: the
 //! choices' chunks interleaved as they come, each choice's finish chunk, then (with
 //! `include_usage`) one usage chunk and `[DONE]`. A failure of one choice ends the response
@@ -55,6 +58,8 @@ pub async fn generate(
         .iter()
         .flat_map(|p| (0..per_prompt).map(move |j| (p.clone(), j)));
     let mut gens = Vec::with_capacity(prompts.len() * per_prompt as usize);
+    // The engine request of the current prompt's first choice, which the others follow.
+    let mut leader = None;
     for (prompt, j) in choices {
         let mut one = ValidRequest {
             prompt,
@@ -68,11 +73,16 @@ pub async fn generate(
             one.sampling.logprobs = Some(0);
         }
         // An error drops the generations made so far, which aborts their requests.
-        let stream = admission::submit(state, &ctx.tenant, &one).inspect_err(|_| {
-            state.metrics.rejected(&ctx.tenant.name, "overloaded");
-            // Choices admitted so far are dropped; the request is one error in the ledger.
-            slot.usage.fail();
-        })?;
+        let follows = if j == 0 { None } else { leader };
+        let stream =
+            admission::submit_following(state, &ctx.tenant, &one, follows).inspect_err(|_| {
+                state.metrics.rejected(&ctx.tenant.name, "overloaded");
+                // Choices admitted so far are dropped; the request is one error in the ledger.
+                slot.usage.fail();
+            })?;
+        if j == 0 {
+            leader = Some(stream.id);
+        }
         let n = one.prompt.len() as u32;
         ctx.stats.admitted(u64::from(n));
         ctx.metrics.prompt_tokens.increment(u64::from(n));

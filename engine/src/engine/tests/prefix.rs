@@ -249,3 +249,76 @@ fn rotating_out_a_request_copies_none_of_the_blocks_others_share() {
     assert!(e.is_empty());
     assert_eq!(run_one(&mut e, asking(4, 0, &chat(), 4)).0.tokens(), 96);
 }
+
+/// Runs every live request to its end; returns each one's Finished cached prefix and the
+/// prefill tokens computed in all.
+fn run_all(e: &mut TestEngine, ids: &[RequestId]) -> (Vec<PrefixHit>, u32) {
+    let mut cached = vec![None; ids.len()];
+    let mut prefill = 0;
+    for _ in 0..2000 {
+        if cached.iter().all(Option::is_some) {
+            break;
+        }
+        e.clock_mut().advance(0.001);
+        let r = e.step().unwrap();
+        prefill += r.prefill_tokens;
+        e.pool().check().unwrap();
+        for ev in e.take_events() {
+            if let EngineEvent::Finished { id, cached: c, .. } = ev {
+                if let Some(i) = ids.iter().position(|&x| x == id) {
+                    cached[i] = Some(c);
+                }
+            }
+        }
+    }
+    let cached = cached.into_iter().map(|c| c.expect("finished")).collect();
+    (cached, prefill)
+}
+
+#[test]
+fn choices_that_follow_a_leader_find_its_prompt_cached_instead_of_computing_it() {
+    // Three choices of one prompt submitted at once.
+    let trio = |e: &mut TestEngine, base: u64, follow: bool| {
+        let leader = asking(base, 0, &chat(), 8);
+        e.submit(leader).unwrap();
+        for j in 1..3 {
+            let mut r = asking(base + j, 0, &chat(), 8);
+            r.follows = follow.then_some(RequestId(base));
+            e.submit(r).unwrap();
+        }
+        [RequestId(base), RequestId(base + 1), RequestId(base + 2)]
+    };
+    // Without `follows` all three are admitted together and each computes the prompt.
+    let mut e = cache_engine(256, true);
+    let ids = trio(&mut e, 1, false);
+    let (cached, prefill) = run_all(&mut e, &ids);
+    assert_eq!(prefill, 300, "{cached:?}");
+    // With it the followers wait for the leader's blocks: six full blocks each are cached,
+    // and only their 4-token tails are computed again.
+    let mut e = cache_engine(256, true);
+    let ids = trio(&mut e, 1, true);
+    let (cached, prefill) = run_all(&mut e, &ids);
+    assert_eq!(cached[0], PrefixHit::default());
+    for c in &cached[1..] {
+        assert_eq!(c.hbm + c.dram, 96, "{cached:?}");
+    }
+    assert_eq!(prefill, 100 + 2 * 4);
+    // A follower whose leader is gone (aborted) does not wait.
+    let mut e = cache_engine(256, true);
+    let ids = trio(&mut e, 1, true);
+    e.abort(ids[0]);
+    let (_, prefill) = run_all(&mut e, &ids[1..]);
+    assert!(prefill >= 100, "{prefill}");
+    // Without the prefix cache, `follows` changes nothing.
+    let mut e = engine_with(
+        PolicyKind::Wlvf,
+        EngineConfig {
+            hbm_blocks: 256,
+            dram_blocks: 512,
+            prefix_cache: false,
+            ..EngineConfig::default()
+        },
+    );
+    let ids = trio(&mut e, 1, true);
+    assert_eq!(run_all(&mut e, &ids).1, 300);
+}

@@ -176,6 +176,7 @@ impl<'a> Live<'a> {
             sampling: SamplingParams::default(),
             arrival: Some(t),
             cache: None,
+            follows: None,
         };
         if self.run.keep_prompts || self.next_turn.contains_key(&spec.id) {
             self.prompts.insert(spec.id, prompt);
