@@ -121,6 +121,9 @@ pub enum EngineEvent {
         /// Prompt tokens found in the prefix cache at its first admission (as `Finished`'s),
         /// so a caller that stops the request early still knows them.
         cached: PrefixHit,
+        /// With the first token of a request with `SamplingParams::prompt_logprobs`: the
+        /// scores of prompt tokens `1..` (entry `i` is token `i + 1`'s); empty otherwise.
+        prompt_logprobs: Vec<TokenLogprobs>,
     },
     /// The request ended (exactly once per request).
     Finished {
@@ -389,6 +392,12 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
         if self.requests.contains_key(&id) {
             return Err(EngineError::Duplicate(id));
+        }
+        if spec.sampling.prompt_logprobs.is_some() && !self.runner.prompt_logprobs() {
+            return Err(EngineError::Unsupported {
+                id,
+                what: "prompt log-probabilities (`echo` with `logprobs`)",
+            });
         }
         let waiting = self.census.count(ReqState::Waiting);
         if waiting >= self.cfg.max_queue {

@@ -27,6 +27,8 @@ pub enum EngineError {
     WouldMissSlo { id: RequestId, wait_s: f64 },
     #[error("request {id:?}: weight must be positive and SLOs positive, got weight {weight}")]
     BadRequest { id: RequestId, weight: f64 },
+    #[error("request {id:?}: this model runner does not report {what}")]
+    Unsupported { id: RequestId, what: &'static str },
     #[error("profile {name}: {msg}")]
     Profile { name: String, msg: String },
     #[error("model runner: {0}")]

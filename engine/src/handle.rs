@@ -52,6 +52,9 @@ pub enum StreamEvent {
         logprobs: Option<TokenLogprobs>,
         /// Prompt tokens found in the prefix cache (as `Finished`'s).
         cached: PrefixHit,
+        /// With the first token of a request with `SamplingParams::prompt_logprobs`: the
+        /// scores of prompt tokens `1..`.
+        prompt_logprobs: Vec<TokenLogprobs>,
     },
     /// The end (always the last event).
     Finished {
@@ -373,6 +376,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                     t,
                     logprobs,
                     cached,
+                    prompt_logprobs,
                 } => {
                     let gone = self.streams.get(&id).is_some_and(|tx| {
                         tx.try_send(StreamEvent::Token {
@@ -380,6 +384,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                             t,
                             logprobs,
                             cached,
+                            prompt_logprobs,
                         })
                         .is_err()
                     });

@@ -2,7 +2,7 @@
 //! request moves through ([`ReqState`]) and its times.
 
 use crate::kv::{BlockHash, CacheScope, PrefixHit};
-use crate::sampling::SamplingParams;
+use crate::sampling::{SamplingParams, TokenLogprobs};
 use superinfer_policies::{Phase, RequestId, Slo, TenantId};
 
 /// A validated request: tenant data arrives as plain fields (DESIGN.md: engine → tenants is
@@ -109,6 +109,9 @@ pub struct Request {
     pub cache_base: u64,
     /// What its first admission found in the prefix cache.
     pub cached: PrefixHit,
+    /// Scores of prompt tokens `1..` so far (`SamplingParams::prompt_logprobs`): entry `i`
+    /// is token `i + 1`'s, until they go out with the first token.
+    pub prompt_logprobs: Vec<TokenLogprobs>,
 }
 
 impl Request {
@@ -134,6 +137,7 @@ impl Request {
             cache_root: BlockHash(0),
             cache_base: 0,
             cached: PrefixHit::default(),
+            prompt_logprobs: Vec::new(),
         }
     }
 

@@ -60,6 +60,9 @@ pub struct StepOutput {
     pub elapsed: f64,
     /// Log-probabilities per batch entry, where its request asked for them; may be empty.
     pub logprobs: Vec<Option<TokenLogprobs>>,
+    /// Prompt log-probabilities (`SamplingParams::prompt_logprobs`): `(entry, scores)`, the
+    /// scores of tokens `pos + 1 ..` of that entry's chunk, those still in the prompt.
+    pub prompt_logprobs: Vec<(usize, Vec<TokenLogprobs>)>,
 }
 
 /// Runs the model.
@@ -70,4 +73,9 @@ pub trait ModelRunner: Send {
     fn eos_token_ids(&self) -> &[u32];
     /// Runs one step.
     fn step(&mut self, batch: &StepBatch<'_>) -> Result<StepOutput, EngineError>;
+    /// Whether it reports prompt log-probabilities (`SamplingParams::prompt_logprobs`);
+    /// the engine refuses such requests otherwise.
+    fn prompt_logprobs(&self) -> bool {
+        false
+    }
 }

@@ -33,6 +33,12 @@ pub struct SamplingParams {
     /// `Some(n)`: report the sampled token's log-probability and the `n` most likely
     /// alternatives (the distribution after penalties, before temperature and cuts).
     pub logprobs: Option<u32>,
+    /// `Some(n)`: also score every prompt token after the first, from the model's raw
+    /// distribution at the position before it, with the `n` most likely alternatives
+    /// (completions' `echo` with `logprobs`); such a request is never served from the
+    /// prefix cache (cached tokens have no logits). Only runners that report
+    /// [`crate::runner::ModelRunner::prompt_logprobs`] take it.
+    pub prompt_logprobs: Option<u32>,
     /// Added to the logits of these tokens before anything else (OpenAI's `logit_bias`).
     pub logit_bias: Vec<(u32, f32)>,
     /// No end-of-sequence token, and none of `min_tokens_stops`, until this many tokens have
@@ -60,6 +66,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             presence_penalty: 0.0,
             logprobs: None,
+            prompt_logprobs: None,
             logit_bias: Vec::new(),
             min_tokens: 0,
             min_tokens_stops: Vec::new(),
@@ -152,7 +159,7 @@ fn log_softmax(xs: &[f32]) -> Vec<f32> {
     xs.iter().map(|&x| x - log_z).collect()
 }
 
-fn logprobs_of(logits: &[f32], token: usize, n: u32) -> TokenLogprobs {
+pub(crate) fn logprobs_of(logits: &[f32], token: usize, n: u32) -> TokenLogprobs {
     let lp = log_softmax(logits);
     let mut ids: Vec<usize> = (0..lp.len()).collect();
     let n = (n as usize).min(ids.len());

@@ -135,6 +135,7 @@ fn teacher_forced_logits_match_transformers() {
                 end,
                 blocks: &table,
                 sample: true,
+                all_rows: false,
             };
             let logits = model.forward(&[chunk], &arena).unwrap();
             let row: Vec<f32> = logits.get(0).unwrap().to_vec1().unwrap();
@@ -253,6 +254,7 @@ fn an_imported_directory_serves_the_same_tokens_and_logits() {
             end: tokens.len(),
             blocks: &table,
             sample: true,
+            all_rows: false,
         };
         model
             .forward(&[chunk], &arena)

@@ -90,6 +90,7 @@ fn chunks<'a>(
             end,
             blocks: &t[i],
             sample: true,
+            all_rows: false,
         })
         .collect()
 }
@@ -197,6 +198,7 @@ fn gpu_logits_match_transformers() {
             end: s.len(),
             blocks: b,
             sample: true,
+            all_rows: false,
         })
         .collect();
     let got = gpu

@@ -204,6 +204,7 @@ fn start_cpu(dir: &Path, id: String, opts: &EngineOptions) -> anyhow::Result<Bac
     let model = ModelInfo {
         id,
         max_model_len: context_len(&config),
+        prompt_logprobs: true,
     };
     serve_engine(engine, opts, false, Text::model(codec), model)
 }
@@ -291,6 +292,7 @@ fn start_gpu(model: &str, gpu: &GpuOptions, opts: &EngineOptions) -> anyhow::Res
     let info = ModelInfo {
         id,
         max_model_len: context_len(&config),
+        prompt_logprobs: false,
     };
     let text = codec.map_or_else(Text::words, Text::model);
     serve_engine(engine, opts, false, text, info)
@@ -352,6 +354,7 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
     let model = ModelInfo {
         id: format!("sim-{name}"),
         max_model_len: u32::MAX,
+        prompt_logprobs: false,
     };
     serve_engine(engine, opts, !zero, Text::words(), model)
 }

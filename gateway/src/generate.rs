@@ -39,6 +39,17 @@ pub struct TokenLogprob {
     pub top: Vec<(String, f32)>,
 }
 
+impl TokenLogprob {
+    /// The engine's report `lp` for token `token`, with the tokens' texts.
+    fn of(d: &Decoder, token: u32, lp: &superinfer_engine::TokenLogprobs) -> TokenLogprob {
+        TokenLogprob {
+            token: d.token_text(token),
+            logprob: lp.logprob,
+            top: lp.top.iter().map(|&(t, p)| (d.token_text(t), p)).collect(),
+        }
+    }
+}
+
 /// How a request ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
@@ -69,6 +80,10 @@ pub struct Generation {
     finished: bool,
     /// Log-probabilities of tokens not yet reported (when the request asked for them).
     logprobs: Vec<TokenLogprob>,
+    /// Scores of prompt tokens `1..` (`echo` with `logprobs`), as the first token brought them.
+    prompt_logprobs: Vec<TokenLogprob>,
+    /// The prompt's ids, when its tokens are scored ([`Generation::scoring_prompt`]).
+    scored_prompt: Vec<u32>,
     /// The request's concurrency slot and usage, shared by the choices of one request.
     share: Arc<Admitted>,
 }
@@ -98,8 +113,22 @@ impl Generation {
             pending_done: None,
             finished: false,
             logprobs: Vec::new(),
+            prompt_logprobs: Vec::new(),
+            scored_prompt: Vec::new(),
             share,
         }
+    }
+
+    /// The request scores its prompt (`echo` with `logprobs`), whose ids are `prompt`.
+    pub fn scoring_prompt(mut self, prompt: &[u32]) -> Generation {
+        self.scored_prompt = prompt.to_vec();
+        self
+    }
+
+    /// The prompt's tokens with their scores (the first has none, so it is not here: entry
+    /// `k` is token `k + 1`'s), once the first token arrived.
+    pub fn take_prompt_logprobs(&mut self) -> Vec<TokenLogprob> {
+        std::mem::take(&mut self.prompt_logprobs)
     }
 
     /// The next piece; `None` after `Done`.
@@ -115,17 +144,22 @@ impl Generation {
                     token,
                     logprobs,
                     cached,
+                    prompt_logprobs,
                     ..
                 }) => {
                     self.cached = cached;
                     self.on_token();
+                    let d = &self.decoder;
                     if let Some(lp) = logprobs {
-                        let d = &self.decoder;
-                        self.logprobs.push(TokenLogprob {
-                            token: d.token_text(token),
-                            logprob: lp.logprob,
-                            top: lp.top.iter().map(|&(t, p)| (d.token_text(t), p)).collect(),
-                        });
+                        self.logprobs.push(TokenLogprob::of(d, token, &lp));
+                    }
+                    if !prompt_logprobs.is_empty() {
+                        // Entry `k` scores prompt token `k + 1`.
+                        self.prompt_logprobs = prompt_logprobs
+                            .iter()
+                            .zip(self.scored_prompt.iter().skip(1))
+                            .map(|(lp, &t)| TokenLogprob::of(d, t, lp))
+                            .collect();
                     }
                     let piece = self.decoder.push(token);
                     let cut = self.stop.push(&piece);

@@ -122,6 +122,13 @@ async fn generate(
     );
     meta.continuous_usage = valid.continuous_usage;
     meta.echo = valid.echo;
+    let gen = if valid.sampling.prompt_logprobs.is_some() {
+        // `echo` with `logprobs` (never streamed): the prompt's tokens lead the logprobs.
+        meta.echo_first = Some(state.text.decoder().token_text(valid.prompt[0]));
+        gen.scoring_prompt(&valid.prompt)
+    } else {
+        gen
+    };
     if let Some(t) = valid.tools.as_ref().filter(|t| t.parses()) {
         let stream = crate::tools::ToolStream::new(valid.tool_format, t.tools.clone());
         meta.tools = Some(std::cell::RefCell::new(stream));
@@ -143,6 +150,10 @@ async fn collect(mut gen: Generation, meta: ResponseMeta, metrics: &Metrics) -> 
     let mut text = meta.echo.clone().unwrap_or_default();
     let mut logprobs = Vec::new();
     while let Some(piece) = gen.next().await {
+        let prompt = gen.take_prompt_logprobs();
+        if !prompt.is_empty() {
+            logprobs.splice(0..0, prompt);
+        }
         logprobs.extend(gen.take_logprobs());
         match piece {
             Piece::Text(t) => text.push_str(&t),

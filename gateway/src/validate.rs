@@ -35,6 +35,9 @@ pub struct ModelInfo {
     pub id: String,
     /// Prompt plus output tokens of one request, at most.
     pub max_model_len: u32,
+    /// The backend scores prompt tokens (`echo` with `logprobs`): the CPU model path does;
+    /// the simulated engine and the GPU path do not.
+    pub prompt_logprobs: bool,
 }
 
 /// A request that passed validation.
@@ -289,9 +292,14 @@ pub fn validate(
         endpoint,
         &prompt,
         several,
-        logprobs,
+        (logprobs, body.stream.unwrap_or(false)),
+        model,
         text,
     )?;
+    if echo.is_some() {
+        // Scored in the engine (validated above: a backend that can, not streamed).
+        sampling.prompt_logprobs = logprobs;
+    }
     Ok(ValidRequest {
         tools,
         tool_format,

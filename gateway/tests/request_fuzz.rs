@@ -55,6 +55,7 @@ fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
     let model = ModelInfo {
         id: MODEL.into(),
         max_model_len: 96,
+        prompt_logprobs: false,
     };
     let t = tenant();
     for endpoint in [Endpoint::Completions, Endpoint::Chat] {

@@ -136,6 +136,45 @@ async fn logit_bias_echo_and_continuous_usage_do_what_they_say() {
         text.starts_with("In the beginning") && text.len() > 16,
         "{v}"
     );
+    // With `logprobs`: the prompt's tokens lead, the first unscored, each scored by the model
+    // (`engine/tests/prompt_logprobs_cpu.rs` checks the values), then the answer's.
+    let body = json!({"prompt": "In the beginning", "max_tokens": 4, "echo": true,
+                      "logprobs": 2, "ignore_eos": true, "temperature": 0});
+    let v: Value = s
+        .post("/v1/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let lp = &v["choices"][0]["logprobs"];
+    let n_prompt = v["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
+    let tokens = lp["tokens"].as_array().expect("tokens");
+    assert_eq!(tokens.len(), n_prompt + 4, "{v}");
+    assert!(
+        lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(),
+        "{v}"
+    );
+    for i in 1..tokens.len() {
+        let p = lp["token_logprobs"][i].as_f64().expect("a score");
+        assert!(p <= 0.0, "{v}");
+        assert_eq!(lp["top_logprobs"][i].as_object().unwrap().len(), 2, "{v}");
+    }
+    let joined: String = tokens[..n_prompt]
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(joined.trim(), "In the beginning", "{v}");
+    let offsets: Vec<u64> = lp["text_offset"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_u64().unwrap())
+        .collect();
+    assert!(
+        offsets[0] == 0 && offsets.windows(2).all(|w| w[0] <= w[1]),
+        "{offsets:?}"
+    );
+
     let streamed = json!({"prompt": "In the beginning", "max_tokens": 4, "echo": true,
                           "ignore_eos": true, "stream": true});
     let body = s

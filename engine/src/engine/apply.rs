@@ -51,6 +51,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// The cached run a waiting request would start with, and its cost: full blocks only, and
     /// never the block of the last token (its logits are computed, so it is written).
     fn hit_of(&self, r: &Request) -> HitCost {
+        if r.spec.sampling.prompt_logprobs.is_some() {
+            // Every prompt token must be computed to be scored.
+            return HitCost::default();
+        }
         let limit = (r.tokens.len() as u32).saturating_sub(1) / self.cfg.block_size;
         let limit = (limit as usize).min(r.hashes.len());
         self.pool.hit_cost(&r.hashes[..limit])

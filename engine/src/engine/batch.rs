@@ -139,9 +139,13 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         };
         let eos = self.runner.eos_token_ids().to_vec();
         let mut logprobs = out.logprobs.into_iter();
+        let mut scores = out.prompt_logprobs.into_iter().peekable();
         let mut service: BTreeMap<TenantId, (f64, Service)> = BTreeMap::new();
-        for (span, token) in spans.into_iter().zip(out.tokens) {
+        for (i, (span, token)) in spans.into_iter().zip(out.tokens).enumerate() {
             let lp = logprobs.next().flatten();
+            if let Some((_, s)) = scores.next_if(|(at, _)| *at == i) {
+                self.keep_prompt_scores(span, s);
+            }
             let c = self.advance(span, (token, lp), t, &eos);
             if c.decode_step {
                 report.decode_tokens += 1;
@@ -170,6 +174,24 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         StepReport {
             batch_size: spans.len(),
             ..Default::default()
+        }
+    }
+
+    /// Keeps the scores of prompt tokens `span.pos + 1 ..` that the request has not had yet
+    /// (a recompute scores its prompt again); they go out with its first token.
+    fn keep_prompt_scores(&mut self, span: Span, scores: Vec<TokenLogprobs>) {
+        let Some(req) = self.requests.get_mut(&span.id) else {
+            return;
+        };
+        if req.generated > 0 {
+            return; // sent with its first token already
+        }
+        // `req.prompt_logprobs[k]` is token `k + 1`'s; `scores[k]` is token `pos + 1 + k`'s.
+        let have = req.prompt_logprobs.len();
+        let from = span.pos as usize;
+        if from <= have {
+            req.prompt_logprobs
+                .extend(scores.into_iter().skip(have - from));
         }
     }
 
@@ -212,12 +234,18 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             }
             req.t_first.get_or_insert(t);
             req.t_last = Some(t);
+            let prompt_logprobs = if req.generated == 1 {
+                std::mem::take(&mut req.prompt_logprobs)
+            } else {
+                Vec::new()
+            };
             self.events.push(EngineEvent::Token {
                 id: span.id,
                 token: tok,
                 t,
                 logprobs,
                 cached: req.cached,
+                prompt_logprobs,
             });
             // A grammar that is complete ends the request (ignore_eos or not).
             let grammar_done = match self.constraints.get_mut(&span.id) {

@@ -29,6 +29,9 @@ pub struct SeqChunk<'a> {
     pub blocks: &'a [u32],
     /// Return logits for the last token of the chunk.
     pub sample: bool,
+    /// Return logits for every token of the chunk (prompt log-probabilities), in order; the
+    /// last of them is the sampling row when `sample` is set.
+    pub all_rows: bool,
 }
 
 struct Layer {
@@ -144,7 +147,8 @@ impl PagedLlama {
     }
 
     /// Runs one step over `chunks`, writing their K/V into `kv`; returns f32 logits
-    /// `(sampling chunks, vocab)`, one row per chunk with `sample`, in order.
+    /// `(rows, vocab)`, in chunk order: every token's row for a chunk with `all_rows`, else
+    /// one row (its last token's) for a chunk with `sample`.
     pub fn forward(&self, chunks: &[SeqChunk<'_>], kv: &KvArena) -> R<Tensor> {
         let plan = StepPlan::new(chunks, kv, &self.cfg)?;
         let dev = &self.device;
@@ -515,7 +519,9 @@ impl StepPlan {
             let offset = p.ids.len();
             p.ids.extend_from_slice(&c.tokens[c.pos..c.end]);
             p.positions.extend(c.pos as u32..c.end as u32);
-            if c.sample {
+            if c.all_rows {
+                p.sample_rows.extend(offset as u32..p.ids.len() as u32);
+            } else if c.sample {
                 p.sample_rows.push((p.ids.len() - 1) as u32);
             }
             if c.end - c.pos == 1 {

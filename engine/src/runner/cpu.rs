@@ -11,7 +11,7 @@ use crate::error::EngineError;
 use crate::kv::BlockGeometry;
 use crate::model::kv_arena::candle_err;
 use crate::model::{KvArena, ModelConfig, PagedLlama, SeqChunk};
-use crate::sampling::{bias_and_hold_stops, sample, TokenLogprobs};
+use crate::sampling::{bias_and_hold_stops, logprobs_of, sample, TokenLogprobs};
 use candle_core::{DType, Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -114,8 +114,8 @@ impl CpuRunner {
         &mut self.model
     }
 
-    /// Runs `batch` and returns the logits of its sampling entries `(n, vocab)` without
-    /// sampling (for tests and tools).
+    /// Runs `batch` and returns its logits rows without sampling (for tests and tools): one
+    /// per sampling entry, or one per token of an entry that scores its prompt.
     pub fn logits(&mut self, batch: &StepBatch<'_>) -> Result<Tensor, EngineError> {
         let tables = hbm_tables(batch)?;
         self.model.forward(&seq_chunks(batch, &tables), &self.arena)
@@ -138,8 +138,15 @@ pub(crate) fn seq_chunks<'a>(
             end: e.end as usize,
             blocks: t,
             sample: e.sample,
+            all_rows: scores_prompt(e),
         })
         .collect()
+}
+
+/// Whether `e`'s chunk scores prompt tokens: its request asks for prompt log-probabilities
+/// and the chunk predicts at least one prompt token (position `p` predicts token `p + 1`).
+fn scores_prompt(e: &super::BatchEntry<'_>) -> bool {
+    e.sampling.prompt_logprobs.is_some() && e.pos + 1 < e.prompt_len
 }
 
 /// Every entry's block table as HBM block ids; an error names a request with a block that is
@@ -172,6 +179,10 @@ impl ModelRunner for CpuRunner {
         &self.eos
     }
 
+    fn prompt_logprobs(&self) -> bool {
+        true
+    }
+
     fn step(&mut self, batch: &StepBatch<'_>) -> Result<StepOutput, EngineError> {
         let start = Instant::now();
         let logits = self.logits(batch)?;
@@ -182,7 +193,21 @@ impl ModelRunner for CpuRunner {
         let n = batch.entries.len();
         let mut tokens = Vec::with_capacity(n);
         let mut logprobs: Vec<Option<TokenLogprobs>> = Vec::with_capacity(n);
-        for e in &batch.entries {
+        let mut prompt_logprobs = Vec::new();
+        for (i, e) in batch.entries.iter().enumerate() {
+            if scores_prompt(e) {
+                // One row per token of the chunk; the last is the sampling row (if it samples).
+                let scored = (e.len() - u32::from(e.sample)) as usize;
+                let top = e.sampling.prompt_logprobs.unwrap_or(0);
+                let mut scores = Vec::new();
+                for (k, row) in rows.by_ref().take(scored).enumerate() {
+                    let next = e.pos as usize + k + 1;
+                    if next < e.prompt_len as usize {
+                        scores.push(logprobs_of(&row, e.tokens[next] as usize, top));
+                    }
+                }
+                prompt_logprobs.push((i, scores));
+            }
             if !e.sample {
                 tokens.push(None);
                 logprobs.push(None);
@@ -211,6 +236,7 @@ impl ModelRunner for CpuRunner {
             tokens,
             elapsed: start.elapsed().as_secs_f64(),
             logprobs,
+            prompt_logprobs,
         })
     }
 }

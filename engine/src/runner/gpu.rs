@@ -204,6 +204,7 @@ impl ModelRunner for GpuRunner {
             tokens,
             elapsed: start.elapsed().as_secs_f64(),
             logprobs: lps,
+            prompt_logprobs: Vec::new(),
         })
     }
 }

@@ -69,6 +69,10 @@ pub struct ResponseMeta {
     pub continuous_usage: bool,
     /// Completions with `echo`: the prompt's text, sent first.
     pub echo: Option<String>,
+    /// Completions with `echo` and `logprobs`: the prompt's first token's text, whose entry
+    /// (log-probability `null`) leads the `logprobs`; the prompt's other tokens follow, then
+    /// the answer's.
+    pub echo_first: Option<String>,
     /// The request asked for log-probabilities.
     pub logprobs: bool,
     /// Characters of completion text reported so far (`text_offset` of completions).
@@ -181,6 +185,7 @@ impl ResponseMeta {
             include_usage,
             continuous_usage: false,
             echo: None,
+            echo_first: None,
             logprobs,
             offset: Cell::new(0),
             tools: None,
@@ -200,17 +205,31 @@ impl ResponseMeta {
         }
         Some(match self.endpoint {
             Endpoint::Completions => {
-                let mut offsets = Vec::with_capacity(entries.len());
+                let mut offsets = Vec::with_capacity(entries.len() + 1);
+                let mut tokens = Vec::with_capacity(entries.len() + 1);
+                let mut token_logprobs = Vec::with_capacity(entries.len() + 1);
+                let mut top_logprobs = Vec::with_capacity(entries.len() + 1);
+                if let Some(first) = &self.echo_first {
+                    // The prompt's first token has nothing before it to be scored by.
+                    tokens.push(first.as_str());
+                    token_logprobs.push(Value::Null);
+                    top_logprobs.push(Value::Null);
+                    offsets.push(self.offset.get());
+                    self.offset.set(self.offset.get() + first.chars().count());
+                }
                 for e in entries {
                     offsets.push(self.offset.get());
                     self.offset.set(self.offset.get() + e.token.chars().count());
+                    tokens.push(&e.token);
+                    token_logprobs.push(json!(e.logprob));
+                    top_logprobs.push(Value::Object(
+                        e.top.iter().map(|(t, p)| (t.clone(), json!(p))).collect(),
+                    ));
                 }
                 json!({
-                    "tokens": entries.iter().map(|e| &e.token).collect::<Vec<_>>(),
-                    "token_logprobs": entries.iter().map(|e| e.logprob).collect::<Vec<_>>(),
-                    "top_logprobs": entries.iter().map(|e| {
-                        e.top.iter().map(|(t, p)| (t.clone(), json!(p))).collect::<serde_json::Map<_, _>>()
-                    }).collect::<Vec<_>>(),
+                    "tokens": tokens,
+                    "token_logprobs": token_logprobs,
+                    "top_logprobs": top_logprobs,
                     "text_offset": offsets,
                 })
             }

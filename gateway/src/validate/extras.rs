@@ -3,7 +3,7 @@
 
 use superinfer_engine::SamplingParams;
 
-use super::Endpoint;
+use super::{Endpoint, ModelInfo};
 use crate::error::{GatewayError, Result};
 use crate::text::Text;
 
@@ -82,14 +82,16 @@ pub(super) fn logit_bias(
     Ok(out)
 }
 
-/// `echo` on completions: the prompt's text before the answer (not with a list of prompts,
-/// nor with `logprobs`, which would need the prompt's log-probabilities).
+/// `echo` on completions: the prompt's text before the answer (not with a list of prompts).
+/// With `logprobs` the prompt's tokens are scored too, on a backend that can
+/// (`ModelInfo::prompt_logprobs`), in a response that is not streamed.
 pub(super) fn echo_text(
     on: bool,
     endpoint: Endpoint,
     prompt: &[u32],
     several: bool,
-    logprobs: Option<u32>,
+    (logprobs, stream): (Option<u32>, bool),
+    model: &ModelInfo,
     text: &Text,
 ) -> Result<Option<String>> {
     if several && (on || logprobs.is_some()) {
@@ -110,8 +112,16 @@ pub(super) fn echo_text(
     if endpoint == Endpoint::Chat {
         return refuse("`echo` is not supported in chat completions");
     }
-    if logprobs.is_some() {
-        return refuse("`echo` with `logprobs` is not supported (no prompt log-probabilities)");
+    if logprobs.is_some() && !model.prompt_logprobs {
+        return refuse(
+            "`echo` with `logprobs` is not supported by this backend (it reports no prompt \
+             log-probabilities; the CPU model path does)",
+        );
+    }
+    if logprobs.is_some() && stream {
+        return refuse(
+            "`echo` with `logprobs` is not supported when streaming; leave out `stream`",
+        );
     }
     Ok(Some(text.prompt_text(prompt)))
 }

@@ -22,6 +22,7 @@ fn model() -> ModelInfo {
     ModelInfo {
         id: "m".into(),
         max_model_len: 50,
+        prompt_logprobs: false,
     }
 }
 
@@ -341,6 +342,7 @@ fn the_prompt_limit_is_the_smaller_of_the_tenants_and_the_models_context() {
     let small_model = ModelInfo {
         id: "m".into(),
         max_model_len: 50,
+        prompt_logprobs: false,
     };
     let max = text.max_prompt_bytes(49).unwrap();
     let body = format!(r#"{{"prompt":"{}"}}"#, "a".repeat(max + 1));
@@ -423,4 +425,40 @@ fn cache_salt_is_a_bounded_non_empty_string() {
         "x".repeat(MAX_CACHE_SALT_BYTES)
     );
     assert!(check(Endpoint::Completions, &edge).is_ok());
+}
+
+#[test]
+fn echo_with_logprobs_scores_the_prompt_where_the_backend_can_and_not_streamed() {
+    let scoring = ModelInfo {
+        prompt_logprobs: true,
+        ..model()
+    };
+    let run = |json: &str| {
+        let body = parse(json.as_bytes()).unwrap();
+        validate(
+            Endpoint::Completions,
+            body,
+            &tenant(),
+            &scoring,
+            &Text::words(),
+        )
+    };
+    let v = run(r#"{"prompt":"a b","echo":true,"logprobs":2}"#).unwrap();
+    assert_eq!(v.sampling.prompt_logprobs, Some(2));
+    assert!(v.echo.is_some());
+    // Without `echo`, the prompt is not scored.
+    let v = run(r#"{"prompt":"a b","logprobs":2}"#).unwrap();
+    assert_eq!(v.sampling.prompt_logprobs, None);
+    assert_eq!(
+        param_of(run(
+            r#"{"prompt":"a b","echo":true,"logprobs":1,"stream":true}"#
+        )),
+        "echo"
+    );
+    // A backend that cannot score prompts refuses, naming `echo`.
+    let e = check(
+        Endpoint::Completions,
+        r#"{"prompt":"a","echo":true,"logprobs":1}"#,
+    );
+    assert_eq!(param_of(e), "echo");
 }
