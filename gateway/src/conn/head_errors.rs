@@ -258,4 +258,36 @@ mod tests {
             assert!(v["error"]["message"].is_string(), "{text}");
         }
     }
+
+    #[tokio::test]
+    async fn on_a_kept_alive_connection_only_the_bad_request_is_rewritten() {
+        use hyper::server::conn::http1;
+        use hyper_util::rt::TokioIo;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let (mut client, server) = tokio::io::duplex(8192);
+        let svc = hyper::service::service_fn(|_req| async {
+            Ok::<_, std::convert::Infallible>(hyper::Response::new(String::from("ok")))
+        });
+        let served = tokio::spawn(
+            http1::Builder::new().serve_connection(TokioIo::new(HeadErrors::new(server)), svc),
+        );
+        client
+            .write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nno colon\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.unwrap();
+        let _ = served.await;
+        let text = String::from_utf8_lossy(&answer);
+        // The first answer is the service's, untouched; the second is the rewritten 400.
+        let (first, second) = text.split_once("HTTP/1.1 400 ").expect(&text);
+        assert!(
+            first.starts_with("HTTP/1.1 200 OK\r\n") && first.ends_with("\r\n\r\nok"),
+            "{text}"
+        );
+        let body = second.split_once("\r\n\r\n").unwrap().1;
+        let v: serde_json::Value = serde_json::from_str(body).expect(&text);
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{text}");
+    }
 }
