@@ -119,6 +119,15 @@ impl TestServer {
             .expect("the server answers")
     }
 
+    /// POSTs `body` to `path` with `key`; the answer's JSON body (whatever its status).
+    pub async fn post_json(&self, path: &str, key: &str, body: &Value) -> Value {
+        self.post(path, key, body)
+            .await
+            .json()
+            .await
+            .expect("a JSON body")
+    }
+
     pub async fn get(&self, path: &str, key: &str) -> Response {
         self.client
             .get(self.url(path))

@@ -140,12 +140,7 @@ async fn logit_bias_echo_and_continuous_usage_do_what_they_say() {
     // (`engine/tests/prompt_logprobs_cpu.rs` checks the values), then the answer's.
     let body = json!({"prompt": "In the beginning", "max_tokens": 4, "echo": true,
                       "logprobs": 2, "ignore_eos": true, "temperature": 0});
-    let v: Value = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v = s.post_json("/v1/completions", &s.key, &body).await;
     let lp = &v["choices"][0]["logprobs"];
     let n_prompt = v["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
     let tokens = lp["tokens"].as_array().expect("tokens");

@@ -121,12 +121,12 @@ async fn a_tenant_hits_its_own_prefix_and_no_one_else_does_unless_shared() {
         } else {
             body["messages"] = json!([{"role": "user", "content": fresh}]);
         }
-        let v: Value = s.post(endpoint, &s.key, &body).await.json().await.unwrap();
+        let v = s.post_json(endpoint, &s.key, &body).await;
         let n3 = v["usage"]["prompt_tokens_details"]["cached_tokens"]
             .as_u64()
             .unwrap();
         body["n"] = json!(1);
-        let again: Value = s.post(endpoint, &s.key, &body).await.json().await.unwrap();
+        let again = s.post_json(endpoint, &s.key, &body).await;
         let one = again["usage"]["prompt_tokens_details"]["cached_tokens"]
             .as_u64()
             .unwrap();
