@@ -1,10 +1,12 @@
 //! A streamed answer split as [`parse`] splits a whole one, sent as OpenAI streams tool calls:
-//! text before a call streams as content; a Hermes call of the plain shape
-//! `{"name": "f", "arguments": {…}}` opens with one delta (its index, id and name) as soon as
-//! the name is complete, then its arguments stream in pieces as the model writes them (the
-//! pieces concatenate to the model's JSON text of the arguments). A call of any other shape
-//! (`arguments` before `name`, arguments given as a string) and every Llama-form call is sent
-//! whole once it is complete, as one delta.
+//! text before a call streams as content; a call of the plain shape — Hermes
+//! `<tool_call>{"name": "f", "arguments": {…}}</tool_call>`, Llama 3.1
+//! `{"name": "f", "parameters": {…}}` (`; `-separated, after an optional `<|python_tag|>`) —
+//! opens with one delta (its index, id and name) as soon as the name is complete, then its
+//! arguments stream in pieces as the model writes them (the pieces concatenate to the model's
+//! JSON text of the arguments). A call of any other shape (arguments before `name`, arguments
+//! given as a string) is sent whole once it is complete, as one delta; a Llama-form answer
+//! that does not start as such a call is parsed whole at its end.
 
 use super::parse::{parse, parse_hermes, Parsed, ToolCall, CLOSE, OPEN, PYTHON_TAG};
 use super::{Tool, ToolFormat};
@@ -28,17 +30,63 @@ enum Open {
     No,
     /// In a call whose head (`{"name": …, "arguments": {`) is not complete yet.
     Head,
-    /// Streaming the arguments: `sent` bytes of `held` are out, at this nesting depth.
-    Args {
-        sent: usize,
-        depth: u32,
-        in_str: bool,
-        esc: bool,
-    },
+    /// Streaming the arguments: `sent` bytes of `held` are out.
+    Args { sent: usize, scan: Scan },
     /// The arguments are out; the rest of the call (`}` and space) is dropped at its close.
     Tail,
     /// A call of another shape: sent whole at its close.
     Whole,
+}
+
+/// Where a Llama-form answer is (`held` is what is not sent yet).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Llama {
+    /// Nothing decided yet (leading space, or a part of `<|python_tag|>`).
+    Start,
+    /// Text: it streams as content.
+    Text,
+    /// Calls: the next one's head is not complete yet.
+    Head,
+    /// Streaming a call's parameters: `sent` bytes of `held` are out.
+    Args { sent: usize, scan: Scan },
+    /// After a streamed call: `}` and space, then `;` and the next call, or the end.
+    Between,
+    /// Not of the streamable shape: all of it waits for the end, parsed whole.
+    Whole,
+}
+
+/// How far a JSON value has come: its nesting depth, and whether a string (and an escape in
+/// it) is open.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Scan {
+    depth: u32,
+    in_str: bool,
+    esc: bool,
+}
+
+impl Scan {
+    /// Reads `s` (the value's next text, from its opening `{` on); the offset just past the
+    /// bracket that closes the value, if it is in `s`.
+    fn read(&mut self, s: &str) -> Option<usize> {
+        for (i, c) in s.char_indices() {
+            match (self.in_str, self.esc, c) {
+                (true, true, _) => self.esc = false,
+                (true, false, '\\') => self.esc = true,
+                (true, false, '"') => self.in_str = false,
+                (true, false, _) => {}
+                (false, _, '"') => self.in_str = true,
+                (false, _, '{' | '[') => self.depth += 1,
+                (false, _, '}' | ']') => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        return Some(i + 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
 }
 
 /// Splits a streamed answer as [`parse`] splits a whole one.
@@ -49,9 +97,12 @@ pub struct ToolStream {
     /// Text not yet sent: a possible start of a call, or a call still open.
     held: String,
     open: Open,
-    /// Llama form: the answer began as a call, so all of it waits for the end.
-    whole: bool,
-    started: bool,
+    llama: Llama,
+    /// Llama form: what was dropped before the first call (space, `<|python_tag|>`), put
+    /// back if the answer turns out not to be calls of the streamable shape.
+    lead: String,
+    /// Llama form: calls streamed so far.
+    streamed: u32,
 }
 
 /// How far the head of a call has come.
@@ -62,8 +113,8 @@ enum Head<'a> {
     Match(&'a str, usize),
 }
 
-/// Reads `{"name": "<name>", "arguments": {` (any whitespace between) at the start of `s`.
-fn head(s: &str) -> Head<'_> {
+/// Reads `{"name": "<name>", "<key>": {` (any whitespace between) at the start of `s`.
+fn head<'a>(s: &'a str, key: &str) -> Head<'a> {
     let b = s.as_bytes();
     let mut at = 0;
     let ws = |at: &mut usize| {
@@ -109,7 +160,8 @@ fn head(s: &str) -> Head<'_> {
     }
     let name = &s[name_start..at];
     at += 1;
-    for lit in [",", "\"arguments\"", ":", "{"] {
+    let key = format!("\"{key}\"");
+    for lit in [",", key.as_str(), ":", "{"] {
         if let Err(i) = expect(&mut at, lit) {
             return verdict(i);
         }
@@ -124,8 +176,9 @@ impl ToolStream {
             tools,
             held: String::new(),
             open: Open::No,
-            whole: false,
-            started: false,
+            llama: Llama::Start,
+            lead: String::new(),
+            streamed: 0,
         }
     }
 
@@ -144,18 +197,91 @@ impl ToolStream {
     }
 
     fn push_llama(&mut self) -> Vec<ToolStreamEvent> {
-        if !self.started {
-            let t = self.held.trim_start();
-            if t.is_empty() || (PYTHON_TAG.starts_with(t) && t.len() < PYTHON_TAG.len()) {
-                return Vec::new();
+        let mut out = Vec::new();
+        loop {
+            match self.llama {
+                Llama::Start => {
+                    let t = self.held.trim_start();
+                    if t.is_empty() || (PYTHON_TAG.starts_with(t) && t.len() < PYTHON_TAG.len()) {
+                        return out;
+                    }
+                    if t.starts_with('{') || t.starts_with(PYTHON_TAG) {
+                        let tag = if t.starts_with(PYTHON_TAG) {
+                            PYTHON_TAG.len()
+                        } else {
+                            0
+                        };
+                        let skip = self.held.len() - t.len() + tag;
+                        self.lead = self.held.drain(..skip).collect();
+                        self.llama = Llama::Head;
+                    } else {
+                        self.llama = Llama::Text;
+                    }
+                }
+                Llama::Text => {
+                    if !self.held.is_empty() {
+                        out.push(ToolStreamEvent::Content(std::mem::take(&mut self.held)));
+                    }
+                    return out;
+                }
+                Llama::Head => match head(self.held.trim_start(), "parameters") {
+                    Head::Incomplete => return out,
+                    Head::Match(name, brace) if self.tools.iter().any(|t| t.name == name) => {
+                        out.push(ToolStreamEvent::CallStart(ToolCall::opening(name)));
+                        let sent = self.held.len() - self.held.trim_start().len() + brace;
+                        self.streamed += 1;
+                        self.llama = Llama::Args {
+                            sent,
+                            scan: Scan::default(),
+                        };
+                    }
+                    _ if self.streamed == 0 => {
+                        // Not a call of the streamable shape: parsed whole at the end.
+                        self.held.insert_str(0, &std::mem::take(&mut self.lead));
+                        self.llama = Llama::Whole;
+                    }
+                    // After streamed calls, what is not another call is text.
+                    _ => self.llama = Llama::Text,
+                },
+                Llama::Args { sent, mut scan } => {
+                    let end = scan.read(&self.held[sent..]).map(|e| sent + e);
+                    let upto = end.unwrap_or(self.held.len());
+                    if upto > sent {
+                        out.push(ToolStreamEvent::CallArgs(self.held[sent..upto].to_string()));
+                    }
+                    match end {
+                        Some(e) => {
+                            self.held.drain(..e);
+                            self.llama = Llama::Between;
+                        }
+                        None => {
+                            self.llama = Llama::Args { sent: upto, scan };
+                            return out;
+                        }
+                    }
+                }
+                Llama::Between => {
+                    let t = self
+                        .held
+                        .trim_start_matches(|c: char| c.is_whitespace() || c == '}');
+                    if t.is_empty() {
+                        self.held.clear();
+                        return out;
+                    }
+                    match t.strip_prefix(';') {
+                        Some(rest) => {
+                            self.held = rest.to_string();
+                            self.llama = Llama::Head;
+                        }
+                        None => {
+                            self.held = t.to_string();
+                            self.llama = Llama::Text;
+                        }
+                    }
+                }
+                Llama::Whole => return out,
             }
-            self.started = true;
-            self.whole = t.starts_with('{') || t.starts_with(PYTHON_TAG);
         }
-        if self.whole {
-            return Vec::new();
-        }
-        vec![ToolStreamEvent::Content(std::mem::take(&mut self.held))]
     }
 
     fn push_hermes(&mut self) -> Vec<ToolStreamEvent> {
@@ -193,46 +319,20 @@ impl ToolStream {
     /// call closed (and `held` is what follows it).
     fn in_call(&mut self, out: &mut Vec<ToolStreamEvent>) -> bool {
         if self.open == Open::Head {
-            match head(&self.held) {
+            match head(&self.held, "arguments") {
                 Head::Incomplete if !self.held.contains(CLOSE) => return false,
                 Head::Match(name, brace) if self.tools.iter().any(|t| t.name == name) => {
                     out.push(ToolStreamEvent::CallStart(ToolCall::opening(name)));
                     self.open = Open::Args {
                         sent: brace,
-                        depth: 0,
-                        in_str: false,
-                        esc: false,
+                        scan: Scan::default(),
                     };
                 }
                 _ => self.open = Open::Whole,
             }
         }
-        if let Open::Args {
-            sent,
-            mut depth,
-            mut in_str,
-            mut esc,
-        } = self.open
-        {
-            let mut end = None;
-            for (i, c) in self.held[sent..].char_indices() {
-                match (in_str, esc, c) {
-                    (true, true, _) => esc = false,
-                    (true, false, '\\') => esc = true,
-                    (true, false, '"') => in_str = false,
-                    (true, false, _) => {}
-                    (false, _, '"') => in_str = true,
-                    (false, _, '{' | '[') => depth += 1,
-                    (false, _, '}' | ']') => {
-                        depth = depth.saturating_sub(1);
-                        if depth == 0 {
-                            end = Some(sent + i + 1);
-                            break;
-                        }
-                    }
-                    _ => {}
-                }
-            }
+        if let Open::Args { sent, mut scan } = self.open {
+            let end = scan.read(&self.held[sent..]).map(|e| sent + e);
             // Never send what could be the start of `</tool_call>` inside a broken call.
             let upto = end.unwrap_or(self.held.len());
             let upto = match self.held[sent..upto].find(CLOSE) {
@@ -244,12 +344,7 @@ impl ToolStream {
             }
             self.open = match end {
                 Some(_) => Open::Tail,
-                None => Open::Args {
-                    sent: upto,
-                    depth,
-                    in_str,
-                    esc,
-                },
+                None => Open::Args { sent: upto, scan },
             };
         }
         let Some(close) = self.held.find(CLOSE) else {
@@ -271,6 +366,18 @@ impl ToolStream {
     /// The end of the answer: whatever is held, parsed.
     pub fn finish(&mut self) -> Vec<ToolStreamEvent> {
         let held = std::mem::take(&mut self.held);
+        if self.format == ToolFormat::Llama3Json {
+            return match std::mem::replace(&mut self.llama, Llama::Text) {
+                // A call cut short: what it sent is what it has.
+                Llama::Args { .. } | Llama::Between => Vec::new(),
+                Llama::Head if self.streamed > 0 => Vec::new(),
+                Llama::Start | Llama::Head | Llama::Whole => {
+                    let lead = std::mem::take(&mut self.lead);
+                    self.finish_text(lead + &held)
+                }
+                Llama::Text => self.finish_text(held),
+            };
+        }
         match std::mem::replace(&mut self.open, Open::No) {
             // A streamed call cut short (or without its close): what it sent is what it has.
             Open::Args { .. } | Open::Tail => return Vec::new(),

@@ -219,3 +219,52 @@ fn a_plain_hermes_call_streams_its_arguments_in_pieces_and_other_shapes_go_whole
     assert_eq!(events[1], ToolStreamEvent::CallArgs("{\"ci".into()));
     assert!(s.finish().is_empty());
 }
+
+#[test]
+fn llama_calls_stream_their_parameters_and_other_answers_stay_whole_or_text() {
+    let t = tools();
+    let two = "<|python_tag|>{\"name\": \"get_time\", \"parameters\": {}}; {\"name\": \
+               \"get_weather\", \"parameters\": {\"city\": \"Os}lo\", \"n\": [1, {\"a\": 2}]}}";
+    for (text, starts, wholes) in [
+        (two, 2, 0),
+        // Parameters before the name: one whole call at the end.
+        (
+            "{\"parameters\": {\"city\": \"Oslo\"}, \"name\": \"get_weather\"}",
+            0,
+            1,
+        ),
+        // Not a call: text, sent at the end as it was.
+        ("{\"name\": \"get_time\"} and more", 0, 0),
+        ("Plain words.", 0, 0),
+    ] {
+        let whole = parse(text, ToolFormat::Llama3Json, &t.tools);
+        for n in [1, 3, 1000] {
+            let mut s = ToolStream::new(ToolFormat::Llama3Json, t.tools.clone());
+            let chars: Vec<char> = text.chars().collect();
+            let mut events = Vec::new();
+            for piece in chars.chunks(n) {
+                events.extend(s.push(&piece.iter().collect::<String>()));
+            }
+            events.extend(s.finish());
+            let count = |f: fn(&ToolStreamEvent) -> bool| events.iter().filter(|e| f(e)).count();
+            assert_eq!(
+                (
+                    count(|e| matches!(e, ToolStreamEvent::CallStart(_))),
+                    count(|e| matches!(e, ToolStreamEvent::Call(_)))
+                ),
+                (starts, wholes),
+                "{text} by {n}: {events:?}"
+            );
+            if starts > 0 && n == 1 {
+                assert!(count(|e| matches!(e, ToolStreamEvent::CallArgs(_))) > 5);
+            }
+            let (content, calls) = stream(text, n, ToolFormat::Llama3Json, &t.tools);
+            assert_eq!(content.trim(), whole.content, "{text} by {n}");
+            assert_eq!(
+                names_and_args(&calls),
+                names_and_args(&whole.calls),
+                "{text} by {n}"
+            );
+        }
+    }
+}
