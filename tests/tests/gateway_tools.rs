@@ -125,34 +125,7 @@ async fn required_and_named_answers_are_valid_calls() {
         .text()
         .await
         .unwrap();
-    let mut calls: Vec<Value> = Vec::new();
-    let mut finish = Value::Null;
-    // Deltas that carry a piece of an open call's arguments (no id: the call opened before).
-    let mut pieces = 0;
-    for e in sse_events(&text) {
-        if e == "[DONE]" {
-            continue;
-        }
-        let v: Value = serde_json::from_str(&e).unwrap();
-        let c = &v["choices"][0];
-        if !c["finish_reason"].is_null() {
-            finish = c["finish_reason"].clone();
-        }
-        for d in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
-            let i = d["index"].as_u64().unwrap() as usize;
-            pieces += usize::from(d["id"].is_null() && d["function"]["arguments"].is_string());
-            if calls.len() <= i {
-                calls.push(json!({"id": d["id"], "type": d["type"],
-                                  "function": {"name": "", "arguments": ""}}));
-            }
-            for k in ["name", "arguments"] {
-                if let Some(part) = d["function"][k].as_str() {
-                    let so_far = calls[i]["function"][k].as_str().unwrap().to_string();
-                    calls[i]["function"][k] = json!(so_far + part);
-                }
-            }
-        }
-    }
+    let (calls, finish, pieces) = reassemble(&text);
     assert_eq!(finish, "tool_calls", "{text}");
     assert!(!calls.is_empty(), "{text}");
     // The grammar writes `{"name": …, "arguments": {…}}`: the arguments stream in pieces.
@@ -216,5 +189,54 @@ async fn the_llama_json_form_is_constrained_and_parsed_too() {
         assert_eq!(calls.len(), 1, "{v}");
         check_call(&calls[0], &tools);
     }
+    // Streamed: the call opens, then its parameters arrive in pieces.
+    let b = json!({"messages": [{"role": "user", "content": ASKS[0]}], "tools": tools,
+                   "tool_choice": "required", "max_tokens": 200, "temperature": 0,
+                   "parallel_tool_calls": false, "stream": true});
+    let text = s
+        .post("/v1/chat/completions", key, &b)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let (calls, finish, pieces) = reassemble(&text);
+    assert_eq!(finish, "tool_calls", "{text}");
+    assert_eq!(calls.len(), 1, "{text}");
+    assert!(pieces > 1, "{pieces} argument pieces: {text}");
+    check_call(&calls[0], &tools);
     s.shutdown().await;
+}
+
+/// A streamed chat answer's tool-call deltas put together: the calls, the finish reason, and
+/// how many deltas carried a piece of an already opened call's arguments.
+fn reassemble(text: &str) -> (Vec<Value>, Value, usize) {
+    let mut calls: Vec<Value> = Vec::new();
+    let mut finish = Value::Null;
+    // Deltas that carry a piece of an open call's arguments (no id: the call opened before).
+    let mut pieces = 0;
+    for e in sse_events(text) {
+        if e == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&e).unwrap();
+        let c = &v["choices"][0];
+        if !c["finish_reason"].is_null() {
+            finish = c["finish_reason"].clone();
+        }
+        for d in c["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            let i = d["index"].as_u64().unwrap() as usize;
+            pieces += usize::from(d["id"].is_null() && d["function"]["arguments"].is_string());
+            if calls.len() <= i {
+                calls.push(json!({"id": d["id"], "type": d["type"],
+                                  "function": {"name": "", "arguments": ""}}));
+            }
+            for k in ["name", "arguments"] {
+                if let Some(part) = d["function"][k].as_str() {
+                    let so_far = calls[i]["function"][k].as_str().unwrap().to_string();
+                    calls[i]["function"][k] = json!(so_far + part);
+                }
+            }
+        }
+    }
+    (calls, finish, pieces)
 }
