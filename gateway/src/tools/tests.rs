@@ -75,8 +75,8 @@ fn llama_json_calls_are_parsed() {
     }
 }
 
-/// Streams `text` in pieces of `n` characters; returns the content sent and the calls.
-fn stream(text: &str, n: usize, format: ToolFormat, tools: &[Tool]) -> (String, Vec<ToolCall>) {
+/// What a tool stream lets out for `text` pushed in pieces of `n` characters, then finished.
+fn events_of(text: &str, n: usize, format: ToolFormat, tools: &[Tool]) -> Vec<ToolStreamEvent> {
     let mut s = ToolStream::new(format, tools.to_vec());
     let chars: Vec<char> = text.chars().collect();
     let mut events = Vec::new();
@@ -84,6 +84,12 @@ fn stream(text: &str, n: usize, format: ToolFormat, tools: &[Tool]) -> (String, 
         events.extend(s.push(&piece.iter().collect::<String>()));
     }
     events.extend(s.finish());
+    events
+}
+
+/// Streams `text` in pieces of `n` characters; returns the content sent and the calls.
+fn stream(text: &str, n: usize, format: ToolFormat, tools: &[Tool]) -> (String, Vec<ToolCall>) {
+    let events = events_of(text, n, format, tools);
     let mut content = String::new();
     let mut calls = Vec::new();
     for e in events {
@@ -179,13 +185,7 @@ fn a_plain_hermes_call_streams_its_arguments_in_pieces_and_other_shapes_go_whole
     let whole = parse(plain, ToolFormat::Hermes, &t.tools);
     assert_eq!(whole.calls.len(), 2, "{whole:?}");
     for n in [1, 2, 5, 1000] {
-        let mut s = ToolStream::new(ToolFormat::Hermes, t.tools.clone());
-        let chars: Vec<char> = plain.chars().collect();
-        let mut events = Vec::new();
-        for piece in chars.chunks(n) {
-            events.extend(s.push(&piece.iter().collect::<String>()));
-        }
-        events.extend(s.finish());
+        let events = events_of(plain, n, ToolFormat::Hermes, &t.tools);
         let starts = events
             .iter()
             .filter(|e| matches!(e, ToolStreamEvent::CallStart(_)))
@@ -239,13 +239,7 @@ fn llama_calls_stream_their_parameters_and_other_answers_stay_whole_or_text() {
     ] {
         let whole = parse(text, ToolFormat::Llama3Json, &t.tools);
         for n in [1, 3, 1000] {
-            let mut s = ToolStream::new(ToolFormat::Llama3Json, t.tools.clone());
-            let chars: Vec<char> = text.chars().collect();
-            let mut events = Vec::new();
-            for piece in chars.chunks(n) {
-                events.extend(s.push(&piece.iter().collect::<String>()));
-            }
-            events.extend(s.finish());
+            let events = events_of(text, n, ToolFormat::Llama3Json, &t.tools);
             let count = |f: fn(&ToolStreamEvent) -> bool| events.iter().filter(|e| f(e)).count();
             assert_eq!(
                 (
