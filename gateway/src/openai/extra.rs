@@ -9,7 +9,7 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, State};
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
@@ -173,9 +173,14 @@ async fn in_text_pool(
 ) -> Response {
     let size = body.as_ref().map_or(0, Bytes::len);
     let s = state.clone();
+    // The answer is serialized in the pool too: 250,000 token ids are megabytes of JSON.
     let answer = state
         .text_pool
-        .run_sized(ctx.tenant.id.0, size, move || job(&s, body))
+        .run_sized(ctx.tenant.id.0, size, move || {
+            job(&s, body).and_then(|v| {
+                serde_json::to_vec(&v).map_err(|e| GatewayError::Internal(e.to_string()))
+            })
+        })
         .await
         .and_then(|r| r);
     if let Err(e) = &answer {
@@ -184,7 +189,7 @@ async fn in_text_pool(
         }
     }
     answer
-        .map(|v| Json(v).into_response())
+        .map(|json| ([(header::CONTENT_TYPE, "application/json")], json).into_response())
         .unwrap_or_else(IntoResponse::into_response)
 }
 
