@@ -179,3 +179,34 @@ fn a_runner_without_prompt_scores_refuses_the_request() {
     assert!(matches!(err, EngineError::Unsupported { .. }), "{err}");
     assert!(e.is_empty());
 }
+
+#[test]
+fn a_long_scored_prompt_runs_in_chunks_of_bounded_size() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tiny_model(dir.path(), 5).unwrap();
+    let (mut e, _) = cpu_engine(dir.path(), &opts(2048)).unwrap();
+    let scoring = SamplingParams {
+        prompt_logprobs: Some(1),
+        ..SamplingParams::default()
+    };
+    e.submit(request(1, prompt(700), scoring)).unwrap();
+    let mut scores = Vec::new();
+    let mut chunks = Vec::new();
+    while !e.is_empty() {
+        let r = e.step().expect("step");
+        if r.prefill_tokens > 0 {
+            chunks.push(r.prefill_tokens);
+        }
+        for ev in e.take_events() {
+            if let EngineEvent::Token {
+                prompt_logprobs, ..
+            } = ev
+            {
+                scores.extend(prompt_logprobs);
+            }
+        }
+    }
+    // 700 tokens under a budget of 2,048: in chunks of at most 256 all the same.
+    assert_eq!(chunks, [256, 256, 188], "{chunks:?}");
+    assert_eq!(scores.len(), 699);
+}

@@ -26,6 +26,20 @@ struct Span {
     sample: bool,
 }
 
+/// Prompt tokens a request that scores its prompt (`SamplingParams::prompt_logprobs`) runs per
+/// step at most: each costs a full row of logits on the host (vocabulary × 4 bytes, ~200 KB
+/// for a 49k vocabulary), so a long prompt is scored in chunks of bounded memory.
+pub const PROMPT_SCORE_CHUNK: u32 = 256;
+
+/// The most prefill tokens `r` may run in one step (no bound unless it scores its prompt).
+fn score_cap(r: &Request) -> u32 {
+    if r.spec.sampling.prompt_logprobs.is_some() {
+        PROMPT_SCORE_CHUNK
+    } else {
+        u32::MAX
+    }
+}
+
 /// The batch under the token budget: decode tokens first (in request order), then prefill
 /// chunks in admission order; one lookup of each request's block table.
 fn plan_batch<'a>(
@@ -76,12 +90,14 @@ fn plan_batch<'a>(
     let long = cfg.long_prefill();
     let mut grants: Vec<(&Request, u32)> = Vec::with_capacity(prefills.len());
     for (_, r) in prefills {
-        let take = r.remaining().min(long).min(budget);
+        let take = r.remaining().min(long).min(budget).min(score_cap(r));
         budget -= take;
         grants.push((r, take));
     }
     for (r, take) in grants.iter_mut() {
-        let more = (r.remaining() - *take).min(budget);
+        let more = (r.remaining() - *take)
+            .min(budget)
+            .min(score_cap(r) - *take);
         budget -= more;
         *take += more;
     }
