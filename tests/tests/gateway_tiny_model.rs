@@ -44,18 +44,8 @@ async fn the_embedded_model_serves_chat_and_completions() {
         body.as_object_mut()
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
-        let a: Value = s
-            .post("/v1/completions", &s.key, &body)
-            .await
-            .json()
-            .await
-            .unwrap();
-        let b: Value = s
-            .post("/v1/completions", &s.key, &body)
-            .await
-            .json()
-            .await
-            .unwrap();
+        let a: Value = s.post_json("/v1/completions", &s.key, &body).await;
+        let b: Value = s.post_json("/v1/completions", &s.key, &body).await;
         assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"], "{body}");
         assert_eq!(a["usage"]["completion_tokens"], 6);
     }
@@ -76,12 +66,7 @@ async fn log_probabilities_come_back_per_token() {
     let s = tiny().await;
     let body =
         json!({"prompt": "And God said", "max_tokens": 5, "ignore_eos": true, "logprobs": 2});
-    let v: Value = s
-        .post("/v1/completions", &s.key, &body)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value = s.post_json("/v1/completions", &s.key, &body).await;
     let lp = &v["choices"][0]["logprobs"];
     assert_eq!(lp["tokens"].as_array().unwrap().len(), 5, "{v}");
     assert_eq!(lp["text_offset"][0], 0);
@@ -109,12 +94,7 @@ async fn log_probabilities_come_back_per_token() {
         "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "ignore_eos": true,
         "stream": true, "logprobs": true, "top_logprobs": 1,
     });
-    let text = s
-        .post("/v1/chat/completions", &s.key, &body)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = s.post_text("/v1/chat/completions", &s.key, &body).await;
     let tokens: usize = sse_events(&text)
         .iter()
         .filter(|e| e.as_str() != "[DONE]")
@@ -128,15 +108,12 @@ async fn log_probabilities_come_back_per_token() {
     assert_eq!(tokens, 4, "{text}");
     // Without the flag: `logprobs` is null.
     let v: Value = s
-        .post(
+        .post_json(
             "/v1/completions",
             &s.key,
             &json!({"prompt": "x", "max_tokens": 1}),
         )
-        .await
-        .json()
-        .await
-        .unwrap();
+        .await;
     assert!(v["choices"][0]["logprobs"].is_null(), "{v}");
     s.shutdown().await;
 }

@@ -119,12 +119,7 @@ async fn required_and_named_answers_are_valid_calls() {
     // Streamed: the tool-call deltas reassemble to valid calls.
     let mut body = bodies[0].clone();
     body["stream"] = json!(true);
-    let text = s
-        .post("/v1/chat/completions", &key, &body)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = s.post_text("/v1/chat/completions", &key, &body).await;
     let (calls, finish, pieces) = reassemble(&text);
     assert_eq!(finish, "tool_calls", "{text}");
     assert!(!calls.is_empty(), "{text}");
@@ -193,12 +188,7 @@ async fn the_llama_json_form_is_constrained_and_parsed_too() {
     let b = json!({"messages": [{"role": "user", "content": ASKS[0]}], "tools": tools,
                    "tool_choice": "required", "max_tokens": 200, "temperature": 0,
                    "parallel_tool_calls": false, "stream": true});
-    let text = s
-        .post("/v1/chat/completions", key, &b)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = s.post_text("/v1/chat/completions", key, &b).await;
     let (calls, finish, pieces) = reassemble(&text);
     assert_eq!(finish, "tool_calls", "{text}");
     assert_eq!(calls.len(), 1, "{text}");

