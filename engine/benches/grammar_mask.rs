@@ -49,21 +49,13 @@ fn engine(gguf: &std::path::Path, codec: &TextCodec, constrained: usize) -> CpuE
             ..SamplingParams::default()
         };
         e.submit(EngineRequest {
-            id: RequestId(i as u64),
-            tenant: TenantId(0),
-            weight: 1.0,
             slo: Slo {
                 ttft_s: 10.0,
                 tbt_s: 10.0,
             },
-            prompt,
-            max_tokens: 1000,
             ignore_eos: true,
-            stop_token_ids: vec![],
             sampling,
-            arrival: None,
-            cache: None,
-            follows: None,
+            ..EngineRequest::new(RequestId(i as u64), TenantId(0), prompt, 1000)
         })
         .expect("submit");
     }

@@ -34,6 +34,28 @@ pub struct EngineRequest {
     pub follows: Option<RequestId>,
 }
 
+impl EngineRequest {
+    /// Request `id` of `tenant` for `max_tokens` tokens after `prompt`, with the defaults
+    /// every other field takes: weight 1, the default SLO, greedy sampling, no stop ids, EOS
+    /// honoured, arriving at `submit`, in the tenant's own cache namespace, following nobody.
+    pub fn new(id: RequestId, tenant: TenantId, prompt: Vec<u32>, max_tokens: u32) -> Self {
+        EngineRequest {
+            id,
+            tenant,
+            weight: 1.0,
+            slo: Slo::default(),
+            prompt,
+            max_tokens,
+            ignore_eos: false,
+            stop_token_ids: Vec::new(),
+            sampling: SamplingParams::default(),
+            arrival: None,
+            cache: None,
+            follows: None,
+        }
+    }
+}
+
 /// Where a request is in its life. `Evicting` and `Restoring` are the in-flight states
 /// between `Running` and `Rotary`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use superinfer_engine::model::tiny::write_tiny_model;
 use superinfer_engine::serve::{cpu_engine, cpu_engine_with_policy, CpuEngine, EngineOptions};
-use superinfer_engine::{EngineEvent, EngineRequest, SamplingParams};
+use superinfer_engine::{EngineEvent, EngineRequest};
 use superinfer_policies::{
     Capacity, Phase, Plan, Policy, PolicyKind, ReqView, RequestId, Service, Slo, TenantId,
 };
@@ -29,21 +29,13 @@ fn opts(hbm_blocks: u32, dram_blocks: u32) -> EngineOptions {
 
 fn request(id: u64, prompt: Vec<u32>, max_tokens: u32) -> EngineRequest {
     EngineRequest {
-        id: RequestId(id),
-        tenant: TenantId((id % 3) as u32),
         weight: 1.0 + (id % 3) as f64,
         slo: Slo {
             ttft_s: 0.05,
             tbt_s: 0.01,
         },
-        prompt,
-        max_tokens,
         ignore_eos: true,
-        stop_token_ids: vec![],
-        sampling: SamplingParams::default(),
-        arrival: None,
-        cache: None,
-        follows: None,
+        ..EngineRequest::new(RequestId(id), TenantId((id % 3) as u32), prompt, max_tokens)
     }
 }
 

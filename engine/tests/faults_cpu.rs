@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use superinfer_engine::model::tiny::write_tiny_model;
 use superinfer_engine::serve::{cpu_engine, CpuEngine, EngineOptions};
 use superinfer_engine::transfer::CopyFault;
-use superinfer_engine::{EngineEvent, EngineRequest, SamplingParams};
-use superinfer_policies::{RequestId, Slo, TenantId};
+use superinfer_engine::{EngineEvent, EngineRequest};
+use superinfer_policies::{RequestId, TenantId};
 
 fn engine(dir: &std::path::Path) -> CpuEngine {
     let opts = EngineOptions {
@@ -25,18 +25,13 @@ fn engine(dir: &std::path::Path) -> CpuEngine {
 fn request(id: u64) -> EngineRequest {
     let prompt = (0..(50 + id * 3)).map(|i| ((id * 7919 + i * 104_729) % 1900 + 10) as u32);
     EngineRequest {
-        id: RequestId(id),
-        tenant: TenantId((id % 3) as u32),
-        weight: 1.0,
-        slo: Slo::default(),
-        prompt: prompt.collect(),
-        max_tokens: 24,
         ignore_eos: true,
-        stop_token_ids: vec![],
-        sampling: SamplingParams::default(),
-        arrival: None,
-        cache: None,
-        follows: None,
+        ..EngineRequest::new(
+            RequestId(id),
+            TenantId((id % 3) as u32),
+            prompt.collect(),
+            24,
+        )
     }
 }
 

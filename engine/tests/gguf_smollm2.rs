@@ -14,7 +14,7 @@ use candle_core::{DType, Device};
 use serde_json::Value;
 use superinfer_engine::model::{KvArena, ModelConfig, PagedLlama, SeqChunk};
 use superinfer_engine::serve::{cpu_engine, EngineOptions};
-use superinfer_engine::{ChatMessage, EngineEvent, EngineRequest, SamplingParams, TextCodec};
+use superinfer_engine::{ChatMessage, EngineEvent, EngineRequest, TextCodec};
 use superinfer_policies::{RequestId, Slo, TenantId};
 
 #[path = "support/smollm2.rs"]
@@ -156,21 +156,12 @@ fn teacher_forced_logits_match_transformers() {
 
 fn request(id: u64, prompt: Vec<u32>) -> EngineRequest {
     EngineRequest {
-        id: RequestId(id),
-        tenant: TenantId(0),
-        weight: 1.0,
         slo: Slo {
             ttft_s: 10.0,
             tbt_s: 1.0,
         },
-        prompt,
-        max_tokens: 32,
         ignore_eos: true,
-        stop_token_ids: vec![],
-        sampling: SamplingParams::default(),
-        arrival: None,
-        cache: None,
-        follows: None,
+        ..EngineRequest::new(RequestId(id), TenantId(0), prompt, 32)
     }
 }
 

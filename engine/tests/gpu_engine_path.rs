@@ -8,7 +8,7 @@ use std::path::Path;
 use superinfer_engine::model::tiny::write_tiny_model;
 use superinfer_engine::serve::gpu::{gpu_engine, GpuModel, GpuOptions};
 use superinfer_engine::serve::{EngineOptions, ModelDtype};
-use superinfer_engine::{EngineEvent, EngineRequest, SamplingParams};
+use superinfer_engine::{EngineEvent, EngineRequest};
 use superinfer_policies::{PolicyKind, RequestId, Slo, TenantId, WlvfConfig};
 
 fn prompt(id: u64, n: usize) -> Vec<u32> {
@@ -19,21 +19,17 @@ fn prompt(id: u64, n: usize) -> Vec<u32> {
 
 fn request(id: u64, n: usize, max_tokens: u32) -> EngineRequest {
     EngineRequest {
-        id: RequestId(id),
-        tenant: TenantId((id % 3) as u32),
-        weight: 1.0,
         slo: Slo {
             ttft_s: 1.0,
             tbt_s: 0.1,
         },
-        prompt: prompt(id, n),
-        max_tokens,
         ignore_eos: true,
-        stop_token_ids: vec![],
-        sampling: SamplingParams::default(),
-        arrival: None,
-        cache: None,
-        follows: None,
+        ..EngineRequest::new(
+            RequestId(id),
+            TenantId((id % 3) as u32),
+            prompt(id, n),
+            max_tokens,
+        )
     }
 }
 

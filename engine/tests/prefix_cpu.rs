@@ -7,7 +7,7 @@ use std::path::Path;
 use superinfer_engine::model::tiny::write_tiny_model;
 use superinfer_engine::serve::{cpu_engine, CpuEngine, EngineOptions};
 use superinfer_engine::{EngineEvent, EngineRequest, PrefixHit, SamplingParams};
-use superinfer_policies::{RequestId, Slo, TenantId};
+use superinfer_policies::{RequestId, TenantId};
 
 fn model() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -39,18 +39,9 @@ fn request(id: u64, prompt: Vec<u32>, seeded: bool) -> EngineRequest {
         SamplingParams::default()
     };
     EngineRequest {
-        id: RequestId(id),
-        tenant: TenantId(0),
-        weight: 1.0,
-        slo: Slo::default(),
-        prompt,
-        max_tokens: 12,
         ignore_eos: true,
-        stop_token_ids: vec![],
         sampling,
-        arrival: None,
-        cache: None,
-        follows: None,
+        ..EngineRequest::new(RequestId(id), TenantId(0), prompt, 12)
     }
 }
 

@@ -15,22 +15,13 @@ use superinfer_engine::transfer::sim::SimTransfer;
 use superinfer_engine::{
     Engine, EngineConfig, EngineError, EngineEvent, EngineRequest, SamplingParams, TokenLogprobs,
 };
-use superinfer_policies::{PolicyKind, RequestId, Slo, TenantId, WlvfConfig};
+use superinfer_policies::{PolicyKind, RequestId, TenantId, WlvfConfig};
 
 fn request(id: u64, prompt: Vec<u32>, sampling: SamplingParams) -> EngineRequest {
     EngineRequest {
-        id: RequestId(id),
-        tenant: TenantId(0),
-        weight: 1.0,
-        slo: Slo::default(),
-        prompt,
-        max_tokens: 1,
         ignore_eos: true,
-        stop_token_ids: vec![],
         sampling,
-        arrival: None,
-        cache: None,
-        follows: None,
+        ..EngineRequest::new(RequestId(id), TenantId(0), prompt, 1)
     }
 }
 

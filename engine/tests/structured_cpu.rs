@@ -13,21 +13,13 @@ use superinfer_policies::{RequestId, Slo, TenantId};
 
 fn request(id: u64, prompt: Vec<u32>, max_tokens: u32, sampling: SamplingParams) -> EngineRequest {
     EngineRequest {
-        id: RequestId(id),
-        tenant: TenantId(0),
-        weight: 1.0,
         slo: Slo {
             ttft_s: 1.0,
             tbt_s: 1.0,
         },
-        prompt,
-        max_tokens,
         ignore_eos: true,
-        stop_token_ids: vec![],
         sampling,
-        arrival: None,
-        cache: None,
-        follows: None,
+        ..EngineRequest::new(RequestId(id), TenantId(0), prompt, max_tokens)
     }
 }
 

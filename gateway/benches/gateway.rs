@@ -18,7 +18,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use superinfer_engine::{EngineHandle, EngineRequest, SamplingParams, StreamEvent};
+use superinfer_engine::{EngineHandle, EngineRequest, StreamEvent};
 use superinfer_gateway::{ServeConfig, Settings};
 use superinfer_policies::{RequestId, Slo, TenantId};
 use tokio::net::TcpStream;
@@ -96,21 +96,12 @@ where
 
 fn engine_request() -> EngineRequest {
     EngineRequest {
-        id: RequestId(0),
-        tenant: TenantId(1),
-        weight: 1.0,
         slo: Slo {
             ttft_s: 5.0,
             tbt_s: 0.1,
         },
-        prompt: vec![7; 4],
-        max_tokens: 1,
         ignore_eos: true,
-        stop_token_ids: vec![],
-        sampling: SamplingParams::default(),
-        arrival: None,
-        cache: None,
-        follows: None,
+        ..EngineRequest::new(RequestId(0), TenantId(1), vec![7; 4], 1)
     }
 }
 

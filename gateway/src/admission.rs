@@ -25,21 +25,21 @@ pub fn cache_scope(tenant: &Tenant, salt: Option<&str>) -> CacheScope {
 /// namespace come from the tenant record only (the body can only salt the namespace).
 pub fn engine_request(tenant: &Tenant, v: &ValidRequest) -> EngineRequest {
     EngineRequest {
-        id: RequestId(0),
-        tenant: TenantId(tenant.id.0),
         weight: tenant.weight,
         slo: Slo {
             ttft_s: tenant.slo.ttft_s(),
             tbt_s: tenant.slo.tbt_s(),
         },
-        prompt: v.prompt.clone(),
-        max_tokens: v.max_tokens,
         ignore_eos: v.ignore_eos,
         stop_token_ids: v.stop_token_ids.clone(),
         sampling: v.sampling.clone(),
-        arrival: None,
         cache: Some(cache_scope(tenant, v.cache_salt.as_deref())),
-        follows: None,
+        ..EngineRequest::new(
+            RequestId(0),
+            TenantId(tenant.id.0),
+            v.prompt.clone(),
+            v.max_tokens,
+        )
     }
 }
 

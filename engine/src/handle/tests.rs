@@ -3,10 +3,9 @@ use crate::clock::RealClock;
 use crate::engine::EngineConfig;
 use crate::profile::Profile;
 use crate::runner::sim::SimRunner;
-use crate::sampling::SamplingParams;
 use crate::transfer::sim::SimTransfer;
 use std::time::Instant;
-use superinfer_policies::{PolicyKind, Slo, TenantId, WlvfConfig};
+use superinfer_policies::{PolicyKind, TenantId, WlvfConfig};
 
 fn start(pace: bool) -> (EngineHandle, EngineThread) {
     let profile = Profile::builtin("h200-llama-3-8b").unwrap();
@@ -31,18 +30,8 @@ fn start(pace: bool) -> (EngineHandle, EngineThread) {
 
 fn request(prompt: usize, max_tokens: u32) -> EngineRequest {
     EngineRequest {
-        id: RequestId(0),
-        tenant: TenantId(0),
-        weight: 1.0,
-        slo: Slo::default(),
-        prompt: vec![1; prompt],
-        max_tokens,
         ignore_eos: true,
-        stop_token_ids: vec![],
-        sampling: SamplingParams::default(),
-        arrival: None,
-        cache: None,
-        follows: None,
+        ..EngineRequest::new(RequestId(0), TenantId(0), vec![1; prompt], max_tokens)
     }
 }
 

@@ -14,7 +14,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use superinfer_engine::clock::Clock;
 use superinfer_engine::sim::SimEngine;
-use superinfer_engine::{EngineEvent, EngineRequest, FinishReason, SamplingParams};
+use superinfer_engine::{EngineEvent, EngineRequest, FinishReason};
 use superinfer_policies::{RequestId, Slo, TenantId};
 
 /// What a run sent and generated, beyond the records.
@@ -162,21 +162,19 @@ impl<'a> Live<'a> {
         rec.prompt_tokens = prompt.len() as u32;
         self.records.insert(spec.id, rec);
         let request = EngineRequest {
-            id: RequestId(spec.id),
-            tenant: TenantId(spec.tenant as u32),
             weight: tenant.weight,
             slo: Slo {
                 ttft_s: tenant.ttft_slo_s,
                 tbt_s: tenant.tbt_slo_s,
             },
-            prompt: prompt.clone(),
-            max_tokens: spec.output_tokens,
             ignore_eos: true,
-            stop_token_ids: Vec::new(),
-            sampling: SamplingParams::default(),
             arrival: Some(t),
-            cache: None,
-            follows: None,
+            ..EngineRequest::new(
+                RequestId(spec.id),
+                TenantId(spec.tenant as u32),
+                prompt.clone(),
+                spec.output_tokens,
+            )
         };
         if self.run.keep_prompts || self.next_turn.contains_key(&spec.id) {
             self.prompts.insert(spec.id, prompt);
