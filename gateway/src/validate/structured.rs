@@ -70,15 +70,7 @@ pub(super) fn constraint(body: &mut Body) -> Result<(Option<Constraint>, Option<
             ));
         }
     }
-    if found.len() > 1 {
-        return Err(GatewayError::invalid(
-            top_field(&found[1].field),
-            format!(
-                "`{}` and `{}` both constrain the answer; send one of them",
-                found[0].field, found[1].field
-            ),
-        ));
-    }
+    at_most_one(&found)?;
     let c = found.pop();
     let json = matches!(
         c.as_ref().map(|c| &c.spec),
@@ -222,15 +214,7 @@ fn structured_outputs(v: Value) -> Result<(Option<Constraint>, Option<String>)> 
         };
         found.push(Constraint { field: name, spec });
     }
-    if found.len() > 1 {
-        return Err(GatewayError::invalid(
-            top_field(&found[1].field),
-            format!(
-                "`{}` and `{}` both constrain the answer; send one of them",
-                found[0].field, found[1].field
-            ),
-        ));
-    }
+    at_most_one(&found)?;
     Ok((found.pop(), whitespace))
 }
 
@@ -264,5 +248,19 @@ fn refuse_other_keys(field: &str, map: &Map<String, Value>, allowed: &[&str]) ->
             format!("`{field}.{k}` is not supported here; leave it out"),
         )),
         None => Ok(()),
+    }
+}
+
+/// A request constrains its answer one way: the second of two constraints is refused.
+fn at_most_one(found: &[Constraint]) -> Result<()> {
+    match found {
+        [a, b, ..] => Err(GatewayError::invalid(
+            top_field(&b.field),
+            format!(
+                "`{}` and `{}` both constrain the answer; send one of them",
+                a.field, b.field
+            ),
+        )),
+        _ => Ok(()),
     }
 }
