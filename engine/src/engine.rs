@@ -358,6 +358,15 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.requests.get(&id)
     }
 
+    /// Hands the events produced since the last call to `buf` (emptied first) and keeps
+    /// `buf`'s allocation for the next ones: a serving loop that passes the same buffer back
+    /// every step allocates nothing and writes events into memory still in cache (a step of
+    /// 2,000 decodes makes ~190 KB of them).
+    pub fn swap_events(&mut self, buf: &mut Vec<EngineEvent>) {
+        buf.clear();
+        std::mem::swap(&mut self.events, buf);
+    }
+
     /// Takes the events produced since the last call.
     pub fn take_events(&mut self) -> Vec<EngineEvent> {
         // The next batch of events is about as large as this one: allocate once for it.

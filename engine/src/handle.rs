@@ -251,6 +251,8 @@ struct Loop<R, T, C> {
     engine: Engine<R, T, C>,
     streams: HashMap<RequestId, tmpsc::Sender<StreamEvent>>,
     shared: Arc<Shared>,
+    /// The events buffer handed back and forth with the engine (`Engine::swap_events`).
+    events: Vec<EngineEvent>,
 }
 
 fn serve<R: ModelRunner, T: Transfer, C: Clock>(
@@ -263,6 +265,7 @@ fn serve<R: ModelRunner, T: Transfer, C: Clock>(
         engine,
         streams: HashMap::new(),
         shared,
+        events: Vec::new(),
     };
     'serve: loop {
         // Block only when there is nothing to do.
@@ -368,7 +371,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
     /// client went away (the gauges changed since they were published).
     fn route(&mut self) -> bool {
         let mut aborted = false;
-        for ev in self.engine.take_events() {
+        let mut events = std::mem::take(&mut self.events);
+        self.engine.swap_events(&mut events);
+        for ev in events.drain(..) {
             match ev {
                 EngineEvent::Token {
                     id,
@@ -418,6 +423,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                 }
             }
         }
+        self.events = events;
         aborted
     }
 

@@ -14,7 +14,7 @@ use crate::runner::{BatchEntry, ModelRunner, StepBatch, StepOutput};
 use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
 use llguidance::Matcher;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use superinfer_policies::{RequestId, Service, TenantId};
 
 /// One planned entry: request, span to run, whether it samples.
@@ -154,19 +154,47 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             ..Default::default()
         };
         let eos = self.runner.eos_token_ids().to_vec();
+        // Each entry's result, in request order: decode spans already are (the batch takes
+        // them in that order), prefill chunks are merged in. One in-order walk of the
+        // requests then reaches each of them without a lookup of its own.
         let mut logprobs = out.logprobs.into_iter();
         let mut scores = out.prompt_logprobs.into_iter().peekable();
+        let mut results: Vec<Outcome> = spans
+            .into_iter()
+            .zip(out.tokens)
+            .enumerate()
+            .map(|(i, (span, token))| Outcome {
+                span,
+                token,
+                logprobs: logprobs.next().flatten(),
+                scores: scores.next_if(|(at, _)| *at == i).map(|(_, s)| s),
+            })
+            .collect();
+        results.sort_by_key(|r| r.span.id);
         let mut service: BTreeMap<TenantId, (f64, Service)> = BTreeMap::new();
-        for (i, (span, token)) in spans.into_iter().zip(out.tokens).enumerate() {
-            let lp = logprobs.next().flatten();
-            if let Some((_, s)) = scores.next_if(|(at, _)| *at == i) {
-                self.keep_prompt_scores(span, s);
+        let mut ends = Vec::new();
+        let mut ctx = Advance {
+            cfg: &self.cfg,
+            pool: &mut self.pool,
+            events: &mut self.events,
+            writeback_due: &mut self.writeback_due,
+            constraints: &mut self.constraints,
+            eos: &eos,
+            t,
+        };
+        let mut results = results.into_iter().peekable();
+        for (id, req) in self.requests.iter_mut() {
+            let Some(r) = results.next_if(|r| r.span.id == *id) else {
+                continue;
+            };
+            if let Some(s) = r.scores {
+                keep_prompt_scores(req, r.span, s);
             }
-            let c = self.advance(span, (token, lp), t, &eos);
+            let (c, end) = ctx.advance(req, r.span, (r.token, r.logprobs));
             if c.decode_step {
                 report.decode_tokens += 1;
             } else {
-                report.prefill_tokens += span.end - span.pos;
+                report.prefill_tokens += r.span.end - r.span.pos;
             }
             let s = &mut service
                 .entry(c.tenant)
@@ -174,6 +202,13 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 .1;
             s.prefill += c.service.prefill;
             s.decode += c.service.decode;
+            if let Some(end) = end {
+                ends.push((*id, end));
+            }
+        }
+        debug_assert!(results.next().is_none(), "batch ids are live");
+        for (id, (reason, error)) in ends {
+            self.finish_with(id, reason, t, error);
         }
         self.serve(service);
         Ok(report)
@@ -192,40 +227,60 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             ..Default::default()
         }
     }
+}
 
-    /// Keeps the scores of prompt tokens `span.pos + 1 ..` that the request has not had yet
-    /// (a recompute scores its prompt again); they go out with its first token.
-    fn keep_prompt_scores(&mut self, span: Span, scores: Vec<TokenLogprobs>) {
-        let Some(req) = self.requests.get_mut(&span.id) else {
-            return;
-        };
-        if req.generated > 0 {
-            return; // sent with its first token already
-        }
-        // `req.prompt_logprobs[k]` is token `k + 1`'s; `scores[k]` is token `pos + 1 + k`'s.
-        let have = req.prompt_logprobs.len();
-        let from = span.pos as usize;
-        if from <= have {
-            req.prompt_logprobs
-                .extend(scores.into_iter().skip(have - from));
-        }
+/// One entry's result from the runner.
+struct Outcome {
+    span: Span,
+    token: Option<u32>,
+    logprobs: Option<TokenLogprobs>,
+    scores: Option<Vec<TokenLogprobs>>,
+}
+
+/// Keeps the scores of prompt tokens `span.pos + 1 ..` that `req` has not had yet (a
+/// recompute scores its prompt again); they go out with its first token.
+fn keep_prompt_scores(req: &mut Request, span: Span, scores: Vec<TokenLogprobs>) {
+    if req.generated > 0 {
+        return; // sent with its first token already
     }
+    // `req.prompt_logprobs[k]` is token `k + 1`'s; `scores[k]` is token `pos + 1 + k`'s.
+    let have = req.prompt_logprobs.len();
+    let from = span.pos as usize;
+    if from <= have {
+        req.prompt_logprobs
+            .extend(scores.into_iter().skip(have - from));
+    }
+}
 
-    /// Applies one entry's result at engine time `t`; returns what the step did for it.
+/// What applying a step's results needs of the engine besides the request itself (disjoint
+/// fields, so the walk over the requests can hold each one mutably).
+struct Advance<'a> {
+    cfg: &'a EngineConfig,
+    pool: &'a mut KvPool,
+    events: &'a mut Vec<EngineEvent>,
+    writeback_due: &'a mut BTreeSet<RequestId>,
+    constraints: &'a mut BTreeMap<RequestId, Matcher>,
+    eos: &'a [u32],
+    /// Engine time at the end of the step.
+    t: f64,
+}
+
+impl Advance<'_> {
+    /// Applies one entry's result to `req`; returns what the step did for it, and how the
+    /// request ends if it does (the caller finishes it after the walk).
     fn advance(
         &mut self,
+        req: &mut Request,
         span: Span,
         out: (Option<u32>, Option<TokenLogprobs>),
-        t: f64,
-        eos: &[u32],
-    ) -> Charge {
+    ) -> (Charge, Option<(FinishReason, Option<String>)>) {
         let (token, logprobs) = out;
+        let (t, eos) = (self.t, self.eos);
         let bs = self.cfg.block_size;
         for i in span.pos / bs..span.end.div_ceil(bs) {
             self.pool.wrote(span.id, i as usize);
         }
         let progress = self.cfg.progress_tokens;
-        let req = self.requests.get_mut(&span.id).expect("batch ids are live");
         let charge = Charge::of(req, span);
         req.kv_len = span.end;
         if span.end / bs > span.pos / bs {
@@ -285,10 +340,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 finished = Some(FinishReason::Length);
             }
         }
-        if let Some(reason) = finished {
-            self.finish_with(span.id, reason, t, grammar_error);
-        }
-        charge
+        (charge, finished.map(|reason| (reason, grammar_error)))
     }
 }
 

@@ -24,6 +24,13 @@ impl KvPool {
             }
             Ok(())
         };
+        let restored = self.tables.values().filter(|t| t.restored).count() as u32;
+        if restored != self.restored_tables {
+            return Err(format!(
+                "{restored} tables have a restore landed, the count says {}",
+                self.restored_tables
+            ));
+        }
         for &h in &self.hbm_free.0 {
             mark(&mut hbm_seen, h, "HBM")?;
         }

@@ -58,6 +58,7 @@ impl Run<'_> {
     /// Serves the run on `engine`; returns the records of the requests sent.
     pub fn serve(&self, mut engine: SimEngine) -> anyhow::Result<(Vec<RequestRecord>, RunLog)> {
         let mut live = Live::new(self);
+        let mut events = Vec::new();
         loop {
             let now = engine.clock().now();
             while let Some(i) = live.pop_due(now) {
@@ -76,7 +77,8 @@ impl Run<'_> {
             }
             let report = engine.step()?;
             live.log.stats.prefill_tokens_computed += u64::from(report.prefill_tokens);
-            live.record(engine.take_events());
+            engine.swap_events(&mut events);
+            live.record(events.drain(..));
             if !report.ran {
                 // Nothing could run: wait for the next copy or arrival, or let a little time
                 // pass so time-based priorities move.
@@ -185,7 +187,7 @@ impl<'a> Live<'a> {
         let _ = engine.submit(request);
     }
 
-    fn record(&mut self, events: Vec<EngineEvent>) {
+    fn record(&mut self, events: impl Iterator<Item = EngineEvent>) {
         for ev in events {
             match ev {
                 EngineEvent::Token { id, token, t, .. } => {
