@@ -20,6 +20,9 @@ use superinfer_policies::{RequestId, Slo, TenantId};
 #[path = "support/smollm2.rs"]
 mod smollm2;
 use smollm2::smollm2_gguf;
+#[path = "support/reference.rs"]
+mod reference;
+use reference::ids;
 
 const FIXTURE: &str = include_str!("fixtures/smollm2_reference.json");
 const BLOCK: u32 = 16;
@@ -28,14 +31,6 @@ const REL_TOL: f64 = 1e-3;
 
 fn fixture() -> Value {
     serde_json::from_str(FIXTURE).expect("the fixture is JSON")
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("a list of ids")
-        .iter()
-        .map(|x| x.as_u64().expect("an id") as u32)
-        .collect()
 }
 
 fn messages(v: &Value) -> Vec<ChatMessage> {

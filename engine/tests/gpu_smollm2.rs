@@ -31,6 +31,9 @@ use superinfer_policies::{PolicyKind, RequestId, Slo, TenantId, WlvfConfig};
 #[path = "support/smollm2.rs"]
 mod smollm2;
 use smollm2::smollm2_gguf;
+#[path = "support/reference.rs"]
+mod reference;
+use reference::{floats, ids};
 
 const BLOCK: u32 = 16;
 
@@ -40,22 +43,6 @@ fn reference(name: &str) -> Value {
     let path = PathBuf::from(dir).join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     serde_json::from_str(&text).expect("the reference is JSON")
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("a list of ids")
-        .iter()
-        .map(|x| x.as_u64().expect("an id") as u32)
-        .collect()
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("a list of numbers")
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
 }
 
 /// Relative error as the CPU test measures it: |a - b| / max(|b|, 1).
