@@ -153,7 +153,6 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             batch_size: spans.len(),
             ..Default::default()
         };
-        let eos = self.runner.eos_token_ids().to_vec();
         // Each entry's result, in request order: decode spans already are (the batch takes
         // them in that order), prefill chunks are merged in. One in-order walk of the
         // requests then reaches each of them without a lookup of its own.
@@ -179,7 +178,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             events: &mut self.events,
             writeback_due: &mut self.writeback_due,
             constraints: &mut self.constraints,
-            eos: &eos,
+            // Borrowed beside the requests (disjoint fields): no copy per step.
+            eos: self.runner.eos_token_ids(),
             t,
         };
         let mut results = results.into_iter().peekable();
