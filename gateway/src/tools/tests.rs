@@ -87,6 +87,18 @@ fn events_of(text: &str, n: usize, format: ToolFormat, tools: &[Tool]) -> Vec<To
     events
 }
 
+/// `text` streamed in pieces of `n` characters gives the content and calls `whole` (the
+/// whole answer parsed) has.
+fn streams_as_whole(text: &str, n: usize, format: ToolFormat, tools: &[Tool], whole: &Parsed) {
+    let (content, calls) = stream(text, n, format, tools);
+    assert_eq!(content.trim(), whole.content, "{text} by {n}");
+    assert_eq!(
+        names_and_args(&calls),
+        names_and_args(&whole.calls),
+        "{text} by {n}"
+    );
+}
+
 /// Streams `text` in pieces of `n` characters; returns the content sent and the calls.
 fn stream(text: &str, n: usize, format: ToolFormat, tools: &[Tool]) -> (String, Vec<ToolCall>) {
     let events = events_of(text, n, format, tools);
@@ -120,9 +132,7 @@ fn streamed_pieces_reassemble_to_the_parsed_answer() {
     ] {
         let whole = parse(text, format, &t.tools);
         for n in [1, 3, 7, 1000] {
-            let (content, calls) = stream(text, n, format, &t.tools);
-            assert_eq!(content.trim(), whole.content, "{text} by {n}");
-            assert_eq!(names_and_args(&calls), names_and_args(&whole.calls));
+            streams_as_whole(text, n, format, &t.tools, &whole);
         }
     }
 }
@@ -204,13 +214,7 @@ fn a_plain_hermes_call_streams_its_arguments_in_pieces_and_other_shapes_go_whole
         if n < 10 {
             assert!(pieces > 3, "by {n}: {pieces} pieces");
         }
-        let (content, calls) = stream(plain, n, ToolFormat::Hermes, &t.tools);
-        assert_eq!(content.trim(), whole.content, "by {n}");
-        assert_eq!(
-            names_and_args(&calls),
-            names_and_args(&whole.calls),
-            "by {n}"
-        );
+        streams_as_whole(plain, n, ToolFormat::Hermes, &t.tools, &whole);
     }
     // Cut short mid-arguments: the call keeps what was sent, nothing more comes.
     let mut s = ToolStream::new(ToolFormat::Hermes, t.tools.clone());
@@ -252,13 +256,7 @@ fn llama_calls_stream_their_parameters_and_other_answers_stay_whole_or_text() {
             if starts > 0 && n == 1 {
                 assert!(count(|e| matches!(e, ToolStreamEvent::CallArgs(_))) > 5);
             }
-            let (content, calls) = stream(text, n, ToolFormat::Llama3Json, &t.tools);
-            assert_eq!(content.trim(), whole.content, "{text} by {n}");
-            assert_eq!(
-                names_and_args(&calls),
-                names_and_args(&whole.calls),
-                "{text} by {n}"
-            );
+            streams_as_whole(text, n, ToolFormat::Llama3Json, &t.tools, &whole);
         }
     }
 }
