@@ -138,11 +138,15 @@ impl Wlvf {
     /// The tier of `r` inside band `band`: late waiting requests (TTFT deadline passed) below
     /// the rest, with `defer_late`.
     fn tier(&self, band: i32, r: &ReqView, now: f64) -> i32 {
-        let late = self.cfg.defer_late
+        2 * band + i32::from(!self.late(r, now))
+    }
+
+    /// With `defer_late`: `r` waits for its first token and its TTFT deadline has passed.
+    fn late(&self, r: &ReqView, now: f64) -> bool {
+        self.cfg.defer_late
             && r.phase == Phase::Waiting
             && r.t_last.is_none()
-            && now > r.t_arr + r.slo.ttft_s;
-        2 * band + i32::from(!late)
+            && now > r.t_arr + r.slo.ttft_s
     }
 
     /// The band of a virtual start `s`, counted down from the least counter `v0`.
@@ -157,6 +161,7 @@ impl Wlvf {
     /// add; a running request's is its tenant's counter. Band first, VLT inside a band.
     fn fair_keys(&self, view: &[ReqView], now: f64, lead: f64) -> Vec<Key> {
         let vlt: Vec<f64> = view.iter().map(|r| self.cfg.vlt.vlt(r, now)).collect();
+        let late: Vec<bool> = view.iter().map(|r| self.late(r, now)).collect();
         let start = |r: &ReqView| self.counters.get(r.tenant).unwrap_or(0.0);
         let v0 = view.iter().map(start).fold(f64::INFINITY, f64::min);
         let mut by_tenant: BTreeMap<TenantId, Vec<usize>> = BTreeMap::new();
@@ -175,10 +180,13 @@ impl Wlvf {
             })
             .collect();
         for (tenant, mut cands) in by_tenant {
-            // The tenant's own LVF order: highest VLT, then earliest arrival, then lowest id.
+            // The tenant's own order: with `defer_late`, requests that can still meet their
+            // TTFT before late ones (so they, not the late ones, take the tenant's earliest
+            // virtual starts); then LVF's: highest VLT, earliest arrival, lowest id.
             cands.sort_unstable_by(|&a, &b| {
-                vlt[b]
-                    .total_cmp(&vlt[a])
+                late[a]
+                    .cmp(&late[b])
+                    .then(vlt[b].total_cmp(&vlt[a]))
                     .then(view[a].t_arr.total_cmp(&view[b].t_arr))
                     .then(view[a].id.cmp(&view[b].id))
             });

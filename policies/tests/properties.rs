@@ -374,7 +374,8 @@ proptest! {
 
 /// Weighted LVF's band of every candidate, computed here from the definition
 /// (docs/SCHEDULING.md §5) for a policy whose only history is `on_service` calls: counters
-/// are Σ tokens / weight of each call; a tenant's candidates in LVF order start at its
+/// are Σ tokens / weight of each call; a tenant's candidates in its own order (with
+/// `defer_late`, those that can still meet their TTFT first; then LVF's) start at its
 /// counter plus the prefill of those before it over the tenant's weight in the view; the band
 /// is `-floor((start - least counter) / Q)`, capped at -1,000,000.
 fn bands(s: &Scenario) -> BTreeMap<RequestId, i64> {
@@ -400,9 +401,18 @@ fn bands(s: &Scenario) -> BTreeMap<RequestId, i64> {
             .iter()
             .filter(|r| r.tenant == t && r.phase != Phase::Running)
             .collect();
+        // With `defer_late`, waiting requests past their TTFT deadline come after the rest.
+        let late = |r: &ReqView| {
+            s.cfg.defer_late
+                && r.phase == Phase::Waiting
+                && r.t_last.is_none()
+                && NOW > r.t_arr + r.slo.ttft_s
+        };
         cands.sort_by(|a, b| {
             let (va, vb) = (s.cfg.vlt.vlt(a, NOW), s.cfg.vlt.vlt(b, NOW));
-            vb.total_cmp(&va)
+            late(a)
+                .cmp(&late(b))
+                .then(vb.total_cmp(&va))
                 .then(a.t_arr.total_cmp(&b.t_arr))
                 .then(a.id.cmp(&b.id))
         });

@@ -292,6 +292,38 @@ fn requests_that_can_still_meet_their_slo_go_first() {
 }
 
 #[test]
+fn a_tenants_late_requests_do_not_take_its_earliest_virtual_starts() {
+    // Tenant 0 has two late prompts (arrived 8 s ago, TTFT 5 s) of 600 tokens each and a
+    // fresh one of 10; tenant 1 a fresh one of 10. Bands of 1,000 tokens, equal counters.
+    // Ranked by VLT alone, tenant 0's late prompts would take its virtual starts 0 and 600
+    // (band 0) and push its fresh prompt to 1,200 (band -1), behind its own late ones. Room
+    // for two: both fresh prompts start, the late ones wait behind them.
+    let prompt = |r: ReqView, prefill: u32| ReqView { prefill, ..r };
+    let view = vec![
+        of(0, 1.0, prompt(waiting(1, 92.0, 10), 600)),
+        of(0, 1.0, prompt(waiting(2, 92.5, 10), 600)),
+        of(0, 1.0, prompt(waiting(3, 99.0, 10), 10)),
+        of(1, 1.0, prompt(waiting(4, 99.0, 10), 10)),
+    ];
+    let cfg = WlvfConfig {
+        fairness_quantum_tokens: 1000.0,
+        ..Default::default()
+    };
+    let plan = Wlvf::new(cfg).plan(100.0, &view, cap(20, 0));
+    assert_eq!(ids(&plan.admit), [3, 4]);
+    // Without the deferral the tenant's own order is LVF's: its late prompts take band 0 and,
+    // lagging most, start first.
+    let plain = WlvfConfig {
+        defer_late: false,
+        ..cfg
+    };
+    assert_eq!(
+        ids(&Wlvf::new(plain).plan(100.0, &view, cap(20, 0)).admit),
+        [1, 2]
+    );
+}
+
+#[test]
 fn running_requests_are_displaced_for_room_but_not_for_a_seat_unless_asked() {
     // HBM has room for the first waiting request (not for both, so LVF ranks them rather
     // than admitting all as FCFS); what is short is a seat (max_num_seqs).
