@@ -8,6 +8,7 @@
 #   POLICIES [fcfs,lvf,wlvf]  RPS [22]  DURATION [120]  HBM_KV_GB [4]  DRAM_KV_GB [48]
 #   MAX_BATCHED_TOKENS [2048]  B_XFER [auto: the server's automatic budget; a number fixes it]  TENANTS [3: weights 1,2,4, equal Poisson shares of RPS]
 #   CACHE [on: the prefix cache; a list of on, off (--no-prefix-cache), hbm (HBM-only)]
+#   MAX_CONNS [60000: the server's --max-connections and --max-connections-per-ip]
 #   DATASET [sharegpt]  SEED [42]  DRAIN [60]  MAX_ROTATIONS [unset: the server's 1; weighted
 #   LVF's cap on consecutive rotations of one request]  PROGRESS_TOKENS [unset: the server's
 #   32; tokens of one running period that reset the count]  WORKLOAD [unset: a loadgen
@@ -43,6 +44,12 @@ case "${1:-}" in
     if [ -n "${PROGRESS_TOKENS:-}" ]; then caps+=(--progress-tokens "$PROGRESS_TOKENS"); fi
     HBM_KV_GB=${HBM_KV_GB:-4}; DRAM_KV_GB=${DRAM_KV_GB:-48}; MBT=${MAX_BATCHED_TOKENS:-2048}
     DATASET=${DATASET:-sharegpt}; SEED=${SEED:-42}; DRAIN=${DRAIN:-60}
+    # Every tenant's requests come from this one load generator, i.e. one address: the
+    # server's per-address connection cap (256 by default, docs/OPERATIONS.md) would refuse
+    # requests of every tenant alike once a queue builds up (each request is a connection),
+    # which is admission control, not scheduling. Both caps go out of the way.
+    MAX_CONNS=${MAX_CONNS:-60000}
+    ulimit -n 131072 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
     out=${OUT:-$root/out}
     mkdir -p "$out"
     export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -54,7 +61,7 @@ case "${1:-}" in
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
       echo "commit: $(git rev-parse --short HEAD 2>/dev/null) (+ working tree)"
       echo "settings: POLICIES=$POLICIES RPS=$RPS CACHE=${CACHE:-on} DURATION=$DURATION HBM_KV_GB=$HBM_KV_GB" \
-        "DRAM_KV_GB=$DRAM_KV_GB MAX_BATCHED_TOKENS=$MBT B_XFER=$B_XFER MAX_ROTATIONS=${MAX_ROTATIONS:-} PROGRESS_TOKENS=${PROGRESS_TOKENS:-} DATASET=$DATASET SEED=$SEED"
+        "DRAM_KV_GB=$DRAM_KV_GB MAX_BATCHED_TOKENS=$MBT MAX_CONNS=$MAX_CONNS fds=$(ulimit -n) B_XFER=$B_XFER MAX_ROTATIONS=${MAX_ROTATIONS:-} PROGRESS_TOKENS=${PROGRESS_TOKENS:-} DATASET=$DATASET SEED=$SEED"
     } | tee "$out/env.txt"
     : > "$out/summary.md"
     printf 'run\tttft_attainment\ttbt_attainment\ttokens_per_s\tp99_ttft_s\tp99_tbt_s\n' > "$out/attainment.tsv"
@@ -121,6 +128,7 @@ PY
         "$bins/superinfer" serve --device cuda --model random:llama-3-8b --policy "$policy" \
           --hbm-kv-gb "$HBM_KV_GB" --dram-kv-gb "$DRAM_KV_GB" --max-batched-tokens "$MBT" \
           "${caps[@]}" "${cache_args[@]}" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
+          --max-connections "$MAX_CONNS" --max-connections-per-ip "$MAX_CONNS" \
           > "$out/$run.server.log" 2>&1 &
         server=$!
         for _ in $(seq 1 300); do
