@@ -12,7 +12,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use superinfer_policies::{PolicyKind, VltConfig, WlvfConfig};
+use superinfer_policies::{PolicyKind, VltConfig, WaitCapScope, WlvfConfig};
 
 use crate::backend::{gpu_options, EngineOptions, ModelSource};
 use crate::proxy::{ObjectiveSpec, ProxyConfig, TrustedNet};
@@ -78,6 +78,11 @@ pub struct Settings {
     /// seconds is promoted ahead of everything else [default: none].
     #[arg(long, env = "SUPERINFER_MAX_WAIT_S")]
     pub max_wait_s: Option<f64>,
+    /// Weighted LVF: what the wait cap promotes an overdue request past: `global` (every
+    /// request) or `tenant` (its own tenant's only, so a flooding tenant's overdue requests
+    /// use its share and no one else's) [default: global].
+    #[arg(long, env = "SUPERINFER_WAIT_CAP_SCOPE")]
+    pub wait_cap_scope: Option<WaitCapScope>,
     /// Weighted LVF starvation cap: after this many consecutive rotations (or recomputes)
     /// without progress a request is no longer rotated out (1 stops thrashing: see
     /// docs/BENCHMARKS.md) [default: 1].
@@ -244,6 +249,7 @@ impl Settings {
             beta_b: self.beta_b.or(lower.beta_b),
             beta_f: self.beta_f.or(lower.beta_f),
             max_wait_s: self.max_wait_s.or(lower.max_wait_s),
+            wait_cap_scope: self.wait_cap_scope.or(lower.wait_cap_scope),
             max_rotations: self.max_rotations.or(lower.max_rotations),
             progress_tokens: self.progress_tokens.or(lower.progress_tokens),
             shed_late: self.shed_late.or(lower.shed_late),
@@ -410,6 +416,7 @@ impl ServeConfig {
             cached_cost: dw.cached_cost,
             defer_late: s.defer_late.unwrap_or(dw.defer_late),
             preempt_for_seats: s.preempt_for_seats.unwrap_or(dw.preempt_for_seats),
+            wait_cap_scope: s.wait_cap_scope.unwrap_or(dw.wait_cap_scope),
         };
         if let Err(e) = wlvf.validate() {
             bail!(

@@ -19,7 +19,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use superinfer_engine::EngineConfig;
-use superinfer_policies::{PolicyKind, VltConfig, WlvfConfig};
+use superinfer_policies::{PolicyKind, VltConfig, WaitCapScope, WlvfConfig};
 
 mod http;
 mod workload;
@@ -107,6 +107,10 @@ pub struct SimArgs {
     /// Weighted LVF: promote a request that has waited this long, seconds.
     #[arg(long, value_parser = parse_positive)]
     pub max_wait_s: Option<f64>,
+    /// Weighted LVF: what the wait cap promotes an overdue request past: `global` (every
+    /// request) or `tenant` (its own tenant's only, so isolation holds).
+    #[arg(long, default_value = "global")]
+    pub wait_cap_scope: WaitCapScope,
     /// Weighted LVF: cap on consecutive rotations (and recomputes) of one request
     /// (default 1, weighted LVF's default).
     #[arg(long)]
@@ -223,6 +227,7 @@ pub fn wlvf_config(args: &SimArgs) -> WlvfConfig {
         cached_cost: WlvfConfig::default().cached_cost,
         defer_late: args.defer_late,
         preempt_for_seats: args.preempt_for_seats,
+        wait_cap_scope: args.wait_cap_scope,
     }
 }
 

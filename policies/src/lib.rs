@@ -31,4 +31,4 @@ pub use lvf::Lvf;
 pub use registry::{PolicyKind, UnknownPolicy};
 pub use types::{Capacity, Phase, Plan, Policy, ReqView, RequestId, Service, Slo, TenantId};
 pub use vlt::VltConfig;
-pub use wlvf::{Wlvf, WlvfConfig};
+pub use wlvf::{WaitCapScope, Wlvf, WlvfConfig};

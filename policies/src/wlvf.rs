@@ -39,6 +39,33 @@ pub struct WlvfConfig {
     /// room; seats are a compute limit, and rotating for one only trades a victim's TBT for a
     /// candidate's TTFT (docs/SCHEDULING.md, "Compute-bound overload").
     pub preempt_for_seats: bool,
+    /// What the wait cap promotes an overdue request past: every request (`Global`, the
+    /// default), or only its own tenant's (`Tenant`: it takes its tenant's earliest virtual
+    /// starts, so a flood's overdue requests use the flood's share and no one else's).
+    pub wait_cap_scope: WaitCapScope,
+}
+
+/// See [`WlvfConfig::wait_cap_scope`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitCapScope {
+    #[default]
+    Global,
+    Tenant,
+}
+
+impl std::str::FromStr for WaitCapScope {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "global" => Ok(WaitCapScope::Global),
+            "tenant" => Ok(WaitCapScope::Tenant),
+            _ => Err(format!(
+                "the wait cap's scope is global or tenant, got {s:?}"
+            )),
+        }
+    }
 }
 
 impl Default for WlvfConfig {
@@ -54,6 +81,7 @@ impl Default for WlvfConfig {
             cached_cost: 0.1,
             defer_late: true,
             preempt_for_seats: false,
+            wait_cap_scope: WaitCapScope::Global,
         }
     }
 }
@@ -99,9 +127,10 @@ pub struct Wlvf {
     steps: VecDeque<f64>,
 }
 
-/// Tier of overdue requests, above every band's tiers (a band `b <= 0` has the tiers `2b + 1`
-/// for requests that can still meet their SLO and `2b` for late waiting ones).
-const TIER_OVERDUE: i32 = 2;
+/// Tier of overdue requests (the global wait cap), above every band's tiers. A band `b <= 0`
+/// has the tiers `3b + 2` for requests past a tenant-scoped wait cap, `3b + 1` for requests
+/// that can still meet their SLO and `3b` for late waiting ones.
+const TIER_OVERDUE: i32 = 3;
 /// The lowest band: tenants further ahead than this many bands share it.
 const LOWEST_BAND: i32 = -1_000_000;
 
@@ -130,15 +159,41 @@ impl Wlvf {
     /// Overdue key of a waiting or rotary request past the wait cap (promoted `lead` early:
     /// one step for the restore copy, one for the step that produces its next token).
     fn overdue(&self, r: &ReqView, now: f64, lead: f64) -> Option<Key> {
-        let cap = self.cfg.max_wait_s?;
-        let waited = now - r.since();
-        (r.phase != Phase::Running && waited + lead >= cap).then(|| Key::new(TIER_OVERDUE, waited))
+        let global = self.cfg.wait_cap_scope == WaitCapScope::Global;
+        (global && self.past_cap(r, now, lead)).then(|| Key::new(TIER_OVERDUE, now - r.since()))
     }
 
-    /// The tier of `r` inside band `band`: late waiting requests (TTFT deadline passed) below
-    /// the rest, with `defer_late`.
-    fn tier(&self, band: i32, r: &ReqView, now: f64) -> i32 {
-        2 * band + i32::from(!self.late(r, now))
+    /// The key of `r` inside band `band`: past a tenant-scoped wait cap above the rest (the
+    /// longest wait first), late waiting requests (TTFT deadline passed, with `defer_late`)
+    /// below them; VLT decides inside a tier.
+    fn key_in_band(&self, band: i32, r: &ReqView, now: f64, lead: f64, vlt: f64) -> Key {
+        match self.class(r, now, lead) {
+            0 => Key::new(3 * band + 2, now - r.since()),
+            1 => Key::new(3 * band + 1, vlt),
+            _ => Key::new(3 * band, vlt),
+        }
+    }
+
+    /// Where `r` stands in its tenant's own order: 0 past a tenant-scoped wait cap, 1 able to
+    /// meet its TTFT (or running), 2 late.
+    fn class(&self, r: &ReqView, now: f64, lead: f64) -> u8 {
+        match (self.overdue_in_tenant(r, now, lead), self.late(r, now)) {
+            (true, _) => 0,
+            (false, false) => 1,
+            (false, true) => 2,
+        }
+    }
+
+    /// With the wait cap scoped to the tenant: `r` is past it (promoted `lead` early).
+    fn overdue_in_tenant(&self, r: &ReqView, now: f64, lead: f64) -> bool {
+        self.cfg.wait_cap_scope == WaitCapScope::Tenant && self.past_cap(r, now, lead)
+    }
+
+    /// A waiting or rotary request past the wait cap, promoted `lead` early.
+    fn past_cap(&self, r: &ReqView, now: f64, lead: f64) -> bool {
+        self.cfg
+            .max_wait_s
+            .is_some_and(|cap| r.phase != Phase::Running && now - r.since() + lead >= cap)
     }
 
     /// With `defer_late`: `r` waits for its first token and its TTFT deadline has passed.
@@ -161,7 +216,7 @@ impl Wlvf {
     /// add; a running request's is its tenant's counter. Band first, VLT inside a band.
     fn fair_keys(&self, view: &[ReqView], now: f64, lead: f64) -> Vec<Key> {
         let vlt: Vec<f64> = view.iter().map(|r| self.cfg.vlt.vlt(r, now)).collect();
-        let late: Vec<bool> = view.iter().map(|r| self.late(r, now)).collect();
+        let class: Vec<u8> = view.iter().map(|r| self.class(r, now, lead)).collect();
         let start = |r: &ReqView| self.counters.get(r.tenant).unwrap_or(0.0);
         let v0 = view.iter().map(start).fold(f64::INFINITY, f64::min);
         let mut by_tenant: BTreeMap<TenantId, Vec<usize>> = BTreeMap::new();
@@ -175,17 +230,20 @@ impl Wlvf {
             .iter()
             .zip(&vlt)
             .map(|(r, &v)| match r.phase {
-                Phase::Running => Key::new(self.tier(self.band(start(r), v0), r, now), v),
+                Phase::Running => self.key_in_band(self.band(start(r), v0), r, now, lead, v),
                 _ => Key::new(0, v),
             })
             .collect();
         for (tenant, mut cands) in by_tenant {
-            // The tenant's own order: with `defer_late`, requests that can still meet their
-            // TTFT before late ones (so they, not the late ones, take the tenant's earliest
-            // virtual starts); then LVF's: highest VLT, earliest arrival, lowest id.
+            // The tenant's own order: past a tenant-scoped wait cap first (longest wait
+            // first), then, with `defer_late`, requests that can still meet their TTFT before
+            // late ones (so they, not the late ones, take the tenant's earliest virtual
+            // starts); then LVF's: highest VLT, earliest arrival, lowest id.
+            let since = |i: usize| if class[i] == 0 { view[i].since() } else { 0.0 };
             cands.sort_unstable_by(|&a, &b| {
-                late[a]
-                    .cmp(&late[b])
+                class[a]
+                    .cmp(&class[b])
+                    .then(since(a).total_cmp(&since(b)))
                     .then(vlt[b].total_cmp(&vlt[a]))
                     .then(view[a].t_arr.total_cmp(&view[b].t_arr))
                     .then(view[a].id.cmp(&view[b].id))
@@ -193,7 +251,7 @@ impl Wlvf {
             let weight = self.counters.weight(tenant, view[cands[0]].weight);
             let mut s = self.counters.get(tenant).unwrap_or(0.0);
             for i in cands {
-                keys[i] = Key::new(self.tier(self.band(s, v0), &view[i], now), vlt[i]);
+                keys[i] = self.key_in_band(self.band(s, v0), &view[i], now, lead, vlt[i]);
                 s += f64::from(view[i].prefill) / weight;
             }
         }
@@ -221,8 +279,9 @@ impl Policy for Wlvf {
         let keys: Vec<Key> = if lone_tenant {
             view.iter()
                 .map(|r| {
-                    self.overdue(r, now, lead)
-                        .unwrap_or_else(|| Key::new(self.tier(0, r, now), self.cfg.vlt.vlt(r, now)))
+                    self.overdue(r, now, lead).unwrap_or_else(|| {
+                        self.key_in_band(0, r, now, lead, self.cfg.vlt.vlt(r, now))
+                    })
                 })
                 .collect()
         } else {

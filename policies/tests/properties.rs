@@ -14,7 +14,8 @@ mod scenario;
 use scenario::*;
 use std::collections::{BTreeMap, BTreeSet};
 use superinfer_policies::{
-    Lvf, Phase, Plan, Policy, PolicyKind, ReqView, RequestId, TenantId, Wlvf, WlvfConfig,
+    Lvf, Phase, Plan, Policy, PolicyKind, ReqView, RequestId, TenantId, WaitCapScope, Wlvf,
+    WlvfConfig,
 };
 
 /// The invariants every policy's plan keeps.
@@ -271,8 +272,13 @@ fn check_caps(
         let overdue = |r: &ReqView| r.phase != Phase::Running && NOW - r.since() >= c;
         let taken: Vec<RequestId> = plan.admit.iter().chain(&plan.restore).copied().collect();
         let left_out = s.view.iter().find(|r| overdue(r) && !taken.contains(&r.id));
+        // Scoped to the tenant, an overdue request outranks its own tenant's requests only.
+        let rivals = |id: RequestId| {
+            let tenant = s.cfg.wait_cap_scope == WaitCapScope::Tenant;
+            move |late: &ReqView| !tenant || find(&s.view, id).tenant == late.tenant
+        };
         if let Some(late) = left_out {
-            for &id in &taken {
+            for &id in taken.iter().filter(|&&id| rivals(id)(late)) {
                 // An overdue admission may lack prefill tokens, which a restore does not need.
                 if late.phase == Phase::Waiting && find(&s.view, id).phase == Phase::Rotary {
                     continue;
@@ -318,7 +324,8 @@ proptest! {
         }
         let band = bands(&s);
         let overdue = |r: &ReqView| {
-            s.cfg.max_wait_s.is_some_and(|c| r.phase != Phase::Running && NOW - r.since() >= c)
+            s.cfg.wait_cap_scope == WaitCapScope::Global
+                && s.cfg.max_wait_s.is_some_and(|c| r.phase != Phase::Running && NOW - r.since() >= c)
         };
         let plan = run(PolicyKind::Wlvf, &s, &s.view);
         let all = s.view.iter().filter(|r| r.phase != Phase::Running).count();
@@ -401,17 +408,30 @@ fn bands(s: &Scenario) -> BTreeMap<RequestId, i64> {
             .iter()
             .filter(|r| r.tenant == t && r.phase != Phase::Running)
             .collect();
-        // With `defer_late`, waiting requests past their TTFT deadline come after the rest.
-        let late = |r: &ReqView| {
-            s.cfg.defer_late
+        // A tenant's own order: past a tenant-scoped wait cap first; then, with `defer_late`,
+        // the rest before waiting requests past their TTFT deadline. The policy promotes two
+        // plans' worth of steps early; these scenarios have no step history, so none.
+        let class = |r: &ReqView| {
+            let overdue = s.cfg.wait_cap_scope == WaitCapScope::Tenant
+                && s.cfg
+                    .max_wait_s
+                    .is_some_and(|c| r.phase != Phase::Running && NOW - r.since() >= c);
+            let late = s.cfg.defer_late
                 && r.phase == Phase::Waiting
                 && r.t_last.is_none()
-                && NOW > r.t_arr + r.slo.ttft_s
+                && NOW > r.t_arr + r.slo.ttft_s;
+            match (overdue, late) {
+                (true, _) => 0,
+                (false, false) => 1,
+                (false, true) => 2,
+            }
         };
         cands.sort_by(|a, b| {
             let (va, vb) = (s.cfg.vlt.vlt(a, NOW), s.cfg.vlt.vlt(b, NOW));
-            late(a)
-                .cmp(&late(b))
+            let since = |r: &ReqView| if class(r) == 0 { r.since() } else { 0.0 };
+            class(a)
+                .cmp(&class(b))
+                .then(since(a).total_cmp(&since(b)))
                 .then(vb.total_cmp(&va))
                 .then(a.t_arr.total_cmp(&b.t_arr))
                 .then(a.id.cmp(&b.id))

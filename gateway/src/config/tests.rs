@@ -127,10 +127,13 @@ fn vlt_knobs_reach_the_policy_and_bad_ones_are_refused() {
 #[test]
 fn fairness_knobs_and_shedding_reach_the_engine_and_bad_ones_are_refused() {
     let s: Settings = toml::from_str(
-        "fairness_quantum = 256.0\ndecode_cost = 2.0\ndefer_late = false\nshed_late = 0.5\npreempt_for_seats = true\n",
+        "fairness_quantum = 256.0\ndecode_cost = 2.0\ndefer_late = false\nshed_late = 0.5\npreempt_for_seats = true\nwait_cap_scope = \"tenant\"\n",
     )
     .unwrap();
     let c = ServeConfig::resolve(s).unwrap();
+    assert_eq!(c.engine.wlvf.wait_cap_scope, WaitCapScope::Tenant);
+    let bad = toml::from_str::<Settings>("wait_cap_scope = \"everyone\"\n").unwrap_err();
+    assert!(bad.to_string().contains("global"), "{bad}");
     assert_eq!(c.engine.wlvf.fairness_quantum_tokens, 256.0);
     assert_eq!(c.engine.wlvf.decode_cost, 2.0);
     assert!(!c.engine.wlvf.defer_late);
@@ -140,6 +143,7 @@ fn fairness_knobs_and_shedding_reach_the_engine_and_bad_ones_are_refused() {
     assert_eq!(d.engine.wlvf.max_consecutive_rotations, Some(1));
     assert!(d.engine.wlvf.defer_late);
     assert!(!d.engine.wlvf.preempt_for_seats);
+    assert_eq!(d.engine.wlvf.wait_cap_scope, WaitCapScope::Global);
     assert_eq!(d.engine.shed_late, None);
     for (bad, want) in [
         (

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use superinfer_policies::{
     Capacity, Phase, Plan, PolicyKind, ReqView, RequestId, Service, Slo, TenantId, VltConfig,
-    WlvfConfig,
+    WaitCapScope, WlvfConfig,
 };
 
 pub(crate) const NOW: f64 = 100.0;
@@ -134,12 +134,14 @@ pub(crate) fn wlvf_config() -> impl Strategy<Value = WlvfConfig> {
         prop::option::of(1..=60u32),
         prop::option::of(1..=4u32),
         prop::sample::select(vec![0.0, 10.0, 100.0, 1000.0, 1e9]),
+        prop::sample::select(vec![WaitCapScope::Global, WaitCapScope::Tenant]),
     )
-        .prop_map(|(vlt, wait, rotations, quantum)| WlvfConfig {
+        .prop_map(|(vlt, wait, rotations, quantum, scope)| WlvfConfig {
             vlt,
             max_wait_s: wait.map(f64::from),
             max_consecutive_rotations: rotations,
             fairness_quantum_tokens: quantum,
+            wait_cap_scope: scope,
             ..WlvfConfig::default()
         })
 }
