@@ -163,12 +163,13 @@ impl Wlvf {
         (global && self.past_cap(r, now, lead)).then(|| Key::new(TIER_OVERDUE, now - r.since()))
     }
 
-    /// The key of `r` inside band `band`: past a tenant-scoped wait cap above the rest (the
-    /// longest wait first), late waiting requests (TTFT deadline passed, with `defer_late`)
-    /// below them; VLT decides inside a tier.
-    fn key_in_band(&self, band: i32, r: &ReqView, now: f64, lead: f64, vlt: f64) -> Key {
-        match self.class(r, now, lead) {
-            0 => Key::new(3 * band + 2, now - r.since()),
+    /// The key inside band `band` of a request of class `class` ([`Wlvf::class`]) that has
+    /// waited `waited`: past a tenant-scoped wait cap above the rest (the longest wait first),
+    /// late waiting requests (TTFT deadline passed, with `defer_late`) below them; VLT decides
+    /// inside a tier.
+    fn key_in_band(band: i32, class: u8, waited: f64, vlt: f64) -> Key {
+        match class {
+            0 => Key::new(3 * band + 2, waited),
             1 => Key::new(3 * band + 1, vlt),
             _ => Key::new(3 * band, vlt),
         }
@@ -230,7 +231,7 @@ impl Wlvf {
             .iter()
             .zip(&vlt)
             .map(|(r, &v)| match r.phase {
-                Phase::Running => self.key_in_band(self.band(start(r), v0), r, now, lead, v),
+                Phase::Running => Wlvf::key_in_band(self.band(start(r), v0), 1, 0.0, v),
                 _ => Key::new(0, v),
             })
             .collect();
@@ -251,7 +252,8 @@ impl Wlvf {
             let weight = self.counters.weight(tenant, view[cands[0]].weight);
             let mut s = self.counters.get(tenant).unwrap_or(0.0);
             for i in cands {
-                keys[i] = self.key_in_band(self.band(s, v0), &view[i], now, lead, vlt[i]);
+                let waited = now - view[i].since();
+                keys[i] = Wlvf::key_in_band(self.band(s, v0), class[i], waited, vlt[i]);
                 s += f64::from(view[i].prefill) / weight;
             }
         }
@@ -280,7 +282,8 @@ impl Policy for Wlvf {
             view.iter()
                 .map(|r| {
                     self.overdue(r, now, lead).unwrap_or_else(|| {
-                        self.key_in_band(0, r, now, lead, self.cfg.vlt.vlt(r, now))
+                        let class = self.class(r, now, lead);
+                        Wlvf::key_in_band(0, class, now - r.since(), self.cfg.vlt.vlt(r, now))
                     })
                 })
                 .collect()

@@ -273,12 +273,10 @@ fn check_caps(
         let taken: Vec<RequestId> = plan.admit.iter().chain(&plan.restore).copied().collect();
         let left_out = s.view.iter().find(|r| overdue(r) && !taken.contains(&r.id));
         // Scoped to the tenant, an overdue request outranks its own tenant's requests only.
-        let rivals = |id: RequestId| {
-            let tenant = s.cfg.wait_cap_scope == WaitCapScope::Tenant;
-            move |late: &ReqView| !tenant || find(&s.view, id).tenant == late.tenant
-        };
+        let scoped = s.cfg.wait_cap_scope == WaitCapScope::Tenant;
         if let Some(late) = left_out {
-            for &id in taken.iter().filter(|&&id| rivals(id)(late)) {
+            let rival = |id: RequestId| !scoped || find(&s.view, id).tenant == late.tenant;
+            for &id in taken.iter().filter(|&&id| rival(id)) {
                 // An overdue admission may lack prefill tokens, which a restore does not need.
                 if late.phase == Phase::Waiting && find(&s.view, id).phase == Phase::Rotary {
                     continue;
@@ -409,8 +407,9 @@ fn bands(s: &Scenario) -> BTreeMap<RequestId, i64> {
             .filter(|r| r.tenant == t && r.phase != Phase::Running)
             .collect();
         // A tenant's own order: past a tenant-scoped wait cap first; then, with `defer_late`,
-        // the rest before waiting requests past their TTFT deadline. The policy promotes two
-        // plans' worth of steps early; these scenarios have no step history, so none.
+        // the rest before waiting requests past their TTFT deadline. (The policy promotes
+        // requests twice its longest recent step early; this property keeps no step history,
+        // so that lead is 0 here.)
         let class = |r: &ReqView| {
             let overdue = s.cfg.wait_cap_scope == WaitCapScope::Tenant
                 && s.cfg
