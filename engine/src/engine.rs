@@ -253,6 +253,9 @@ pub struct Engine<R, T, C> {
     /// Requests that may have full blocks not yet written back (a block filled since their
     /// last complete writeback), oldest first: eager writeback visits only these.
     writeback_due: BTreeSet<RequestId>,
+    /// Running requests that may need a block for their next token (their blocks were
+    /// exactly full when they last ran or were restored): growth looks only at these.
+    grow_due: Vec<RequestId>,
     /// The matcher of each live request with a grammar (structured outputs): a field of its
     /// own, so that a step's masks are computed on a worker while the runner runs.
     constraints: BTreeMap<RequestId, llguidance::Matcher>,
@@ -315,6 +318,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             busy_since: None,
             xfer,
             writeback_due: BTreeSet::new(),
+            grow_due: Vec::new(),
             constraints: BTreeMap::new(),
         })
     }
@@ -427,14 +431,14 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 .spec
                 .cache
                 .clone()
-                .unwrap_or_else(|| CacheScope::tenant(req.spec.tenant));
+                .unwrap_or_else(|| CacheScope::tenant(req.tenant));
             req.cache_root = scope.root();
             req.cache_base = CacheScope::base_key(&scope.base);
             let bs = self.cfg.block_size;
             extend_chain(&mut req.hashes, req.cache_root, &req.tokens, bs);
         }
-        self.policy.on_arrival(req.spec.tenant, req.spec.weight);
-        self.late.queued(req.spec.tenant);
+        self.policy.on_arrival(req.tenant, req.weight);
+        self.late.queued(req.tenant);
         self.census.add(req.state);
         if let Some(g) = &req.spec.sampling.grammar {
             self.constraints.insert(id, g.matcher());
@@ -449,7 +453,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             .requests
             .get_mut(&id)
             .expect("caller checked it is live");
-        let (from, tenant) = (req.state, req.spec.tenant);
+        let (from, tenant) = (req.state, req.tenant);
         self.census.remove(from);
         req.set_state(to);
         self.census.add(to);
@@ -478,9 +482,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         };
         self.census.remove(req.state);
         if req.state == ReqState::Waiting {
-            self.late.dequeued(req.spec.tenant);
+            self.late.dequeued(req.tenant);
         }
-        self.policy.on_departure(req.spec.tenant);
+        self.policy.on_departure(req.tenant);
         self.pool.free(id);
         self.transit.remove(&id);
         self.writeback_due.remove(&id);
@@ -490,7 +494,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             id,
             reason,
             t,
-            prompt_tokens: req.spec.prompt.len() as u32,
+            prompt_tokens: req.prompt_len,
             completion_tokens: req.generated,
             preemptions: req.rotations + req.recomputes,
             error,

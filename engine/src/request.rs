@@ -100,37 +100,52 @@ pub enum FinishReason {
     Error,
 }
 
-/// A live request inside the engine.
+/// A live request inside the engine. Laid out for the per-step walk over thousands of them
+/// (`repr(C)`, hot fields first): what a decode step reads and writes of a request (its
+/// state, counters, the token vector's header and copies of the few [`EngineRequest`] fields
+/// it needs) sits in its first 64 bytes, and the submitted request itself is boxed, so a
+/// request is two cache lines instead of eight (docs/BENCHMARKS.md, "Per-step cost").
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct Request {
-    pub spec: EngineRequest,
-    pub state: ReqState,
     /// Prompt followed by generated tokens: the sequence whose KV the cache holds.
     pub tokens: Vec<u32>,
+    /// The request as submitted (read-only; the batch hands runners its sampling settings).
+    pub spec: Box<EngineRequest>,
+    /// `spec.id`, `spec.weight`, `spec.tenant`, `spec.prompt.len()`, `spec.max_tokens`,
+    /// `spec.ignore_eos` and whether `spec.stop_token_ids` has any (the spec never changes).
+    pub id: RequestId,
+    pub weight: f64,
+    pub tenant: TenantId,
+    pub prompt_len: u32,
+    pub max_tokens: u32,
     /// Tokens of `tokens` whose KV is in the cache.
     pub kv_len: u32,
     pub generated: u32,
-    pub t_arr: f64,
-    pub t_first: Option<f64>,
-    pub t_last: Option<f64>,
-    /// Start of the current running period.
-    pub t_run: Option<f64>,
-    pub rotations: u32,
-    pub consecutive_rotations: u32,
-    pub recomputes: u32,
     /// Tokens produced in the current running period.
     pub run_tokens: u32,
     /// Tokens whose KV it has been charged for (the most it ever had): prefill below this
     /// after a recompute is the scheduler's waste, not new service.
     pub charged_kv: u32,
+    pub consecutive_rotations: u32,
+    pub state: ReqState,
+    pub ignore_eos: bool,
+    pub has_stop_ids: bool,
+    pub t_first: Option<f64>,
+    pub t_last: Option<f64>,
+    /// Start of the current running period.
+    pub t_run: Option<f64>,
+    /// What its first admission found in the prefix cache.
+    pub cached: PrefixHit,
+    pub t_arr: f64,
+    pub rotations: u32,
+    pub recomputes: u32,
     /// Hashes of the full blocks of `tokens`, in its namespace (empty with the prefix cache
     /// off).
     pub hashes: Vec<BlockHash>,
     /// The root of its hash chain (its namespace) and its base namespace's key.
     pub cache_root: BlockHash,
     pub cache_base: u64,
-    /// What its first admission found in the prefix cache.
-    pub cached: PrefixHit,
     /// Scores of prompt tokens `1..` so far (`SamplingParams::prompt_logprobs`): entry `i`
     /// is token `i + 1`'s, until they go out with the first token.
     pub prompt_logprobs: Vec<TokenLogprobs>,
@@ -138,28 +153,36 @@ pub struct Request {
 
 impl Request {
     pub fn new(spec: EngineRequest, now: f64) -> Request {
+        let spec = Box::new(spec);
         let t_arr = spec.arrival.unwrap_or(now);
         let tokens = spec.prompt.clone();
         Request {
-            spec,
-            state: ReqState::Waiting,
             tokens,
+            id: spec.id,
+            weight: spec.weight,
+            tenant: spec.tenant,
+            prompt_len: spec.prompt.len() as u32,
+            max_tokens: spec.max_tokens,
             kv_len: 0,
             generated: 0,
-            t_arr,
+            run_tokens: 0,
+            charged_kv: 0,
+            consecutive_rotations: 0,
+            state: ReqState::Waiting,
+            ignore_eos: spec.ignore_eos,
+            has_stop_ids: !spec.stop_token_ids.is_empty(),
             t_first: None,
             t_last: None,
             t_run: None,
+            cached: PrefixHit::default(),
+            t_arr,
             rotations: 0,
-            consecutive_rotations: 0,
             recomputes: 0,
-            run_tokens: 0,
-            charged_kv: 0,
             hashes: Vec::new(),
             cache_root: BlockHash(0),
             cache_base: 0,
-            cached: PrefixHit::default(),
             prompt_logprobs: Vec::new(),
+            spec,
         }
     }
 

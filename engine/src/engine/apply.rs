@@ -38,6 +38,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 ReqState::Restoring => {
                     self.move_req(id, ReqState::Running);
                     self.requests.get_mut(&id).expect("live").t_run = Some(now);
+                    self.grow_due.push(id);
                 }
                 s => debug_assert!(false, "request in transit in state {s:?}"),
             }
@@ -90,7 +91,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     }
 
     fn view_of(&self, r: &Request, phase: Phase) -> ReqView {
-        let id = r.spec.id;
+        let id = r.id;
         let b = self.pool.summary(id);
         let growth = self.blocks_for(r.kv_len + 1).saturating_sub(b.len);
         let (mut copy_in, mut prefill) = (0, 0);
@@ -111,8 +112,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let running = phase == Phase::Running;
         ReqView {
             id,
-            tenant: r.spec.tenant,
-            weight: r.spec.weight,
+            tenant: r.tenant,
+            weight: r.weight,
             slo: r.spec.slo,
             phase,
             t_arr: r.t_arr,
@@ -299,7 +300,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             req.t_run = Some(now);
             // The block its next token needs, as its view counted (when HBM has it).
             let next = (req.kv_len + 1).div_ceil(self.cfg.block_size) as usize;
-            self.pool.grow_to(id, next);
+            if !self.pool.grow_to(id, next) {
+                self.grow_due.push(id);
+            }
         }
     }
 
@@ -331,7 +334,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let first = req.recomputes == 0 && req.t_first.is_none();
         if first {
             let ratio = (now - req.t_arr) / req.spec.slo.ttft_s;
-            self.late.admitted(req.spec.tenant, ratio);
+            self.late.admitted(req.tenant, ratio);
             req.cached = PrefixHit {
                 hbm: in_hbm * bs,
                 dram: from_dram * bs,
@@ -348,7 +351,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let cached = u64::from(req.kv_len.saturating_sub(req.charged_kv));
         req.charged_kv = req.charged_kv.max(req.kv_len);
         if cached > 0 {
-            let (tenant, weight) = (req.spec.tenant, req.spec.weight);
+            let (tenant, weight) = (req.tenant, req.weight);
             let service = Service {
                 cached,
                 ..Service::default()
@@ -407,19 +410,27 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     }
 
     /// Running requests that decode next get the block their next token needs, or sit this
-    /// step out when there is none (the policy sees the shortage next iteration).
+    /// step out when there is none (the policy sees the shortage next iteration). Only a
+    /// request whose blocks are exactly full needs one, and only the requests of
+    /// `grow_due` can be such (the step that filled their last block, or a restore, put them
+    /// there), so no step scans every request; one that finds no block stays due.
     fn grow_running(&mut self) {
         let bs = self.cfg.block_size;
-        // Only a request whose blocks are exactly full needs one more for its next token.
-        let growing: Vec<(RequestId, u32)> = self
-            .requests
-            .values()
-            .filter(|r| r.state == ReqState::Running && !r.prefilling() && r.kv_len % bs == 0)
-            .map(|r| (r.spec.id, r.kv_len))
-            .collect();
-        for (id, kv_len) in growing {
-            self.pool.grow_to(id, (kv_len + 1).div_ceil(bs) as usize);
-        }
+        let mut due = std::mem::take(&mut self.grow_due);
+        // In request order, as a scan of every request would grow them (who gets the last
+        // free blocks when HBM runs short does not depend on how they became due).
+        due.sort_unstable();
+        due.dedup();
+        due.retain(|id| {
+            let Some(r) = self.requests.get(id) else {
+                return false;
+            };
+            if r.state != ReqState::Running || r.prefilling() || r.kv_len % bs != 0 {
+                return false;
+            }
+            !self.pool.grow_to(*id, (r.kv_len + 1).div_ceil(bs) as usize)
+        });
+        self.grow_due = due;
     }
 
     /// Growth when no plan ran (`grown` false), then eager writeback of

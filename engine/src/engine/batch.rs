@@ -58,7 +58,7 @@ fn plan_batch<'a>(
         entries.push(BatchEntry {
             id: span.id,
             tokens: &r.tokens,
-            prompt_len: r.spec.prompt.len() as u32,
+            prompt_len: r.prompt_len,
             pos: span.pos,
             end: span.end,
             blocks,
@@ -72,10 +72,10 @@ fn plan_batch<'a>(
             prefills.push((r.t_run.unwrap_or(r.t_arr), r));
             continue;
         }
-        let blocks = pool.table(r.spec.id);
+        let blocks = pool.table(r.id);
         if budget > 0 && blocks.len() as u32 * bs > r.kv_len {
             let span = Span {
-                id: r.spec.id,
+                id: r.id,
                 pos: r.kv_len,
                 end: r.kv_len + 1,
                 sample: true,
@@ -107,12 +107,12 @@ fn plan_batch<'a>(
         }
         let end = r.kv_len + take;
         let span = Span {
-            id: r.spec.id,
+            id: r.id,
             pos: r.kv_len,
             end,
             sample: end == r.tokens.len() as u32,
         };
-        push(r, pool.table(r.spec.id), span);
+        push(r, pool.table(r.id), span);
     }
     (spans, entries)
 }
@@ -204,6 +204,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             s.decode += c.service.decode;
             if let Some(end) = end {
                 ends.push((*id, end));
+            } else if !req.prefilling() && req.kv_len % self.cfg.block_size == 0 {
+                // Its blocks are exactly full: its next token needs a new one.
+                self.grow_due.push(*id);
             }
         }
         debug_assert!(results.next().is_none(), "batch ids are live");
@@ -329,14 +332,14 @@ impl Advance<'_> {
                     }
                 },
             };
-            let stop = (!req.spec.ignore_eos && eos.contains(&tok))
-                || req.spec.stop_token_ids.contains(&tok)
+            let stop = (!req.ignore_eos && eos.contains(&tok))
+                || (req.has_stop_ids && req.spec.stop_token_ids.contains(&tok))
                 || grammar_done;
             if grammar_error.is_some() {
                 finished = Some(FinishReason::Error);
             } else if stop {
                 finished = Some(FinishReason::Stop);
-            } else if req.generated >= req.spec.max_tokens {
+            } else if req.generated >= req.max_tokens {
                 finished = Some(FinishReason::Length);
             }
         }
@@ -394,8 +397,7 @@ impl Charge {
     /// chunks, a recomputed request's tokens) is prefill. The tenant is charged only for
     /// tokens it was never charged for: recomputing is the scheduler's choice, not its work.
     fn of(req: &mut Request, span: Span) -> Charge {
-        let decode_step =
-            span.sample && span.end - span.pos == 1 && span.pos >= req.spec.prompt.len() as u32;
+        let decode_step = span.sample && span.end - span.pos == 1 && span.pos >= req.prompt_len;
         let fresh = span.end.saturating_sub(req.charged_kv.max(span.pos));
         req.charged_kv = req.charged_kv.max(span.end);
         let service = if decode_step {
@@ -411,8 +413,8 @@ impl Charge {
         };
         Charge {
             decode_step,
-            tenant: req.spec.tenant,
-            weight: req.spec.weight,
+            tenant: req.tenant,
+            weight: req.weight,
             service,
         }
     }

@@ -303,9 +303,7 @@ fn check_requests(e: &TestEngine, own: &mut HashMap<RequestId, Seen>) {
         let seen = own.entry(*id).or_default();
         let root = *seen.root.get_or_insert_with(|| {
             let scope = r.spec.cache.clone();
-            scope
-                .unwrap_or_else(|| CacheScope::tenant(r.spec.tenant))
-                .root()
+            scope.unwrap_or_else(|| CacheScope::tenant(r.tenant)).root()
         });
         // Hashes only grow: the new ones are checked (the old ones were, when new).
         let from = seen.own.len();
@@ -395,7 +393,7 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
                         id: RequestId(next_id),
                         max_tokens: req.max_tokens,
                         follows: Some(l.spec.id),
-                        ..l.spec.clone()
+                        ..(*l.spec).clone()
                     };
                 }
                 if e.submit(req).is_ok() {

@@ -14,6 +14,7 @@ use crate::kv::block::{DramBlock, HbmBlock};
 use crate::kv::prefix::BlockHash;
 use crate::transfer::Ticket;
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet};
 use superinfer_policies::RequestId;
 
@@ -30,7 +31,9 @@ pub struct Entry {
     pub hbm: Option<HbmBlock>,
     pub dram: DramBlock,
     pub refs: u32,
-    pub holders: Vec<RequestId>,
+    /// Inline for the usual one or two holders: an entry is made per block that fills, and
+    /// a heap allocation each would be a `malloc` per block.
+    pub holders: SmallVec<[RequestId; 2]>,
     /// A copy of its bytes in flight under this ticket: the copy-in of its HBM copy, or the
     /// writeback of the block it was made from.
     pub inflight: Option<Ticket>,

@@ -153,7 +153,7 @@ impl KvPool {
         let mut sole: BTreeMap<RequestId, u32> = BTreeMap::new();
         for (e, entry) in self.cache.entries() {
             let (n, mut holders) = refs.get(&e).cloned().unwrap_or_default();
-            let mut kept = entry.holders.clone();
+            let mut kept = entry.holders.to_vec();
             holders.sort();
             kept.sort();
             if n != entry.refs || holders != kept {
