@@ -192,3 +192,43 @@ arrivals = { kind = "trace", path = "/abs/arrivals.jsonl" }
         .to_string();
     assert!(e.contains("missing.toml"), "{e}");
 }
+
+#[test]
+fn every_shipped_workload_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let t = load_tenants(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(!t.is_empty(), "{}", path.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 8, "{n} workload files");
+}
+
+#[test]
+fn the_sharegpt_chat_workload_has_its_cited_shape() {
+    use crate::workload::ConversationSpec;
+    use rand::SeedableRng;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/chat-sharegpt-1-2-4.toml");
+    let t = load_tenants(&path).unwrap();
+    let names: Vec<_> = t.iter().map(|t| (t.name.as_str(), t.weight)).collect();
+    assert_eq!(names, [("w1", 1.0), ("w2", 2.0), ("w4", 4.0)]);
+    for tenant in &t {
+        assert_eq!(tenant.dataset, LengthSpec::Sharegpt);
+        assert_eq!(tenant.system_prompt_tokens, 1024);
+        assert_eq!(tenant.conversation, Some(ConversationSpec::new(3.51, 30.0)));
+    }
+    // ShareGPT: 3.51 turns per conversation (ShareChat, Table 1); the geometric shape then has
+    // about 71.5 % multi-turn conversations, near CachedAttention's 73 %.
+    let spec = t[0].conversation.unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let n = 200_000;
+    let turns: Vec<u32> = (0..n).map(|_| spec.sample_turns(&mut rng)).collect();
+    let mean = turns.iter().map(|&x| f64::from(x)).sum::<f64>() / f64::from(n);
+    let multi = turns.iter().filter(|&&x| x > 1).count() as f64 / f64::from(n);
+    assert!((mean - 3.51).abs() < 0.05, "mean turns {mean}");
+    assert!((multi - 0.73).abs() < 0.02, "multi-turn share {multi}");
+}
