@@ -109,21 +109,20 @@ impl Default for EngineConfig {
     }
 }
 
-/// What the engine tells its caller, in order.
+/// What the engine tells its caller, in order. Kept small (56 bytes): a step of 2,000 decodes
+/// writes 2,000 `Token`s, and at 88 bytes writing them was a sixth of the step's host time
+/// (docs/BENCHMARKS.md, "Per-step cost of the engine").
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineEvent {
-    /// A token was produced at engine time `t` (with log-probabilities when asked for).
+    /// A token was produced at engine time `t`.
     Token {
         id: RequestId,
         token: u32,
         t: f64,
-        logprobs: Option<TokenLogprobs>,
-        /// Prompt tokens found in the prefix cache at its first admission (as `Finished`'s),
-        /// so a caller that stops the request early still knows them.
-        cached: PrefixHit,
-        /// With the first token of a request with `SamplingParams::prompt_logprobs`: the
-        /// scores of prompt tokens `1..` (entry `i` is token `i + 1`'s); empty otherwise.
-        prompt_logprobs: Vec<TokenLogprobs>,
+        /// What only some tokens carry: `Some` with every token of a request that asked for
+        /// log-probabilities, and with a request's first token when its prompt was found in
+        /// the prefix cache or scored; `None` otherwise (most tokens).
+        extra: Option<Box<TokenExtra>>,
     },
     /// The request ended (exactly once per request).
     Finished {
@@ -135,10 +134,24 @@ pub enum EngineEvent {
         /// Times it lost its place in HBM (rotations out and recomputes).
         preemptions: u32,
         /// With `FinishReason::Error`: what went wrong.
-        error: Option<String>,
+        error: Option<Box<str>>,
         /// Prompt tokens found in the prefix cache at its first admission.
         cached: PrefixHit,
     },
+}
+
+/// The rare parts of a [`EngineEvent::Token`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TokenExtra {
+    /// The token's log-probabilities (`SamplingParams::logprobs`).
+    pub logprobs: Option<TokenLogprobs>,
+    /// Prompt tokens found in the prefix cache at its first admission (as `Finished`'s), so a
+    /// caller that stops the request early still knows them. Sent with the first token; a
+    /// token without `extra` has the same as the request's earlier ones.
+    pub cached: PrefixHit,
+    /// With the first token of a request with `SamplingParams::prompt_logprobs`: the scores
+    /// of prompt tokens `1..` (entry `i` is token `i + 1`'s); empty otherwise.
+    pub prompt_logprobs: Vec<TokenLogprobs>,
 }
 
 /// What one step did.
@@ -497,7 +510,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             prompt_tokens: req.prompt_len,
             completion_tokens: req.generated,
             preemptions: req.rotations + req.recomputes,
-            error,
+            error: error.map(String::into_boxed_str),
             cached: req.cached,
         });
     }
@@ -566,3 +579,6 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
 
 #[cfg(test)]
 mod tests;
+
+// A plain token's event stays small (see `EngineEvent`).
+const _: () = assert!(std::mem::size_of::<EngineEvent>() <= 56);

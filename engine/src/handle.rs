@@ -249,7 +249,8 @@ where
 
 struct Loop<R, T, C> {
     engine: Engine<R, T, C>,
-    streams: HashMap<RequestId, tmpsc::Sender<StreamEvent>>,
+    /// Each live request's stream, and the prefix-cache hit its first token reported.
+    streams: HashMap<RequestId, (tmpsc::Sender<StreamEvent>, PrefixHit)>,
     shared: Arc<Shared>,
     /// The events buffer handed back and forth with the engine (`Engine::swap_events`).
     events: Vec<EngineEvent>,
@@ -336,7 +337,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                 let id = req.id;
                 match self.engine.submit(*req) {
                     Ok(()) => {
-                        self.streams.insert(id, tx);
+                        self.streams.insert(id, (tx, PrefixHit::default()));
                     }
                     Err(e) => {
                         let _ = tx.try_send(StreamEvent::Finished {
@@ -379,17 +380,20 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                     id,
                     token,
                     t,
-                    logprobs,
-                    cached,
-                    prompt_logprobs,
+                    extra,
                 } => {
-                    let gone = self.streams.get(&id).is_some_and(|tx| {
+                    let gone = self.streams.get_mut(&id).is_some_and(|(tx, cached)| {
+                        // A token without `extra` has the request's earlier `cached`.
+                        let extra = extra.map(|x| *x).unwrap_or_default();
+                        if extra.cached.tokens() > 0 {
+                            *cached = extra.cached;
+                        }
                         tx.try_send(StreamEvent::Token {
                             token,
                             t,
-                            logprobs,
-                            cached,
-                            prompt_logprobs,
+                            logprobs: extra.logprobs,
+                            cached: *cached,
+                            prompt_logprobs: extra.prompt_logprobs,
                         })
                         .is_err()
                     });
@@ -410,13 +414,13 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                     cached,
                     ..
                 } => {
-                    if let Some(tx) = self.streams.remove(&id) {
+                    if let Some((tx, _)) = self.streams.remove(&id) {
                         let _ = tx.try_send(StreamEvent::Finished {
                             reason,
                             t,
                             prompt_tokens,
                             completion_tokens,
-                            error,
+                            error: error.map(String::from),
                             cached,
                         });
                     }
@@ -431,7 +435,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
         let ids: Vec<RequestId> = self.streams.keys().copied().collect();
         for id in ids {
             self.engine.abort(id);
-            if let Some(tx) = self.streams.remove(&id) {
+            if let Some((tx, _)) = self.streams.remove(&id) {
                 let _ = tx.try_send(StreamEvent::Finished {
                     reason: FinishReason::Error,
                     t: 0.0,

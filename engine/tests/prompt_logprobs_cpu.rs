@@ -41,15 +41,11 @@ fn drain(e: &mut CpuEngine) -> Out {
         e.pool().check().expect("pool invariants");
         for ev in e.take_events() {
             match ev {
-                EngineEvent::Token {
-                    id,
-                    logprobs,
-                    prompt_logprobs,
-                    ..
-                } => {
+                EngineEvent::Token { id, extra, .. } => {
+                    let extra = extra.map(|x| *x).unwrap_or_default();
                     let o = out.entry(id).or_default();
-                    o.0 = logprobs;
-                    o.1.extend(prompt_logprobs);
+                    o.0 = extra.logprobs;
+                    o.1.extend(extra.prompt_logprobs);
                 }
                 EngineEvent::Finished { id, cached, .. } => {
                     out.entry(id).or_default().2 = cached.tokens();
@@ -189,11 +185,8 @@ fn a_long_scored_prompt_runs_in_chunks_of_bounded_size() {
             chunks.push(r.prefill_tokens);
         }
         for ev in e.take_events() {
-            if let EngineEvent::Token {
-                prompt_logprobs, ..
-            } = ev
-            {
-                scores.extend(prompt_logprobs);
+            if let EngineEvent::Token { extra: Some(x), .. } = ev {
+                scores.extend(x.prompt_logprobs);
             }
         }
     }

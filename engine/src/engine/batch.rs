@@ -308,18 +308,25 @@ impl Advance<'_> {
             }
             req.t_first.get_or_insert(t);
             req.t_last = Some(t);
-            let prompt_logprobs = if req.generated == 1 {
-                std::mem::take(&mut req.prompt_logprobs)
-            } else {
-                Vec::new()
-            };
+            let first = req.generated == 1;
+            let rare = logprobs.is_some()
+                || (first && (req.cached.tokens() > 0 || !req.prompt_logprobs.is_empty()));
+            let extra = rare.then(|| {
+                Box::new(super::TokenExtra {
+                    logprobs,
+                    cached: req.cached,
+                    prompt_logprobs: if first {
+                        std::mem::take(&mut req.prompt_logprobs)
+                    } else {
+                        Vec::new()
+                    },
+                })
+            });
             self.events.push(EngineEvent::Token {
                 id: span.id,
                 token: tok,
                 t,
-                logprobs,
-                cached: req.cached,
-                prompt_logprobs,
+                extra,
             });
             // A grammar that is complete ends the request (ignore_eos or not).
             let grammar_done = match self.constraints.get_mut(&span.id) {

@@ -115,3 +115,36 @@ fn a_request_the_engine_refuses_ends_with_an_error() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn every_token_of_a_stream_carries_the_prompts_cached_tokens() {
+    // The engine sends a request's cached prefix with its first token only (the event's
+    // rare part); the stream repeats it on every token, as callers that stop early read it.
+    let (h, thread) = start(false);
+    let prompt = |id| EngineRequest {
+        id: RequestId(id),
+        ..request(64, 6)
+    };
+    let mut first = h.submit(prompt(10)).unwrap();
+    while !matches!(first.blocking_next(), Some(StreamEvent::Finished { .. })) {}
+    let mut second = h.submit(prompt(11)).unwrap();
+    let mut seen = Vec::new();
+    let finished = loop {
+        match second.blocking_next() {
+            Some(StreamEvent::Token { cached, .. }) => seen.push(cached),
+            Some(StreamEvent::Finished { cached, .. }) => break cached,
+            None => panic!("the stream ended without a finish"),
+        }
+    };
+    assert!(
+        finished.tokens() >= 48,
+        "the shared prompt was a hit: {finished:?}"
+    );
+    assert_eq!(seen.len(), 6);
+    assert!(
+        seen.iter().all(|c| *c == finished),
+        "{seen:?} vs {finished:?}"
+    );
+    thread.shutdown();
+    drop(h);
+}

@@ -73,7 +73,12 @@ fn a_failed_model_step_ends_only_its_batch_and_the_engine_serves_on() {
                     id, reason, error, ..
                 } = ev
                 {
-                    assert!(finished.insert(id.0, (reason, error)).is_none(), "twice");
+                    assert!(
+                        finished
+                            .insert(id.0, (reason, error.map(String::from)))
+                            .is_none(),
+                        "twice"
+                    );
                 }
             }
             e.pool().check().unwrap();
