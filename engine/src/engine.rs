@@ -140,6 +140,9 @@ pub enum EngineEvent {
     },
 }
 
+// A plain token's event stays small (see `EngineEvent`).
+const _: () = assert!(std::mem::size_of::<EngineEvent>() <= 56);
+
 /// The rare parts of a [`EngineEvent::Token`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TokenExtra {
@@ -579,6 +582,3 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
 
 #[cfg(test)]
 mod tests;
-
-// A plain token's event stays small (see `EngineEvent`).
-const _: () = assert!(std::mem::size_of::<EngineEvent>() <= 56);

@@ -102,9 +102,9 @@ pub enum FinishReason {
 
 /// A live request inside the engine. Laid out for the per-step walk over thousands of them
 /// (`repr(C)`, hot fields first): what a decode step reads and writes of a request (its
-/// state, counters, the token vector's header and copies of the few [`EngineRequest`] fields
-/// it needs) sits in its first 64 bytes, and the submitted request itself is boxed, so a
-/// request is two cache lines instead of eight (docs/BENCHMARKS.md, "Per-step cost").
+/// state, counters, times, the token vector's header and copies of the few [`EngineRequest`]
+/// fields it needs) sits in its first 144 bytes, and the submitted request itself is boxed,
+/// so a request is 240 bytes instead of 496 (docs/BENCHMARKS.md, "Per-step cost").
 #[derive(Clone, Debug)]
 #[repr(C)]
 pub struct Request {
@@ -204,6 +204,11 @@ impl Request {
     /// In prefill (more than one token to run before the next sample).
     pub fn prefilling(&self) -> bool {
         self.remaining() > 1
+    }
+
+    /// Decoding with its blocks exactly full: its next token needs a new block.
+    pub fn next_token_needs_block(&self, block_size: u32) -> bool {
+        !self.prefilling() && self.kv_len.is_multiple_of(block_size)
     }
 
     /// The phase a policy sees, or `None` while a copy is in flight.

@@ -425,7 +425,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             let Some(r) = self.requests.get(id) else {
                 return false;
             };
-            if r.state != ReqState::Running || r.prefilling() || r.kv_len % bs != 0 {
+            if r.state != ReqState::Running || !r.next_token_needs_block(bs) {
                 return false;
             }
             !self.pool.grow_to(*id, (r.kv_len + 1).div_ceil(bs) as usize)

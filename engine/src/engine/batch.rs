@@ -204,8 +204,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             s.decode += c.service.decode;
             if let Some(end) = end {
                 ends.push((*id, end));
-            } else if !req.prefilling() && req.kv_len % self.cfg.block_size == 0 {
-                // Its blocks are exactly full: its next token needs a new one.
+            } else if req.next_token_needs_block(self.cfg.block_size) {
                 self.grow_due.push(*id);
             }
         }
