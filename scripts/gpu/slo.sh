@@ -9,6 +9,7 @@
 #   MAX_BATCHED_TOKENS [2048]  B_XFER [auto: the server's automatic budget; a number fixes it]  TENANTS [3: weights 1,2,4, equal Poisson shares of RPS]
 #   CACHE [on: the prefix cache; a list of on, off (--no-prefix-cache), hbm (HBM-only)]
 #   MAX_CONNS [60000: the server's --max-connections and --max-connections-per-ip]
+#   MODEL [random:llama-3-8b; random:qwen2.5-32b is the paper's shape]
 #   DATASET [sharegpt]  SEED [42]  DRAIN [60]  MAX_ROTATIONS [unset: the server's 1; weighted
 #   LVF's cap on consecutive rotations of one request]  PROGRESS_TOKENS [unset: the server's
 #   32; tokens of one running period that reset the count]  WORKLOAD [unset: a loadgen
@@ -44,6 +45,7 @@ case "${1:-}" in
     if [ -n "${PROGRESS_TOKENS:-}" ]; then caps+=(--progress-tokens "$PROGRESS_TOKENS"); fi
     HBM_KV_GB=${HBM_KV_GB:-4}; DRAM_KV_GB=${DRAM_KV_GB:-48}; MBT=${MAX_BATCHED_TOKENS:-2048}
     DATASET=${DATASET:-sharegpt}; SEED=${SEED:-42}; DRAIN=${DRAIN:-60}
+    MODEL=${MODEL:-random:llama-3-8b}
     # Every tenant's requests come from this one load generator, i.e. one address: the
     # server's per-address connection cap (256 by default, docs/OPERATIONS.md) would refuse
     # requests of every tenant alike once a queue builds up (each request is a connection),
@@ -60,7 +62,7 @@ case "${1:-}" in
       echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
       echo "commit: $(git rev-parse --short HEAD 2>/dev/null) (+ working tree)"
-      echo "settings: POLICIES=$POLICIES RPS=$RPS CACHE=${CACHE:-on} DURATION=$DURATION HBM_KV_GB=$HBM_KV_GB" \
+      echo "settings: MODEL=$MODEL POLICIES=$POLICIES RPS=$RPS CACHE=${CACHE:-on} DURATION=$DURATION HBM_KV_GB=$HBM_KV_GB" \
         "DRAM_KV_GB=$DRAM_KV_GB MAX_BATCHED_TOKENS=$MBT MAX_CONNS=$MAX_CONNS fds=$(ulimit -n) B_XFER=$B_XFER MAX_ROTATIONS=${MAX_ROTATIONS:-} PROGRESS_TOKENS=${PROGRESS_TOKENS:-} DATASET=$DATASET SEED=$SEED"
     } | tee "$out/env.txt"
     : > "$out/summary.md"
@@ -125,7 +127,7 @@ PY
         rps_args=(--rps "$rps")
         [ "$rps" = file ] && rps_args=()
         port=$((port + 1))
-        "$bins/superinfer" serve --device cuda --model random:llama-3-8b --policy "$policy" \
+        "$bins/superinfer" serve --device cuda --model "$MODEL" --policy "$policy" \
           --hbm-kv-gb "$HBM_KV_GB" --dram-kv-gb "$DRAM_KV_GB" --max-batched-tokens "$MBT" \
           "${caps[@]}" "${cache_args[@]}" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
           --max-connections "$MAX_CONNS" --max-connections-per-ip "$MAX_CONNS" \
