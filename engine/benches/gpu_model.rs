@@ -17,10 +17,13 @@
 //!     [--sections decode,prefill,matmul,attention]
 //! ```
 
+#[path = "gpu_model/engine_loop.rs"]
+mod engine_loop;
+
 use candle_core::{DType, Device, Tensor};
 use std::time::Instant;
 use superinfer_engine::kv::{BlockState, HbmBlock, LogicalBlock};
-use superinfer_engine::model::gpu_llama::GpuLlama;
+use superinfer_engine::model::gpu_llama::{GpuLlama, DEFAULT_DECODE_BUCKETS};
 use superinfer_engine::model::tiny::RandomLlama;
 use superinfer_engine::runner::gpu::GpuRunner;
 use superinfer_engine::runner::{BatchEntry, ModelRunner, StepBatch};
@@ -34,7 +37,7 @@ struct Args {
     iters: usize,
     hbm_tbs: f64,
     gemm_tflops: f64,
-    /// Which sections run: any of decode, prefill, matmul, attention (comma-separated).
+    /// Which sections run: any of decode, prefill, matmul, engine, attention (comma-separated).
     sections: String,
 }
 
@@ -45,7 +48,7 @@ fn args() -> Args {
         iters: 20,
         hbm_tbs: 4.11,
         gemm_tflops: 786.0,
-        sections: "decode,prefill,matmul,attention".into(),
+        sections: "decode,prefill,matmul,engine,attention".into(),
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -144,6 +147,14 @@ fn batch<'a>(s: &'a [Seq], pos: usize, p: &'a SamplingParams) -> StepBatch<'a> {
     }
 }
 
+/// How a decode step is launched.
+#[derive(Clone, Copy, Debug)]
+enum Launch {
+    Eager,
+    Direct,
+    Graph,
+}
+
 fn main() {
     let a = args();
     let dev = Device::new_cuda(0).expect("a CUDA GPU");
@@ -179,27 +190,50 @@ fn main() {
         "Host issue: the time to enqueue a step's forward pass (no wait); when it is below the"
     );
     println!("step time the GPU never waits for the host, so replaying CUDA graphs would not pay.");
-    println!("| batch | matmuls, decode attention | ms/step | roofline ms (weights + KV at {} TB/s) | x roofline | tokens/s | host issue ms |", a.hbm_tbs);
+    println!(
+        "Launch: eager (the forward pass, a plan per step), direct (the decode buckets' fixed"
+    );
+    println!(
+        "buffers, launched one by one), graph (the same launches replayed from a CUDA graph)."
+    );
+    println!("| batch | matmuls, decode attention, launch | ms/step | roofline ms (weights + KV at {} TB/s) | x roofline | tokens/s | host issue ms |", a.hbm_tbs);
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     use superinfer_kernels::cuda::DecodeKernel::{OnePass, ThreePhase};
+    use Launch::{Direct, Eager, Graph};
     let steps = [
-        (1usize, 0usize, OnePass),
-        (1, 1, OnePass),
-        (1, 1, ThreePhase),
-        (2, 0, OnePass),
-        (2, 2, OnePass),
-        (8, 0, OnePass),
-        (8, 0, ThreePhase),
-        (32, 0, OnePass),
-        (32, 0, ThreePhase),
-        (64, 0, OnePass),
-        (64, 0, ThreePhase),
+        (1usize, 0usize, OnePass, Eager),
+        (1, 1, OnePass, Eager),
+        (1, 1, OnePass, Direct),
+        (1, 1, OnePass, Graph),
+        (1, 1, ThreePhase, Eager),
+        (2, 2, OnePass, Eager),
+        (2, 2, OnePass, Graph),
+        (8, 0, OnePass, Eager),
+        (8, 0, OnePass, Direct),
+        (8, 0, OnePass, Graph),
+        (8, 8, OnePass, Graph),
+        (8, 0, ThreePhase, Eager),
+        (32, 0, OnePass, Eager),
+        (32, 0, OnePass, Graph),
+        (64, 0, OnePass, Eager),
+        (64, 0, OnePass, Direct),
+        (64, 0, OnePass, Graph),
+        (64, 0, ThreePhase, Eager),
     ];
-    for (b, gemv, kernel) in steps.into_iter().filter(|_| a.sections.contains("decode")) {
+    for (b, gemv, kernel, launch) in steps.into_iter().filter(|_| a.sections.contains("decode")) {
         runner.model_mut().set_gemv_max_rows(gemv);
         runner.model().kernels().set_decode_kernel(kernel);
+        match launch {
+            Eager => runner.model_mut().set_decode_buckets(&[], false),
+            Direct => runner
+                .model_mut()
+                .set_decode_buckets(&DEFAULT_DECODE_BUCKETS, false),
+            Graph => runner
+                .model_mut()
+                .set_decode_buckets(&DEFAULT_DECODE_BUCKETS, true),
+        }
         let how = format!(
-            "{}, {kernel:?}",
+            "{}, {kernel:?}, {launch:?}",
             if gemv > 0 { "GEMV kernel" } else { "cuBLAS" },
         );
         let s = seqs(b, ctx + 1, 0);
@@ -208,11 +242,20 @@ fn main() {
             runner.step(&step).expect("decode step");
         });
         let roof = (weights + b as f64 * (ctx + 1) as f64 * kv_per_token) / (a.hbm_tbs * 1e12);
+        // Host issue: the eager forward's enqueue, or a decode step's whole host side
+        // (uploads, launches or one graph launch; the wait for the sampled ids excluded
+        // by asking for logits).
         let mut issue = Vec::new();
         for _ in 0..a.iters {
             dev.synchronize().unwrap();
             let s = Instant::now();
-            let logits = runner.logits(&step).expect("forward");
+            let logits = match launch {
+                Eager => runner.logits(&step).expect("forward"),
+                _ => match runner.decode_logits(&step).expect("decode") {
+                    Some(l) => l,
+                    None => panic!("batch {b} not taken by the decode buckets"),
+                },
+            };
             issue.push(s.elapsed().as_secs_f64());
             drop(logits);
         }
@@ -230,6 +273,9 @@ fn main() {
     runner
         .model_mut()
         .set_gemv_max_rows(superinfer_engine::model::gpu_llama::DEFAULT_GEMV_MAX_ROWS);
+    runner
+        .model_mut()
+        .set_decode_buckets(&DEFAULT_DECODE_BUCKETS, true);
     runner
         .model()
         .kernels()
@@ -266,8 +312,12 @@ fn main() {
     }
 
     println!("\n## one matmul at batch 1: GEMV kernel vs cuBLAS (candle matmul), bf16");
-    println!("| weight (n x k) | GEMV us | GEMV GB/s | cuBLAS us | cuBLAS GB/s |");
-    println!("| --- | --- | --- | --- | --- |");
+    println!("Launch + wait per figure, and (back to back) 20 launches, one wait, per launch;");
+    println!(
+        "GEMV with four chunks of the row in flight per lane, and with two (the loop before)."
+    );
+    println!("| weight (n x k) | GEMV us | GEMV GB/s | cuBLAS us | cuBLAS GB/s | GEMV back to back us | GB/s | two chunks, back to back us | GB/s |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     {
         let k = runner.model().kernels();
         let h = cfg.hidden_size;
@@ -295,16 +345,29 @@ fn main() {
             let tc = time(a.iters * 5, &dev, || {
                 x.matmul(&wt).unwrap();
             });
+            let tb = time_each(a.iters, 20, &dev, || {
+                k.gemv(&x, &w).unwrap();
+            });
+            let t2 = time_each(a.iters, 20, &dev, || {
+                k.gemv_two_chunks(&x, &w).unwrap();
+            });
             println!(
-                "| {n} x {kk} | {:.1} | {:.0} | {:.1} | {:.0} |",
+                "| {n} x {kk} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {:.0} |",
                 tg * 1e6,
                 bytes / tg / 1e9,
                 tc * 1e6,
-                bytes / tc / 1e9
+                bytes / tc / 1e9,
+                tb * 1e6,
+                bytes / tb / 1e9,
+                t2 * 1e6,
+                bytes / t2 / 1e9
             );
         }
     }
 
+    if a.sections.contains("engine") {
+        engine_loop::run(&a.model, a.context, a.iters);
+    }
     if !a.sections.contains("attention") {
         return;
     }

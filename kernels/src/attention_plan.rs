@@ -10,8 +10,11 @@
 //! - decode sequences `[q_row, context_len, table_start, 0]`;
 //! - the block tables of all sequences, flat.
 
+mod fixed;
 #[cfg(test)]
 mod tests;
+
+pub use fixed::{FixedDecodeLayout, MAX_FIXED_SPLITS, NO_SLOT};
 
 use crate::error::{Error, Result};
 

@@ -3,6 +3,7 @@
 //! the model (candle) and the copy engine share one context and one cudarc build.
 
 pub mod copy;
+mod decode_graph;
 mod device;
 mod duplex;
 mod kernels;
@@ -13,11 +14,15 @@ mod source;
 
 pub use candle_core::cuda_backend::cudarc;
 pub use copy::{Copier, CopyMode};
+pub use decode_graph::{DecodeGraphs, DecodeOut, DecodeSeq, LayerWeights, LlamaDims, LlamaWeights};
 pub use device::Gpu;
 pub use duplex::{Direction, DuplexConfig, DuplexEngine};
 pub use kernels::{Blocks, Kernels};
 pub use memory::{Arena, DeviceArena, PinnedArena};
-pub use model::{DecodeKernel, GpuSample, ModelKernels, StepMeta, GEMV_MAX_ROWS};
+pub use model::{
+    sample_params, DecodeKernel, DecodeLaunch, GpuSample, ModelKernels, RopeLaunch, StepGraph,
+    StepMeta, GEMV_MAX_ROWS,
+};
 
 use crate::error::Error;
 use cudarc::driver::DriverError;

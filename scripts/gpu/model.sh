@@ -3,11 +3,12 @@
 #   here:       scripts/gpu/model.sh build   # stages .gpu-bin/model/ (xz-compressed binaries)
 #   on the GPU: scripts/gpu/model.sh run     # with carry [".gpu-bin/model"]
 # `run` writes under $OUT: env.txt, hf.log (the transformers reference), checks.log (the
-# ignored GPU tests of engine/tests/gpu_model_path.rs and gpu_engine_path.rs), bench.log
+# ignored GPU tests of engine/tests/gpu_model_path.rs, gpu_engine_path.rs and gpu_decode_graphs.rs), bench.log
 # (benches/gpu_model.rs), torch.log (scripts/gpu/torch_decoder.py: torch.compile'd decoder,
 # HBM read and GEMM rates, passed to the bench). NO_TORCH=1 skips the reference.
 # Extra arguments of `run` go to the bench (e.g. --context 1024). CHECKS=<name filter> runs
-# only the matching checks; NO_BENCH=1 skips the bench.
+# only the matching checks; NO_BENCH=1 skips the bench; NO_HF=1 skips the transformers
+# reference (for a CHECKS filter that leaves out the check that reads it).
 # SmolLM2 (issue 13): the GGUF (94 MiB) is over a call's 64 MiB, so it travels in pieces, one
 # per call, while the machine stays warm (/tmp keeps them):
 #   here:       PARTS=4 scripts/gpu/model.sh stage-gguf  # .gpu-bin/gguf-1 … gguf-4
@@ -58,15 +59,18 @@ case "${1:-}" in
     tests=$(build test --release --test gpu_model_path)
     engine_tests=$(build test --release --test gpu_engine_path)
     smol_tests=$(build test --release --test gpu_smollm2)
+    graph_tests=$(build test --release --test gpu_decode_graphs)
     bench=$(build bench --bench gpu_model)
     mask_bench=$(build bench --bench grammar_mask)
     mkdir -p "$stage"
     cp "$tests" "$stage/gpu_model_path"
     cp "$engine_tests" "$stage/gpu_engine_path"
     cp "$smol_tests" "$stage/gpu_smollm2"
+    cp "$graph_tests" "$stage/gpu_decode_graphs"
     cp "$bench" "$stage/gpu_model_bench"
     cp "$mask_bench" "$stage/grammar_mask_bench"
-    names=(gpu_model_path gpu_engine_path gpu_smollm2 gpu_model_bench grammar_mask_bench)
+    names=(gpu_model_path gpu_engine_path gpu_smollm2 gpu_decode_graphs gpu_model_bench
+      grammar_mask_bench)
     (cd "$stage" && strip "${names[@]}" && rm -f bins.tar.xz \
       && tar cJf bins.tar.xz "${names[@]}" && rm "${names[@]}")
     ls -l "$stage" ;;
@@ -111,11 +115,16 @@ case "${1:-}" in
     } | tee "$out/env.txt"
     ref=/tmp/superinfer-hf-ref
     rm -rf "$ref" && mkdir -p "$ref"
-    PYTHONUNBUFFERED=1 python3 scripts/gpu/hf_logits.py "$ref" 2>&1 | tail -5 | tee "$out/hf.log"
+    if [ -z "${NO_HF:-}" ]; then
+      PYTHONUNBUFFERED=1 python3 scripts/gpu/hf_logits.py "$ref" 2>&1 | tail -5 | tee "$out/hf.log"
+    fi
     SUPERINFER_HF_REF=$ref RUST_BACKTRACE=1 "$bins/gpu_model_path" ${CHECKS:-} --ignored \
       --nocapture --test-threads 1 2>&1 | tee "$out/checks.log"
     checks=${PIPESTATUS[0]}
     RUST_BACKTRACE=1 "$bins/gpu_engine_path" ${CHECKS:-} --ignored --nocapture \
+      --test-threads 1 2>&1 | tee -a "$out/checks.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || checks=1
+    RUST_BACKTRACE=1 "$bins/gpu_decode_graphs" ${CHECKS:-} --ignored --nocapture \
       --test-threads 1 2>&1 | tee -a "$out/checks.log"
     [ "${PIPESTATUS[0]}" = 0 ] || checks=1
     smollm2 "$out" "$bins" || checks=1

@@ -15,9 +15,15 @@ use super::tiny::RandomLlama;
 use crate::error::EngineError;
 use candle_core::{DType, Device, Tensor};
 use std::path::Path;
+use std::sync::Mutex;
 use superinfer_kernels::attention_plan::{AttentionPlan, AttentionShape, SeqSpan};
 use superinfer_kernels::compile_cache::CompileCache;
-use superinfer_kernels::cuda::{Gpu, ModelKernels, GEMV_MAX_ROWS};
+use superinfer_kernels::cuda::{
+    DecodeGraphs, DecodeKernel, DecodeSeq, Gpu, GpuSample, LayerWeights, LlamaDims, LlamaWeights,
+    ModelKernels, GEMV_MAX_ROWS,
+};
+
+pub use superinfer_kernels::cuda::DecodeOut;
 
 type R<T> = Result<T, EngineError>;
 
@@ -57,7 +63,16 @@ pub struct GpuLlama {
     sin: Tensor,
     /// Matmuls of at most this many rows use our GEMV kernel instead of cuBLAS (0: never).
     gemv_max_rows: usize,
+    /// Row counts of the decode buckets (ascending; empty: decode steps run as any other).
+    decode_buckets: Vec<u32>,
+    /// Replay decode buckets from CUDA graphs (else launch the same kernels directly).
+    decode_graphs: bool,
+    /// The decode buckets' buffers and graphs, made at the first decode step.
+    decoder: Mutex<Option<DecodeGraphs>>,
 }
+
+/// Default of [`GpuLlama::set_decode_buckets`]: powers of two up to 128 rows.
+pub const DEFAULT_DECODE_BUCKETS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
 /// Default of [`GpuLlama::set_gemv_max_rows`]: measured on the H200 (docs/BENCHMARKS.md).
 pub const DEFAULT_GEMV_MAX_ROWS: usize = 1;
@@ -217,6 +232,9 @@ impl GpuLlama {
             cos,
             sin,
             gemv_max_rows: DEFAULT_GEMV_MAX_ROWS,
+            decode_buckets: DEFAULT_DECODE_BUCKETS.to_vec(),
+            decode_graphs: true,
+            decoder: Mutex::new(None),
         })
     }
 
@@ -224,6 +242,115 @@ impl GpuLlama {
     /// through cuBLAS; 0 sends everything to cuBLAS (benchmarks compare the two).
     pub fn set_gemv_max_rows(&mut self, rows: usize) {
         self.gemv_max_rows = rows.min(GEMV_MAX_ROWS);
+        self.decoder = Mutex::new(None);
+    }
+
+    /// Decode-only steps of at most the largest of `buckets` rows run through fixed buffers
+    /// ([`GpuLlama::decode`]), replayed from CUDA graphs when `graphs` is set; an empty list
+    /// sends them through [`GpuLlama::forward`] as any other step.
+    pub fn set_decode_buckets(&mut self, buckets: &[u32], graphs: bool) {
+        let mut b = buckets.to_vec();
+        b.retain(|&r| r > 0);
+        b.sort_unstable();
+        b.dedup();
+        self.decode_buckets = b;
+        self.decode_graphs = graphs;
+        self.decoder = Mutex::new(None);
+    }
+
+    /// Graphs captured so far (each bucket, split count and sampling mode once).
+    pub fn decode_graph_captures(&self) -> u64 {
+        let d = self.decoder.lock().unwrap_or_else(|p| p.into_inner());
+        d.as_ref().map_or(0, |d| d.captures)
+    }
+
+    /// Runs a decode-only step through the decode buckets: the sampled ids when `draws` (one
+    /// per chunk) is given, else the logits. `None`: the step is not one the buckets take
+    /// (a prefill chunk, prompt rows, more rows than the largest bucket, buckets off); run
+    /// it through [`GpuLlama::forward`].
+    pub fn decode(
+        &self,
+        chunks: &[SeqChunk<'_>],
+        kv: &KvArena,
+        draws: Option<&[GpuSample]>,
+    ) -> R<Option<DecodeOut>> {
+        let shape = AttentionShape {
+            block_size: kv.geometry().block_size,
+            ..self.shape_base
+        };
+        let decodes = chunks
+            .iter()
+            .all(|c| c.end == c.pos + 1 && c.sample && !c.all_rows);
+        if self.decode_buckets.is_empty()
+            || chunks.is_empty()
+            || !decodes
+            || self.kernels.decode_kernel(&shape) != DecodeKernel::OnePass
+        {
+            return Ok(None);
+        }
+        self.check(chunks, kv)?;
+        let mut slot = self.decoder.lock().unwrap_or_else(|p| p.into_inner());
+        if slot
+            .as_ref()
+            .is_none_or(|d| d.block_size() != shape.block_size)
+        {
+            *slot = None;
+            *slot = Some(self.decode_graphs(shape)?);
+        }
+        let seqs: Vec<DecodeSeq<'_>> = chunks
+            .iter()
+            .map(|c| DecodeSeq {
+                token: c.tokens[c.pos],
+                pos: c.pos as u32,
+                blocks: c.blocks,
+            })
+            .collect();
+        let d = slot.as_mut().expect("made above");
+        d.run(&self.kernels, &seqs, kv.rows(), draws)
+            .map_err(ke("decode step"))
+    }
+
+    /// The decode buckets' buffers for arenas of `shape`'s block size.
+    fn decode_graphs(&self, shape: AttentionShape) -> R<DecodeGraphs> {
+        let c = &self.cfg;
+        let weights = LlamaWeights {
+            embed: self.embed.clone(),
+            lm_head: self.lm_head.clone(),
+            norm: self.norm.clone(),
+            cos: self.cos.clone(),
+            sin: self.sin.clone(),
+            layers: self
+                .layers
+                .iter()
+                .map(|l| LayerWeights {
+                    ln1: l.ln1.clone(),
+                    qkv: l.qkv.clone(),
+                    qkv_bias: l.qkv_bias.clone(),
+                    o: l.o.clone(),
+                    ln2: l.ln2.clone(),
+                    gate_up: l.gate_up.clone(),
+                    down: l.down.clone(),
+                })
+                .collect(),
+        };
+        let dims = LlamaDims {
+            hidden: c.hidden_size,
+            inter: c.intermediate_size,
+            vocab: c.vocab_size,
+            max_positions: c.max_position_embeddings,
+            eps: c.rms_norm_eps as f32,
+        };
+        DecodeGraphs::new(
+            &self.kernels,
+            weights,
+            dims,
+            shape,
+            self.dtype,
+            &self.decode_buckets,
+            self.decode_graphs,
+            self.gemv_max_rows,
+        )
+        .map_err(ke("decode buffers"))
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -267,22 +394,15 @@ impl GpuLlama {
         (layers + n(&self.embed) + head + n(&self.norm)) * self.dtype.size_in_bytes() as u64
     }
 
-    /// Runs one step over `chunks`, writing their K/V into `kv`; returns the logits
-    /// `(sampling chunks, vocab)` in the model's dtype, one row per chunk with `sample`.
-    pub fn forward(&self, chunks: &[SeqChunk<'_>], kv: &KvArena) -> R<Tensor> {
+    /// Checks `chunks` against the model and `kv`: positions inside each sequence and the
+    /// model's range, blocks inside the arena.
+    fn check(&self, chunks: &[SeqChunk<'_>], kv: &KvArena) -> R<()> {
         let g = kv.geometry();
-        let shape = AttentionShape {
-            block_size: g.block_size,
-            ..self.shape_base
-        };
         if kv.dtype() != self.dtype || g.num_layers as usize != self.cfg.num_layers {
             return Err(EngineError::Runner(
                 "the KV arena does not match the model".into(),
             ));
         }
-        let mut spans = Vec::with_capacity(chunks.len());
-        let mut ids = Vec::new();
-        let mut sample_rows = Vec::new();
         for (i, c) in chunks.iter().enumerate() {
             if c.pos >= c.end || c.end > c.tokens.len() {
                 return Err(EngineError::Runner(format!(
@@ -305,6 +425,22 @@ impl GpuLlama {
                     kv.num_blocks()
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// Runs one step over `chunks`, writing their K/V into `kv`; returns the logits
+    /// `(sampling chunks, vocab)` in the model's dtype, one row per chunk with `sample`.
+    pub fn forward(&self, chunks: &[SeqChunk<'_>], kv: &KvArena) -> R<Tensor> {
+        let shape = AttentionShape {
+            block_size: kv.geometry().block_size,
+            ..self.shape_base
+        };
+        self.check(chunks, kv)?;
+        let mut spans = Vec::with_capacity(chunks.len());
+        let mut ids = Vec::new();
+        let mut sample_rows = Vec::new();
+        for c in chunks {
             spans.push(SeqSpan {
                 q_offset: ids.len() as u32,
                 pos: c.pos as u32,

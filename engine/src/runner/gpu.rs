@@ -6,7 +6,7 @@
 use super::{BatchEntry, ModelRunner, StepBatch, StepOutput};
 use crate::error::EngineError;
 use crate::kv::BlockGeometry;
-use crate::model::gpu_llama::GpuLlama;
+use crate::model::gpu_llama::{DecodeOut, GpuLlama};
 use crate::model::kv_arena::candle_err;
 use crate::model::KvArena;
 use crate::sampling::{bias_and_hold_stops, sample, SamplingParams, TokenLogprobs};
@@ -105,6 +105,17 @@ impl GpuRunner {
             .forward(&super::cpu::seq_chunks(batch, &tables), &self.arena)
     }
 
+    /// The logits of a decode-only `batch` through the decode buckets, not waited for
+    /// (`None`: the buckets do not take it; benchmarks time the host side with this).
+    pub fn decode_logits(&mut self, batch: &StepBatch<'_>) -> Result<Option<Tensor>, EngineError> {
+        let tables = super::cpu::hbm_tables(batch)?;
+        let chunks = super::cpu::seq_chunks(batch, &tables);
+        Ok(match self.model.decode(&chunks, &self.arena, None)? {
+            Some(DecodeOut::Logits(l)) => Some(l),
+            _ => None,
+        })
+    }
+
     fn gpu_draw(&mut self, e: &BatchEntry<'_>) -> GpuSample {
         GpuSample {
             temperature: e.sampling.temperature,
@@ -129,7 +140,6 @@ impl ModelRunner for GpuRunner {
             .gpu()
             .bind()
             .map_err(|e| EngineError::Runner(format!("binding the CUDA context: {e}")))?;
-        let logits = self.logits(batch)?;
         let sampling: Vec<&BatchEntry<'_>> = batch.entries.iter().filter(|e| e.sample).collect();
         let (mut gpu_rows, mut gpu_draws, mut host_rows) = (Vec::new(), Vec::new(), Vec::new());
         for (row, e) in sampling.iter().enumerate() {
@@ -140,6 +150,21 @@ impl ModelRunner for GpuRunner {
                 host_rows.push(row as u32);
             }
         }
+        // A decode-only step goes through the decode buckets (CUDA graphs), sampling included
+        // when every row samples on the GPU; any other step through the eager forward.
+        let tables = super::cpu::hbm_tables(batch)?;
+        let chunks = super::cpu::seq_chunks(batch, &tables);
+        let all_gpu = host_rows.is_empty();
+        let decoded = self
+            .model
+            .decode(&chunks, &self.arena, all_gpu.then_some(&gpu_draws[..]))?;
+        let logits = match decoded {
+            Some(DecodeOut::Ids(ids)) => {
+                return Ok(self.output(batch, ids.into_iter().map(Some).collect(), start));
+            }
+            Some(DecodeOut::Logits(l)) => l,
+            None => self.model.forward(&chunks, &self.arena)?,
+        };
         let dev = self.model.device().clone();
         let pick = |rows: &[u32]| -> Result<Tensor, EngineError> {
             if rows.len() == sampling.len() {
@@ -187,24 +212,42 @@ impl ModelRunner for GpuRunner {
                 logprobs[*r as usize] = s.logprobs;
             }
         }
-        let mut tokens = Vec::with_capacity(batch.entries.len());
-        let mut lps = Vec::with_capacity(batch.entries.len());
-        let mut next = 0;
-        for e in &batch.entries {
+        let mut out = self.output(batch, sampled, start);
+        let mut lps = logprobs.into_iter();
+        for (e, lp) in batch.entries.iter().zip(out.logprobs.iter_mut()) {
             if e.sample {
-                tokens.push(sampled[next]);
-                lps.push(logprobs[next].take());
-                next += 1;
-            } else {
-                tokens.push(None);
-                lps.push(None);
+                *lp = lps.next().flatten();
             }
         }
-        Ok(StepOutput {
+        Ok(out)
+    }
+}
+
+impl GpuRunner {
+    /// The step's output from the sampled ids of its sampling entries, in order.
+    fn output(
+        &self,
+        batch: &StepBatch<'_>,
+        sampled: Vec<Option<u32>>,
+        start: Instant,
+    ) -> StepOutput {
+        let mut sampled = sampled.into_iter();
+        let tokens = batch
+            .entries
+            .iter()
+            .map(|e| {
+                if e.sample {
+                    sampled.next().flatten()
+                } else {
+                    None
+                }
+            })
+            .collect();
+        StepOutput {
             tokens,
             elapsed: start.elapsed().as_secs_f64(),
-            logprobs: lps,
+            logprobs: vec![None; batch.entries.len()],
             prompt_logprobs: Vec::new(),
-        })
+        }
     }
 }

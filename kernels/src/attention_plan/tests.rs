@@ -139,3 +139,91 @@ fn bad_spans_and_shapes_are_refused() {
     };
     assert!(wide.validate().is_err());
 }
+
+fn decodes<'a>(tables: &'a [Vec<u32>], ends: &[u32]) -> Vec<SeqSpan<'a>> {
+    ends.iter()
+        .zip(tables)
+        .enumerate()
+        .map(|(i, (&end, blocks))| SeqSpan {
+            q_offset: i as u32,
+            pos: end - 1,
+            end,
+            blocks,
+        })
+        .collect()
+}
+
+#[test]
+fn a_fixed_decode_plan_matches_the_plan_and_pads_its_bucket() {
+    let s = shape();
+    let tables = vec![vec![7u32, 2, 9], vec![5u32], vec![11u32, 12]];
+    let seqs = decodes(&tables, &[11, 3, 5]);
+    let layout = FixedDecodeLayout {
+        rows: 8,
+        table_entries: 32,
+    };
+    let mut out = vec![99; 3];
+    let splits = layout.write(&s, 4, &seqs, &mut out).unwrap();
+    assert!(splits.is_power_of_two() && splits <= MAX_FIXED_SPLITS);
+    let p = AttentionPlan::new(&s, &seqs).unwrap();
+    let n = seqs.len();
+    assert_eq!(out[..n], p.data[p.positions..p.positions + n]);
+    assert_eq!(out[layout.slots()..][..n], p.data[p.slots..p.slots + n]);
+    for i in 0..n {
+        let mine = &out[layout.seqs() + 4 * i..][..4];
+        let theirs = &p.data[p.decode_seqs + 4 * i..][..4];
+        assert_eq!(mine[..2], theirs[..2], "row and context of sequence {i}");
+        let blocks = seqs[i].end.div_ceil(s.block_size) as usize;
+        assert_eq!(
+            out[layout.tables() + mine[2] as usize..][..blocks],
+            p.data[p.tables + theirs[2] as usize..][..blocks],
+            "table of sequence {i}"
+        );
+    }
+    // The padding row of bucket 4: no slot, no keys, its own row.
+    assert_eq!(out[layout.slots() + 3], NO_SLOT);
+    assert_eq!(out[layout.seqs() + 12..][..4], [3, 0, 0, 0]);
+    assert_eq!(out[layout.positions() + 3], 0);
+    // Only the used tables were written.
+    assert_eq!(out.len(), layout.tables() + 3 + 1 + 2);
+}
+
+#[test]
+fn a_fixed_decode_plan_refuses_what_does_not_fit() {
+    let s = shape();
+    let tables = vec![vec![1u32, 2, 3], vec![4u32, 5, 6]];
+    let seqs = decodes(&tables, &[9, 12]);
+    let small = FixedDecodeLayout {
+        rows: 2,
+        table_entries: 5,
+    };
+    let mut out = Vec::new();
+    let e = small.write(&s, 2, &seqs, &mut out).unwrap_err();
+    assert!(e.to_string().contains("entries"), "{e}");
+    let roomy = FixedDecodeLayout {
+        rows: 2,
+        table_entries: 64,
+    };
+    assert!(
+        roomy.write(&s, 1, &seqs, &mut out).is_err(),
+        "two rows in a bucket of one"
+    );
+    assert!(
+        roomy.write(&s, 4, &seqs, &mut out).is_err(),
+        "a bucket beyond the buffers"
+    );
+    let prefill = [SeqSpan {
+        q_offset: 0,
+        pos: 0,
+        end: 3,
+        blocks: &tables[0],
+    }];
+    assert!(
+        roomy.write(&s, 1, &prefill, &mut out).is_err(),
+        "a prefill chunk"
+    );
+    assert_eq!(roomy.write(&s, 2, &seqs, &mut out).unwrap(), {
+        let (_, splits) = decode_split(2, s.kv_heads, 12);
+        splits.next_power_of_two().min(MAX_FIXED_SPLITS)
+    });
+}

@@ -9,12 +9,17 @@
 //! pointers, which is sound because the engine owns both and never reads them concurrently
 //! (the KV pool never hands a block with a copy in flight to a step).
 
+mod raw;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use candle_core::cuda_backend::CudaStorageSlice;
 use candle_core::{DType, Device, Storage, Tensor};
 
+pub use raw::{DecodeLaunch, RopeLaunch, StepGraph};
+
+use super::cudarc::cublas::CudaBlas;
 use super::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use super::nvrtc::{load_module, Origin};
 use super::{driver, Gpu};
@@ -121,6 +126,8 @@ pub struct ModelKernels {
     gemv: Arc<super::cudarc::driver::CudaModule>,
     multiprocessors: u32,
     stream: Arc<CudaStream>,
+    /// candle's cuBLAS handle (on the compute stream), for matmuls into given buffers.
+    blas: Arc<CudaBlas>,
     device: Device,
     /// Functions looked up so far, by instance name (`cuModuleGetFunction` once per name, not
     /// once per launch: a decode step launches about 200 kernels).
@@ -156,6 +163,7 @@ impl ModelKernels {
             gemv,
             multiprocessors: gpu.multiprocessors()?,
             stream: gpu.compute_stream().clone(),
+            blas: gpu.candle().cublas_handle(),
             device: Device::Cuda(gpu.candle().clone()),
             funcs: Mutex::new(HashMap::new()),
             origins,
@@ -271,41 +279,25 @@ impl ModelKernels {
         if tokens == 0 {
             return Ok(q);
         }
-        let f = self.func(
-            &self.rope_kv,
-            format_args!("rope_kv_{}", suffix(qkv.dtype())?),
-        )?;
         let st = &self.stream;
-        let (p_qkv, p_q, p_kv) = (ptr(qkv, st)?, ptr(&q, st)?, ptr(arena, st)?);
-        let p_bias = match bias {
-            Some(b) => ptr(b, st)?,
-            None => 0u64,
-        };
-        let (p_cos, p_sin) = (ptr(cos, st)?, ptr(sin, st)?);
-        let (p_pos, p_slots) = (meta.at(meta.plan.positions), meta.at(meta.plan.slots));
-        let mut b = st.launch_builder(&f);
-        b.arg(&p_qkv)
-            .arg(&p_bias)
-            .arg(&p_q)
-            .arg(&p_kv)
-            .arg(&p_cos)
-            .arg(&p_sin)
-            .arg(&p_pos)
-            .arg(&p_slots)
-            .arg(&s.num_heads)
-            .arg(&s.kv_heads)
-            .arg(&s.head_dim)
-            .arg(&s.block_size)
-            .arg(&layer);
-        let cfg = LaunchConfig {
-            grid_dim: (tokens, s.num_heads + 2 * s.kv_heads, 1),
-            block_dim: (s.head_dim / 2, 1, 1),
-            shared_mem_bytes: 0,
+        let a = RopeLaunch {
+            qkv: ptr(qkv, st)?,
+            bias: match bias {
+                Some(b) => ptr(b, st)?,
+                None => 0,
+            },
+            q: ptr(&q, st)?,
+            kv: ptr(arena, st)?,
+            cos: ptr(cos, st)?,
+            sin: ptr(sin, st)?,
+            positions: meta.at(meta.plan.positions),
+            slots: meta.at(meta.plan.slots),
+            tokens,
         };
         // SAFETY: the kernel reads qkv/bias/cos/sin/plan inside their tensors (shapes checked
         // above; positions < the tables' rows is checked by the model) and writes q and the
         // arena rows of this step's slots, which the engine reserved for these tokens.
-        unsafe { b.launch(cfg) }.map_err(driver("launch rope_kv"))?;
+        unsafe { self.launch_rope_kv(qkv.dtype(), &a, s, layer) }?;
         Ok(q)
     }
 
@@ -365,66 +357,24 @@ impl ModelKernels {
             unsafe { b.launch(cfg) }.map_err(driver("launch paged_prefill"))?;
         }
         if p.num_decodes > 0 {
-            let kernel = self.decode_kernel(s);
-            let (d, g) = (s.head_dim, s.num_heads / s.kv_heads);
-            let f = match kernel {
-                DecodeKernel::ThreePhase => {
-                    self.func(&self.attention, format_args!("paged_decode_{name}_d{d}"))?
-                }
-                DecodeKernel::OnePass => self.func(
-                    &self.decode,
-                    format_args!("paged_decode_fused_{name}_d{d}_g{g}"),
-                )?,
-            };
-            let seqs = meta.at(p.decode_seqs);
             let (ws_acc, ws_ml) = match &meta.ws {
                 Some((a, m)) => (ptr(a, st)?, ptr(m, st)?),
                 None => (0u64, 0u64),
             };
-            let mut b = st.launch_builder(&f);
-            b.arg(&p_q)
-                .arg(&p_kv)
-                .arg(&p_out)
-                .arg(&ws_acc)
-                .arg(&ws_ml)
-                .arg(&seqs)
-                .arg(&tables)
-                .arg(&s.num_heads)
-                .arg(&s.kv_heads)
-                .arg(&s.num_layers)
-                .arg(&s.block_size)
-                .arg(&layer)
-                .arg(&scale)
-                .arg(&s.window)
-                .arg(&p.decode_splits)
-                .arg(&p.decode_part);
-            let cfg = LaunchConfig {
-                grid_dim: (p.num_decodes, s.kv_heads, p.decode_splits),
-                block_dim: (128, 1, 1),
-                shared_mem_bytes: 0,
+            let a = DecodeLaunch {
+                q: p_q,
+                kv: p_kv,
+                out: p_out,
+                ws_acc,
+                ws_ml,
+                seqs: meta.at(p.decode_seqs),
+                tables,
+                decodes: p.num_decodes,
+                splits: p.decode_splits,
+                part: p.decode_part,
             };
             // SAFETY: as for prefill; the workspace holds decodes × heads × splits entries.
-            unsafe { b.launch(cfg) }.map_err(driver("launch paged_decode"))?;
-            if p.decode_splits > 1 {
-                let f = self.func(
-                    &self.attention,
-                    format_args!("decode_reduce_{name}_d{}", s.head_dim),
-                )?;
-                let mut b = st.launch_builder(&f);
-                b.arg(&ws_acc)
-                    .arg(&ws_ml)
-                    .arg(&p_out)
-                    .arg(&seqs)
-                    .arg(&s.num_heads)
-                    .arg(&p.decode_splits);
-                let cfg = LaunchConfig {
-                    grid_dim: (p.num_decodes, s.num_heads, 1),
-                    block_dim: (s.head_dim, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                // SAFETY: reads the workspace the decode kernel wrote, writes decode rows.
-                unsafe { b.launch(cfg) }.map_err(driver("launch decode_reduce"))?;
-            }
+            unsafe { self.launch_decode(q.dtype(), &a, s, layer) }?;
         }
         Ok(out)
     }
@@ -447,31 +397,25 @@ impl ModelKernels {
         if tokens == 0 {
             return Ok(out);
         }
-        let f = self.func(
-            &self.norm_act,
-            format_args!("add_rmsnorm_{}", suffix(x.dtype())?),
-        )?;
         let st = &self.stream;
         let (p_x, p_w, p_out) = (ptr(x, st)?, ptr(weight, st)?, ptr(&out, st)?);
         let p_y = match y {
             Some(y) => ptr(y, st)?,
             None => 0u64,
         };
-        let h = hidden as u32;
-        let mut b = st.launch_builder(&f);
-        b.arg(&p_x)
-            .arg(&p_y)
-            .arg(&p_w)
-            .arg(&p_out)
-            .arg(&h)
-            .arg(&eps);
-        let cfg = LaunchConfig {
-            grid_dim: (tokens as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: each CTA reads and writes one row of x, y, out (shapes checked).
-        unsafe { b.launch(cfg) }.map_err(driver("launch add_rmsnorm"))?;
+        unsafe {
+            self.launch_add_rmsnorm(
+                x.dtype(),
+                p_x,
+                p_y,
+                p_w,
+                p_out,
+                tokens as u32,
+                hidden as u32,
+                eps,
+            )
+        }?;
         Ok(out)
     }
 
@@ -488,27 +432,45 @@ impl ModelKernels {
                 w.dims()
             )));
         }
-        let name = suffix(x.dtype())?;
-        if name == "f32" {
-            return Err(Error::Invalid("gemv runs in bf16 or f16".into()));
-        }
         // Each column's warp writes its m outputs.
         let out = self.output((m, n), x.dtype())?;
-        let f = self.func(&self.gemv, format_args!("gemv_{name}_m{m}"))?;
         let st = &self.stream;
         let (p_x, p_w, p_y) = (ptr(x, st)?, ptr(w, st)?, ptr(&out, st)?);
-        let (n32, k32) = (n as u32, k as u32);
-        let mut b = st.launch_builder(&f);
-        b.arg(&p_x).arg(&p_w).arg(&p_y).arg(&n32).arg(&k32);
-        let blocks = (n as u32).div_ceil(8).min(self.multiprocessors * 16).max(1);
-        let cfg = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: warps read rows of w and x inside (n, k) and (m, k) and write y (m, n); all
         // three are contiguous tensors of those shapes (checked).
-        unsafe { b.launch(cfg) }.map_err(driver("launch gemv"))?;
+        unsafe { self.launch_gemv(x.dtype(), p_x, p_w, p_y, m as u32, n as u32, k as u32) }?;
+        Ok(out)
+    }
+
+    /// [`Self::gemv`] for one bf16 row with the loop of before 2026-12-02 (two chunks of w
+    /// in flight per lane instead of four), for the bench's side-by-side comparison.
+    pub fn gemv_two_chunks(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+        let (m, k) = x.dims2().map_err(candle("gemv input"))?;
+        let (n, kw) = w.dims2().map_err(candle("gemv weight"))?;
+        if m != 1
+            || k != kw
+            || !k.is_multiple_of(8)
+            || x.dtype() != DType::BF16
+            || w.dtype() != DType::BF16
+        {
+            return Err(Error::Invalid(
+                "gemv_two_chunks: one bf16 row, k a multiple of 8".into(),
+            ));
+        }
+        let out = self.output((1, n), DType::BF16)?;
+        let st = &self.stream;
+        let (p_x, p_w, p_y) = (ptr(x, st)?, ptr(w, st)?, ptr(&out, st)?);
+        // SAFETY: as gemv's (shapes checked).
+        unsafe {
+            self.launch_gemv_named(
+                format_args!("gemv_bf16_m1_u2"),
+                p_x,
+                p_w,
+                p_y,
+                n as u32,
+                k as u32,
+            )
+        }?;
         Ok(out)
     }
 
@@ -521,23 +483,10 @@ impl ModelKernels {
         if tokens == 0 {
             return Ok(out);
         }
-        let f = self.func(
-            &self.norm_act,
-            format_args!("silu_mul_{}", suffix(gate_up.dtype())?),
-        )?;
         let st = &self.stream;
         let (p_in, p_out) = (ptr(gate_up, st)?, ptr(&out, st)?);
-        let (t, i) = (tokens as u32, inter as u32);
-        let mut b = st.launch_builder(&f);
-        b.arg(&p_in).arg(&p_out).arg(&t).arg(&i);
-        let n = (tokens * inter) as u64;
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(256).min(65_535) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: grid-stride over tokens × inter elements of both tensors (shapes checked).
-        unsafe { b.launch(cfg) }.map_err(driver("launch silu_mul"))?;
+        unsafe { self.launch_silu_mul(gate_up.dtype(), p_in, p_out, tokens as u32, inter as u32) }?;
         Ok(out)
     }
 
@@ -554,36 +503,31 @@ impl ModelKernels {
         if n == 0 {
             return Ok(Vec::new());
         }
-        let mut params = Vec::with_capacity(4 * n);
-        for r in rows {
-            params.extend_from_slice(&[
-                r.temperature.max(0.0).to_bits(),
-                r.seed as u32,
-                (r.seed >> 32) as u32,
-                r.counter,
-            ]);
-        }
+        let params = sample_params(rows);
         let params = Tensor::from_slice(&params, params.len(), &self.device)
             .map_err(candle("upload sampling params"))?;
         let ids = Tensor::zeros(n, DType::U32, &self.device).map_err(candle("sample ids"))?;
-        let f = self.func(
-            &self.sample,
-            format_args!("sample_rows_{}", suffix(logits.dtype())?),
-        )?;
         let st = &self.stream;
         let (p_l, p_p, p_i) = (ptr(logits, st)?, ptr(&params, st)?, ptr(&ids, st)?);
-        let v = vocab as u32;
-        let mut b = st.launch_builder(&f);
-        b.arg(&p_l).arg(&p_p).arg(&p_i).arg(&v);
-        let cfg = LaunchConfig {
-            grid_dim: (n as u32, 1, 1),
-            block_dim: (1024, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: one CTA per row reads that row and its params, writes one id.
-        unsafe { b.launch(cfg) }.map_err(driver("launch sample_rows"))?;
+        unsafe { self.launch_sample(logits.dtype(), p_l, p_p, p_i, n as u32, vocab as u32) }?;
         ids.to_vec1::<u32>().map_err(candle("read sampled ids"))
     }
+}
+
+/// The sampling kernel's parameters of `rows`: per row `[temperature bits, seed lo, seed hi,
+/// counter]`.
+pub fn sample_params(rows: &[GpuSample]) -> Vec<u32> {
+    let mut params = Vec::with_capacity(4 * rows.len());
+    for r in rows {
+        params.extend_from_slice(&[
+            r.temperature.max(0.0).to_bits(),
+            r.seed as u32,
+            (r.seed >> 32) as u32,
+            r.counter,
+        ]);
+    }
+    params
 }
 
 /// How to draw one row on the GPU.

@@ -33,6 +33,8 @@ __device__ __forceinline__ void paged_decode_fused_impl(
     const u32 si = blockIdx.x, kh = blockIdx.y, split = blockIdx.z;
     const u32 q_row = seqs[4 * si], ctx = seqs[4 * si + 1], tstart = seqs[4 * si + 2];
     const u32 lo = (window > 0 && ctx > window) ? ctx - window : 0;
+    // part 0: each sequence's keys in num_splits equal parts (a CUDA graph's fixed grid).
+    if (part == 0) part = max(32u, ((ctx - lo + num_splits - 1) / num_splits + 31) / 32 * 32);
     const u32 kb = lo + split * part;
     const u32 ke = min(ctx, kb + part);
     const u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -44,6 +46,9 @@ __device__ __forceinline__ void paged_decode_fused_impl(
         if (num_splits > 1 && tid < G) {
             ws_ml[2 * (ws + (size_t)tid * num_splits)] = NEG_INF;
             ws_ml[2 * (ws + (size_t)tid * num_splits) + 1] = 0.0f;
+        } else if (num_splits == 1) {  // no keys at all (a graph bucket's padding row): zeros
+            for (u32 i = tid; i < G * D; i += DEC2_THREADS)
+                out[(size_t)q_row * qw + (size_t)kh * G * D + i] = from_f<T>(0.0f);
         }
         return;
     }

@@ -1,10 +1,10 @@
 // Matrix-vector products for small batches (decode): y[m, n] = sum_k x[m, k] * w[n, k] for
 // m = M <= 8 rows, w row-major (n, k) as a Linear weight. One warp per output column n
-// (grid-stride), 16-byte loads of w (8 elements per lane), two chunks in flight per lane; the
+// (grid-stride), 16-byte loads of w (8 elements per lane), four chunks in flight per lane; the
 // rows of x come from L1/L2 (every warp reads the same x). Memory-bound on w: cuBLAS's GEMM
 // tiles leave most SMs idle at m = 1 (e.g. 32 CTAs for a 4096-wide output).
 // k must be a multiple of 8. Grid: any; block: 256 threads.
-template <typename T, int M>
+template <typename T, int M, int U>
 __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w,
                                           T* __restrict__ y, u32 n, u32 k) {
     const u32 lane = threadIdx.x & 31;
@@ -15,17 +15,22 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
 #pragma unroll
         for (int r = 0; r < M; ++r) acc[r] = 0.0f;
         u32 c = lane * 8;
-        for (; c + 256 < k; c += 512) {
-            float w0[8], w1[8];
-            load_f<T, 8>(wr + c, w0);
-            load_f<T, 8>(wr + c + 256, w1);
+        // U chunks of 256 elements per iteration: all of their 16-byte loads are issued before
+        // the first is used, so a 4096-wide row is one round trip to memory, not two.
+        for (; c + (U - 1) * 256 < k; c += U * 256) {
+            uint4 raw[U];
 #pragma unroll
-            for (int r = 0; r < M; ++r) {
-                float x0[8], x1[8];
-                load_f<T, 8>(x + (size_t)r * k + c, x0);
-                load_f<T, 8>(x + (size_t)r * k + c + 256, x1);
+            for (int u = 0; u < U; ++u) raw[u] = *(const uint4*)(wr + c + u * 256);
 #pragma unroll
-                for (int e = 0; e < 8; ++e) acc[r] += w0[e] * x0[e] + w1[e] * x1[e];
+            for (int u = 0; u < U; ++u) {
+                const T* we = (const T*)&raw[u];
+#pragma unroll
+                for (int r = 0; r < M; ++r) {
+                    float xf[8];
+                    load_f<T, 8>(x + (size_t)r * k + c + u * 256, xf);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) acc[r] += to_f(we[e]) * xf[e];
+                }
             }
         }
         for (; c < k; c += 256) {
@@ -50,7 +55,7 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
 #define GEMV(T, NAME, M)                                                                       \
     extern "C" __global__ void __launch_bounds__(256) gemv_##NAME##_m##M(                       \
         const T* x, const T* w, T* y, u32 n, u32 k) {                                          \
-        gemv_impl<T, M>(x, w, y, n, k);                                                        \
+        gemv_impl<T, M, 4>(x, w, y, n, k);                                                     \
     }
 #define GEMV_ALL(T, NAME) \
     GEMV(T, NAME, 1) GEMV(T, NAME, 2) GEMV(T, NAME, 3) GEMV(T, NAME, 4) \
@@ -58,3 +63,10 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
 
 GEMV_ALL(bf16_t, bf16)
 GEMV_ALL(f16_t, f16)
+
+// The loop before 2026-12-02 (two chunks per iteration), kept for the bench's comparison.
+extern "C" __global__ void __launch_bounds__(256) gemv_bf16_m1_u2(const bf16_t* x,
+                                                                  const bf16_t* w, bf16_t* y,
+                                                                  u32 n, u32 k) {
+    gemv_impl<bf16_t, 1, 2>(x, w, y, n, k);
+}

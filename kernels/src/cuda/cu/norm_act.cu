@@ -1,6 +1,8 @@
 // The residual stream's fused element-wise work.
 // add_rmsnorm: x += y (rounded to T, in place; y may be null for the first layer), then
 //   out = rmsnorm(x) * w computed in f32 and rounded once. Grid: tokens; block: 256 threads.
+// embed_rows: out[t] = table[ids[t]] (rows of `hidden` elements, hidden a multiple of 8).
+//   Grid: tokens; block: 128 threads.
 // silu_mul: out[t, i] = silu(gu[t, i]) * gu[t, I + i] over the fused gate/up projection,
 //   rounding silu to T first (as the unfused ops do).
 template <typename T>
@@ -41,6 +43,15 @@ __device__ __forceinline__ void silu_mul_impl(const T* __restrict__ gu, T* __res
     }
 }
 
+template <typename T>
+__device__ __forceinline__ void embed_rows_impl(const T* __restrict__ table,
+                                                const u32* __restrict__ ids,
+                                                T* __restrict__ out, u32 hidden) {
+    const uint4* src = (const uint4*)(table + (size_t)ids[blockIdx.x] * hidden);
+    uint4* dst = (uint4*)(out + (size_t)blockIdx.x * hidden);
+    for (u32 i = threadIdx.x; i < hidden * sizeof(T) / 16; i += blockDim.x) dst[i] = src[i];
+}
+
 #define NORM_ACT(T, NAME)                                                                      \
     extern "C" __global__ void add_rmsnorm_##NAME(T* x, const T* y, const T* w, T* out,       \
                                                   u32 hidden, float eps) {                     \
@@ -48,6 +59,10 @@ __device__ __forceinline__ void silu_mul_impl(const T* __restrict__ gu, T* __res
     }                                                                                          \
     extern "C" __global__ void silu_mul_##NAME(const T* gu, T* out, u32 tokens, u32 inter) {   \
         silu_mul_impl<T>(gu, out, tokens, inter);                                              \
+    }                                                                                          \
+    extern "C" __global__ void embed_rows_##NAME(const T* table, const u32* ids, T* out,      \
+                                                 u32 hidden) {                                 \
+        embed_rows_impl<T>(table, ids, out, hidden);                                           \
     }
 
 NORM_ACT(bf16_t, bf16)

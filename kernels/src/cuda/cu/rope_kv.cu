@@ -3,7 +3,8 @@
 // cos/sin tables (max_positions, D/2), writes Q to its own tensor and K/V straight into their
 // slots of the block-first KV arena. Grid (tokens, num_heads + 2 * kv_heads), D/2 threads.
 // slots[t] is the arena row of token t's K at layer 0; layer l adds l * 2 * block_size, V
-// block_size more.
+// block_size more. NO_SLOT (a padding row of a CUDA-graph bucket) writes Q only.
+#define NO_SLOT 0xffffffffu
 template <typename T>
 __device__ __forceinline__ void rope_kv_impl(
     const T* __restrict__ qkv, const T* __restrict__ bias, T* __restrict__ q_out,
@@ -19,6 +20,7 @@ __device__ __forceinline__ void rope_kv_impl(
         x1 = to_f(from_f<T>(x1 + to_f(bias[(size_t)hh * head_dim + i])));
         x2 = to_f(from_f<T>(x2 + to_f(bias[(size_t)hh * head_dim + i + half])));
     }
+    if (hh >= num_heads && slots[t] == NO_SLOT) return;
     const size_t kvw = (size_t)kv_heads * head_dim;
     const size_t krow = (size_t)slots[t] + (size_t)layer * 2 * block_size;
     if (hh >= num_heads + kv_heads) {  // V: copied

@@ -1,0 +1,193 @@
+//! Decode steps replayed from CUDA graphs against the same launches made directly and against
+//! the eager forward pass (feature `cuda`; needs a CUDA GPU, so `#[ignore]`d and run by
+//! `scripts/gpu/model.sh run`).
+#![cfg(feature = "cuda")]
+
+use candle_core::{DType, Device, Tensor};
+use superinfer_engine::model::gpu_llama::{DecodeOut, GpuLlama};
+use superinfer_engine::model::tiny::RandomLlama;
+use superinfer_engine::model::{KvArena, SeqChunk};
+use superinfer_kernels::cuda::GpuSample;
+
+const BLOCK: u32 = 16;
+
+fn floats(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+    (num / den).sqrt()
+}
+
+/// Sequences of `lens` tokens each (prefilled up to their last token by the eager forward),
+/// with blocks interleaved across sequences so a wrong table reads another's keys.
+struct Seqs {
+    tokens: Vec<Vec<u32>>,
+    tables: Vec<Vec<u32>>,
+}
+
+fn seqs(lens: &[usize], vocab: u32) -> Seqs {
+    let n = lens.len();
+    let most = lens.iter().max().unwrap().div_ceil(BLOCK as usize) + 1;
+    Seqs {
+        tokens: lens
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| {
+                (0..l as u32 + 2)
+                    .map(|t| (t * 7919 + i as u32 * 104_729) % vocab)
+                    .collect()
+            })
+            .collect(),
+        tables: (0..n)
+            .map(|i| (0..most).map(|k| (i + k * n) as u32).collect())
+            .collect(),
+    }
+}
+
+/// The decodes `(sequence, position)` of one step.
+fn decode_chunks<'a>(s: &'a Seqs, step: &[(usize, usize)]) -> Vec<SeqChunk<'a>> {
+    step.iter()
+        .map(|&(i, p)| SeqChunk {
+            tokens: &s.tokens[i],
+            pos: p,
+            end: p + 1,
+            blocks: &s.tables[i],
+            sample: true,
+            all_rows: false,
+        })
+        .collect()
+}
+
+fn logits(m: &GpuLlama, c: &[SeqChunk<'_>], kv: &KvArena) -> Vec<f32> {
+    match m.decode(c, kv, None).unwrap() {
+        Some(DecodeOut::Logits(l)) => floats(&l),
+        _ => panic!("a decode step through the buckets"),
+    }
+}
+
+fn ids(m: &GpuLlama, c: &[SeqChunk<'_>], kv: &KvArena, temperature: f32) -> Vec<u32> {
+    let draws: Vec<GpuSample> = c
+        .iter()
+        .enumerate()
+        .map(|(i, x)| GpuSample {
+            temperature,
+            seed: 42 + i as u64,
+            counter: x.end as u32,
+        })
+        .collect();
+    match m.decode(c, kv, Some(&draws)).unwrap() {
+        Some(DecodeOut::Ids(v)) => v,
+        _ => panic!("a decode step through the buckets"),
+    }
+}
+
+/// Graph replay against direct launches (identical ids and logits) and against the eager
+/// forward (close logits), over buckets with and without padding rows, steps that reuse a
+/// captured graph with other contexts, and GEMV and cuBLAS matmuls.
+fn graphs_match(spec: RandomLlama, vocab: usize, name: &str) {
+    let dev = Device::new_cuda(0).expect("a CUDA GPU");
+    let mut m = GpuLlama::random(&spec, vocab, DType::BF16, &dev, 7).unwrap();
+    let geometry = m.config().kv_geometry(BLOCK, DType::BF16);
+    let lens = [1usize, 17, 40, 300, 1000];
+    let s = seqs(&lens, vocab as u32);
+    let blocks = (s.tables.len() * s.tables[0].len()) as u32;
+    let kv = KvArena::new(geometry, blocks, DType::BF16, &dev).unwrap();
+    // Prefill every sequence but its last token.
+    for (i, &l) in lens.iter().enumerate().filter(|(_, &l)| l > 1) {
+        let c = [SeqChunk {
+            tokens: &s.tokens[i],
+            pos: 0,
+            end: l - 1,
+            blocks: &s.tables[i],
+            sample: true,
+            all_rows: false,
+        }];
+        m.forward(&c, &kv).unwrap();
+    }
+    let all: Vec<(usize, usize)> = lens.iter().map(|l| l - 1).enumerate().collect();
+    let next: Vec<(usize, usize)> = all.iter().map(|&(i, p)| (i, p + 1)).collect();
+    // Steps: all five (bucket 8: three padding rows), one (bucket 1), then all five one
+    // position further (the bucket-8 graph replayed with other contexts), then three.
+    let steps: Vec<Vec<(usize, usize)>> = vec![
+        all.clone(),
+        vec![all[3]],
+        next.clone(),
+        vec![next[4], next[0], next[2]],
+    ];
+    let buckets = [1, 2, 4, 8];
+    for gemv_rows in [1usize, 0] {
+        m.set_gemv_max_rows(gemv_rows);
+        m.set_decode_buckets(&buckets, false);
+        let direct: Vec<(Vec<f32>, Vec<u32>, Vec<u32>)> = steps
+            .iter()
+            .map(|step| {
+                let c = decode_chunks(&s, step);
+                (
+                    logits(&m, &c, &kv),
+                    ids(&m, &c, &kv, 0.0),
+                    ids(&m, &c, &kv, 1.0),
+                )
+            })
+            .collect();
+        // One decoder with graphs for all steps: the first call of a key runs directly and
+        // captures, later ones (other steps of the bucket too) replay.
+        m.set_decode_buckets(&buckets, true);
+        let mut captured = 0;
+        for round in 0..2 {
+            for (k, (step, (want, greedy, drawn))) in steps.iter().zip(&direct).enumerate() {
+                let c = decode_chunks(&s, step);
+                let replay = logits(&m, &c, &kv);
+                let e = rel_err(&replay, want);
+                println!(
+                    "{name} gemv<={gemv_rows} round {round} step {k} ({} rows): graph vs direct logits identical: {} (relative difference {e:.2e})",
+                    c.len(),
+                    &replay == want
+                );
+                assert!(
+                    e <= 1e-3,
+                    "graph replay drifted from direct launches: {e:.2e}"
+                );
+                assert_eq!(&ids(&m, &c, &kv, 0.0), greedy, "greedy ids, step {k}");
+                assert_eq!(&ids(&m, &c, &kv, 1.0), drawn, "drawn ids, step {k}");
+            }
+            let now = m.decode_graph_captures();
+            if round == 0 {
+                // Buckets 8, 1, 8, 4, each with and without sampling (splits may differ).
+                assert!((6..=8).contains(&now), "{now} graphs captured");
+                captured = now;
+            } else {
+                assert_eq!(now, captured, "the second round only replays");
+            }
+        }
+        for (k, (step, (want, ..))) in steps.iter().zip(&direct).enumerate() {
+            let c = decode_chunks(&s, step);
+            let eager = floats(&m.forward(&c, &kv).unwrap());
+            let e = rel_err(want, &eager);
+            println!("{name} gemv<={gemv_rows} step {k}: buckets vs eager forward {e:.2e}");
+            assert!(e < 2e-2, "decode buckets vs eager forward: {e:.2e}");
+        }
+    }
+    // More rows than the largest bucket: not taken (the caller runs the eager forward).
+    m.set_decode_buckets(&[2], true);
+    let c = decode_chunks(&s, &all);
+    assert!(m.decode(&c, &kv, None).unwrap().is_none());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn graph_replay_matches_direct_launches_and_the_eager_forward() {
+    graphs_match(RandomLlama::SMALL_100M, 32_000, "100M (head dim 64, GQA 3)");
+    graphs_match(
+        RandomLlama::QWEN2_5_7B,
+        152_064,
+        "qwen2.5-7b (QKV bias, GQA 7)",
+    );
+}
