@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use superinfer_policies::{PolicyKind, VltConfig, WaitCapScope, WlvfConfig};
 
-use crate::backend::{gpu_options, EngineOptions, ModelSource};
+use crate::backend::{gpu_options, EngineOptions, GpuOptions, ModelSource};
 use crate::proxy::{ObjectiveSpec, ProxyConfig, TrustedNet};
 use crate::quota::fleet::{FailureMode, FleetConfig, KEY_PREFIX};
 
@@ -196,6 +196,10 @@ pub struct Settings {
     /// CUDA: DRAM KV tier (pinned host memory) in GB [default: 32].
     #[arg(long, env = "SUPERINFER_DRAM_KV_GB")]
     pub dram_kv_gb: Option<f64>,
+    /// CUDA: run decode-only steps through the eager forward pass instead of replaying them
+    /// from CUDA graphs (docs/OPERATIONS.md, "CUDA graphs") [default: graphs on].
+    #[arg(long, env = "SUPERINFER_NO_CUDA_GRAPHS", num_args = 0..=1, default_missing_value = "true")]
+    pub no_cuda_graphs: Option<bool>,
     /// Peers (an IP address or a CIDR network; repeat or separate by commas) that may send
     /// `x-gateway-inference-objective` and `x-gateway-inference-fairness-id`; from any other
     /// peer they are refused with 400 [default: none].
@@ -281,6 +285,7 @@ impl Settings {
             gpu_memory_utilization: self.gpu_memory_utilization.or(lower.gpu_memory_utilization),
             hbm_kv_gb: self.hbm_kv_gb.or(lower.hbm_kv_gb),
             dram_kv_gb: self.dram_kv_gb.or(lower.dram_kv_gb),
+            no_cuda_graphs: self.no_cuda_graphs.or(lower.no_cuda_graphs),
             trusted_proxy: self.trusted_proxy.or(lower.trusted_proxy),
             objective: self.objective.or(lower.objective),
             quota_store: self.quota_store.or(lower.quota_store),
@@ -350,7 +355,10 @@ impl ServeConfig {
             }
             (Some(m), None, ComputeDevice::Cuda) => ModelSource::Gpu {
                 model: m.to_string_lossy().into_owned(),
-                gpu: gpu_options(s.gpu_memory_utilization, s.hbm_kv_gb, s.dram_kv_gb)?,
+                gpu: GpuOptions {
+                    cuda_graphs: !s.no_cuda_graphs.unwrap_or(false),
+                    ..gpu_options(s.gpu_memory_utilization, s.hbm_kv_gb, s.dram_kv_gb)?
+                },
             },
             (None, None, ComputeDevice::Cuda) => {
                 bail!("device cuda needs a model: a directory or random:NAME (--model)")
@@ -368,10 +376,11 @@ impl ServeConfig {
             ("gpu_memory_utilization", s.gpu_memory_utilization.is_some()),
             ("hbm_kv_gb", s.hbm_kv_gb.is_some()),
             ("dram_kv_gb", s.dram_kv_gb.is_some()),
+            ("no_cuda_graphs", s.no_cuda_graphs.is_some()),
         ];
         if device == ComputeDevice::Cpu {
             if let Some((name, _)) = gpu_only.iter().find(|(_, set)| *set) {
-                bail!("{name} sizes the GPU's tiers; it needs device cuda");
+                bail!("{name} is a GPU setting; it needs device cuda");
             }
         }
         let prefix_cache = !s.no_prefix_cache.unwrap_or(false);

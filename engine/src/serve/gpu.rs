@@ -68,6 +68,9 @@ pub fn gpu_engine(
         .unwrap_or_else(|| gpu.dram_kv_blocks(block_bytes))
         .max(1);
     let mut runner = GpuRunner::new(model, opts.block_size, hbm_blocks, opts.seed)?;
+    if !gpu.cuda_graphs {
+        runner.model_mut().set_decode_buckets(&[], false);
+    }
     if let Some(c) = &codec {
         let eos = super::merged_eos(c.eos_token_ids(), runner.eos_token_ids());
         runner.set_eos_token_ids(&eos);

@@ -43,6 +43,9 @@ pub struct GpuOptions {
     pub activation_gb: f64,
     /// Seed of `random:` weights.
     pub weight_seed: u64,
+    /// Replay decode-only steps of at most 128 rows from CUDA graphs (else every step runs
+    /// through the eager forward pass).
+    pub cuda_graphs: bool,
 }
 
 impl Default for GpuOptions {
@@ -54,6 +57,7 @@ impl Default for GpuOptions {
             dram_kv_gb: 32.0,
             activation_gb: 4.0,
             weight_seed: 0,
+            cuda_graphs: true,
         }
     }
 }

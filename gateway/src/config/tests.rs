@@ -81,6 +81,23 @@ fn gpu_settings_need_device_cuda_and_sane_values() {
             },
         }
     );
+    let ModelSource::Gpu { gpu, .. } = &c.model else {
+        unreachable!("checked above")
+    };
+    assert!(gpu.cuda_graphs, "CUDA graphs are on by default");
+    let graphs_on_cpu = Settings {
+        no_cuda_graphs: Some(true),
+        ..Settings::default()
+    };
+    assert!(err(graphs_on_cpu).contains("no_cuda_graphs"));
+    let off: Settings = toml::from_str(
+        "device = \"cuda\"\nmodel_dir = \"random:llama-3-8b\"\nno_cuda_graphs = true\n",
+    )
+    .unwrap();
+    let ModelSource::Gpu { gpu, .. } = ServeConfig::resolve(off).unwrap().model else {
+        unreachable!("a GPU model")
+    };
+    assert!(!gpu.cuda_graphs, "no_cuda_graphs turns them off");
 }
 
 #[test]
