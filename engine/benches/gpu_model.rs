@@ -348,19 +348,14 @@ fn main() {
             let tb = time_each(a.iters, 20, &dev, || {
                 k.gemv(&x, &w).unwrap();
             });
-            let t2 = time_each(a.iters, 20, &dev, || {
-                k.gemv_two_chunks(&x, &w).unwrap();
-            });
             println!(
-                "| {n} x {kk} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {:.0} |",
+                "| {n} x {kk} | {:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {:.0} |",
                 tg * 1e6,
                 bytes / tg / 1e9,
                 tc * 1e6,
                 bytes / tc / 1e9,
                 tb * 1e6,
-                bytes / tb / 1e9,
-                t2 * 1e6,
-                bytes / t2 / 1e9
+                bytes / tb / 1e9
             );
         }
     }

@@ -442,38 +442,6 @@ impl ModelKernels {
         Ok(out)
     }
 
-    /// [`Self::gemv`] for one bf16 row with the loop of before 2026-12-02 (two chunks of w
-    /// in flight per lane instead of four), for the bench's side-by-side comparison.
-    pub fn gemv_two_chunks(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-        let (m, k) = x.dims2().map_err(candle("gemv input"))?;
-        let (n, kw) = w.dims2().map_err(candle("gemv weight"))?;
-        if m != 1
-            || k != kw
-            || !k.is_multiple_of(8)
-            || x.dtype() != DType::BF16
-            || w.dtype() != DType::BF16
-        {
-            return Err(Error::Invalid(
-                "gemv_two_chunks: one bf16 row, k a multiple of 8".into(),
-            ));
-        }
-        let out = self.output((1, n), DType::BF16)?;
-        let st = &self.stream;
-        let (p_x, p_w, p_y) = (ptr(x, st)?, ptr(w, st)?, ptr(&out, st)?);
-        // SAFETY: as gemv's (shapes checked).
-        unsafe {
-            self.launch_gemv_named(
-                format_args!("gemv_bf16_m1_u2"),
-                p_x,
-                p_w,
-                p_y,
-                n as u32,
-                k as u32,
-            )
-        }?;
-        Ok(out)
-    }
-
     /// `silu(gate) * up` over the fused projection `(tokens, 2 * inter)`.
     pub fn silu_mul(&self, gate_up: &Tensor) -> Result<Tensor> {
         let (tokens, two_i) = gate_up.dims2().map_err(candle("silu_mul input"))?;

@@ -241,24 +241,7 @@ impl ModelKernels {
         k: u32,
     ) -> Result<()> {
         let name = half_dtype(dtype, "gemv")?;
-        // SAFETY: the contract.
-        unsafe { self.launch_gemv_named(format_args!("gemv_{name}_m{m}"), x, w, y, n, k) }
-    }
-
-    /// Launches the GEMV instance `name` (grid and block as every instance wants them).
-    ///
-    /// # Safety
-    /// As [`Self::launch_gemv`], for the rows and dtype of `name`.
-    pub(super) unsafe fn launch_gemv_named(
-        &self,
-        name: std::fmt::Arguments<'_>,
-        x: u64,
-        w: u64,
-        y: u64,
-        n: u32,
-        k: u32,
-    ) -> Result<()> {
-        let f = self.func(&self.gemv, name)?;
+        let f = self.func(&self.gemv, format_args!("gemv_{name}_m{m}"))?;
         let mut b = self.stream.launch_builder(&f);
         b.arg(&x).arg(&w).arg(&y).arg(&n).arg(&k);
         let cfg = LaunchConfig {
