@@ -20,7 +20,20 @@ pub struct HardwareProfile {
     pub d2h_gbps: f64,
     pub duplex_each_gbps: f64,
     pub per_copy_latency_s: f64,
+    /// Seconds every step pays beyond the roofline model (the served loop's host term and
+    /// what the runner loses to launches and small kernels).
     pub step_overhead_s: f64,
+    /// Seconds each sequence of a step adds to it beyond the roofline model; 0 when absent.
+    #[serde(default)]
+    pub step_overhead_per_seq_s: f64,
+    /// Decode-only steps of at most this many sequences are replayed from CUDA graphs and pay
+    /// the two `graph_*` overheads instead of the two above; 0 (absent): no graphs.
+    #[serde(default)]
+    pub graph_max_seqs: u32,
+    #[serde(default)]
+    pub graph_step_overhead_s: f64,
+    #[serde(default)]
+    pub graph_step_overhead_per_seq_s: f64,
     pub activation_reserve_gb: f64,
     /// Fraction of the effective HBM bandwidth that decode attention reaches when it reads the
     /// KV cache (the runner's attention kernel, not the hardware); 1.0 when absent.

@@ -314,6 +314,10 @@ pub fn zero_profile() -> anyhow::Result<Profile> {
             duplex_each_gbps: fast,
             per_copy_latency_s: 0.0,
             step_overhead_s: 0.0,
+            step_overhead_per_seq_s: 0.0,
+            graph_max_seqs: 0,
+            graph_step_overhead_s: 0.0,
+            graph_step_overhead_per_seq_s: 0.0,
             kv_read_efficiency: 1.0,
             kv_overlaps_compute: true,
             ..base.hw

@@ -1,7 +1,8 @@
 //! The simulated runner: no model, only the time a step would take on a profile's hardware.
 //! Prefill is compute-bound (matmul rate × efficiency); decode is memory-bound (weights read
 //! at HBM bandwidth × efficiency, KV bytes at that × the attention kernel's efficiency); every
-//! step pays a fixed overhead. Sampled tokens are a constant, so lengths come from
+//! step pays an overhead, fixed plus a part per sequence (smaller for a decode-only step the
+//! runner replays from a CUDA graph). Sampled tokens are a constant, so lengths come from
 //! `max_tokens` (`ignore_eos`), as in the paper.
 
 use super::{ModelRunner, StepBatch, StepOutput};
@@ -29,7 +30,8 @@ impl SimRunner {
     pub fn step_time(&self, spans: impl Iterator<Item = (u32, u32)>) -> f64 {
         let m = &self.profile.model;
         let hw = &self.profile.hw;
-        let (mut tokens, mut kv_tokens, mut attn_flops) = (0f64, 0f64, 0f64);
+        let (mut tokens, mut kv_tokens, mut attn_flops, mut seqs) = (0f64, 0f64, 0f64, 0f64);
+        let mut decode_only = true;
         let q_width = f64::from(m.num_heads) * f64::from(m.head_dim);
         for (pos, end) in spans {
             let len = f64::from(end - pos);
@@ -37,6 +39,8 @@ impl SimRunner {
                 continue;
             }
             tokens += len;
+            seqs += 1.0;
+            decode_only &= len == 1.0;
             kv_tokens += f64::from(end);
             // QK^T and PV: 2 matmuls × 2 flops per multiply-add over the causal context.
             attn_flops +=
@@ -51,10 +55,16 @@ impl SimRunner {
         let kv_bytes = kv_tokens * self.geometry.bytes_per_token() as f64;
         let weights = m.weight_bytes() / bandwidth;
         let kv = kv_bytes / (bandwidth * hw.kv_read_efficiency);
-        if hw.kv_overlaps_compute {
-            hw.step_overhead_s + compute.max(weights + kv)
+        let graph = decode_only && seqs <= f64::from(hw.graph_max_seqs);
+        let overhead = if graph {
+            hw.graph_step_overhead_s + hw.graph_step_overhead_per_seq_s * seqs
         } else {
-            hw.step_overhead_s + compute.max(weights) + kv
+            hw.step_overhead_s + hw.step_overhead_per_seq_s * seqs
+        };
+        if hw.kv_overlaps_compute {
+            overhead + compute.max(weights + kv)
+        } else {
+            overhead + compute.max(weights) + kv
         }
     }
 }
@@ -94,8 +104,45 @@ mod tests {
     #[test]
     fn batch_one_decode_is_memory_bound_near_the_roofline() {
         let t = runner().step_time([(100, 101)].into_iter());
-        // 16.06 GB at 4.11 TB/s = 3.9 ms, plus 2 ms overhead.
-        assert!((t - 0.0059).abs() < 0.0003, "{t}");
+        // 16.06 GB at 4.11 TB/s = 3.9 ms, plus 1.42 ms per step and 6.9 us per sequence of a
+        // decode replayed from a CUDA graph (the served step measured 5.35 ms at batch 1).
+        assert!((t - 0.0053).abs() < 0.0002, "{t}");
+    }
+
+    #[test]
+    fn each_sequence_adds_the_per_sequence_overhead() {
+        let r = runner();
+        let hw = &r.profile.hw;
+        assert!(hw.graph_step_overhead_per_seq_s > 0.0);
+        // 64 decodes of 513-token contexts against one decode of 64 × 513 keys: the same KV
+        // and weights, so they differ by 63 × the per-sequence part.
+        let many = r.step_time((0..64).map(|_| (512, 513)));
+        let one_long = r.step_time([(64 * 513 - 1, 64 * 513)].into_iter());
+        let want = 63.0 * hw.graph_step_overhead_per_seq_s;
+        assert!(
+            (many - one_long - want).abs() < 1e-9,
+            "{many} {one_long} {want}"
+        );
+    }
+
+    #[test]
+    fn a_step_with_a_prompt_chunk_or_past_the_graphs_pays_the_eager_overhead() {
+        let r = runner();
+        let hw = &r.profile.hw;
+        assert!(hw.graph_max_seqs > 0 && hw.graph_step_overhead_s < hw.step_overhead_s);
+        let decode = |n: u32| r.step_time((0..n).map(|_| (512, 513)));
+        // One more sequence than the graphs take: the eager overhead in full.
+        let n = hw.graph_max_seqs;
+        let kv_one = decode(n) - decode(n - 1) - hw.graph_step_overhead_per_seq_s;
+        let jump = decode(n + 1) - decode(n) - kv_one;
+        let want = (hw.step_overhead_s + hw.step_overhead_per_seq_s * f64::from(n + 1))
+            - (hw.graph_step_overhead_s + hw.graph_step_overhead_per_seq_s * f64::from(n));
+        assert!((jump - want).abs() < 1e-9, "{jump} {want}");
+        // A two-token prompt chunk beside eight decodes: eager as well.
+        let mixed = r.step_time((0..8).map(|_| (512, 513)).chain([(0, 2)]));
+        let eager = hw.step_overhead_s + 9.0 * hw.step_overhead_per_seq_s;
+        let graph = hw.graph_step_overhead_s + 8.0 * hw.graph_step_overhead_per_seq_s;
+        assert!(mixed - decode(8) >= eager - graph, "{mixed}");
     }
 
     #[test]
