@@ -5,6 +5,8 @@
 //!   the memory roofline (weights + KV bytes read once at `--hbm-tbs` TB/s);
 //! - a 2,048-token prefill (one sequence) against `--gemm-tflops` (the measured bf16 GEMM
 //!   rate: 786 TFLOP/s on the H200);
+//! - mixed steps (prompt chunks beside decodes) against the twin's step model (`mixed`);
+//! - the served loop's host term: a GPU engine's decode steps against its runner's (`engine`);
 //! - the attention kernels alone: decode at batch 64 (GB/s of KV read) and a 2,048-token
 //!   causal prefill (TFLOP/s).
 //!
@@ -14,11 +16,13 @@
 //! ```text
 //! cargo bench -p superinfer-engine --features cuda --bench gpu_model -- \
 //!     [--model llama-3-8b] [--context 512] [--iters 20] [--hbm-tbs 4.11] [--gemm-tflops 786]
-//!     [--sections decode,prefill,matmul,attention]
+//!     [--sections decode,prefill,matmul,mixed,engine,attention]
 //! ```
 
 #[path = "gpu_model/engine_loop.rs"]
 mod engine_loop;
+#[path = "gpu_model/mixed.rs"]
+mod mixed;
 
 use candle_core::{DType, Device, Tensor};
 use std::time::Instant;
@@ -37,7 +41,8 @@ struct Args {
     iters: usize,
     hbm_tbs: f64,
     gemm_tflops: f64,
-    /// Which sections run: any of decode, prefill, matmul, engine, attention (comma-separated).
+    /// Which sections run: any of decode, prefill, matmul, mixed, engine, attention
+    /// (comma-separated).
     sections: String,
 }
 
@@ -48,7 +53,7 @@ fn args() -> Args {
         iters: 20,
         hbm_tbs: 4.11,
         gemm_tflops: 786.0,
-        sections: "decode,prefill,matmul,engine,attention".into(),
+        sections: "decode,prefill,matmul,mixed,engine,attention".into(),
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -312,12 +317,9 @@ fn main() {
     }
 
     println!("\n## one matmul at batch 1: GEMV kernel vs cuBLAS (candle matmul), bf16");
-    println!("Launch + wait per figure, and (back to back) 20 launches, one wait, per launch;");
-    println!(
-        "GEMV with four chunks of the row in flight per lane, and with two (the loop before)."
-    );
-    println!("| weight (n x k) | GEMV us | GEMV GB/s | cuBLAS us | cuBLAS GB/s | GEMV back to back us | GB/s | two chunks, back to back us | GB/s |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("Launch + wait per figure, and (back to back) 20 launches, one wait, per launch.");
+    println!("| weight (n x k) | GEMV us | GEMV GB/s | cuBLAS us | cuBLAS GB/s | GEMV back to back us | GB/s |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
     {
         let k = runner.model().kernels();
         let h = cfg.hidden_size;
@@ -360,6 +362,9 @@ fn main() {
         }
     }
 
+    if a.sections.contains("mixed") {
+        mixed::run(&mut runner, &dev, &a.model, a.iters);
+    }
     if a.sections.contains("engine") {
         engine_loop::run(&a.model, a.context, a.iters);
     }
