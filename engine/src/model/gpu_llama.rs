@@ -306,8 +306,13 @@ impl GpuLlama {
             })
             .collect();
         let d = slot.as_mut().expect("made above");
-        d.run(&self.kernels, &seqs, kv.rows(), draws)
-            .map_err(ke("decode step"))
+        let out = d
+            .run(&self.kernels, &seqs, kv.rows(), draws)
+            .map_err(ke("decode step"))?;
+        if let Some(e) = d.take_capture_error() {
+            tracing::warn!(error = %e, "capturing a CUDA graph failed; decode steps run without graphs from now on");
+        }
+        Ok(out)
     }
 
     /// The decode buckets' buffers for arenas of `shape`'s block size.

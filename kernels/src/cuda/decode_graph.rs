@@ -134,6 +134,9 @@ pub struct DecodeGraphs {
     host: Vec<u32>,
     /// Graphs captured so far.
     pub captures: u64,
+    /// Why a capture failed (graphs are then off for these buffers; the step that tried ran
+    /// directly and stands), until [`DecodeGraphs::take_capture_error`] takes it.
+    capture_error: Option<String>,
 }
 
 fn invalid(what: String) -> Error {
@@ -283,7 +286,13 @@ impl DecodeGraphs {
             arena: 0,
             host: Vec::new(),
             captures: 0,
+            capture_error: None,
         })
+    }
+
+    /// Why capturing a graph failed, once (decode steps go on without graphs after it).
+    pub fn take_capture_error(&mut self) -> Option<String> {
+        self.capture_error.take()
     }
 
     /// Rows of the largest bucket.
@@ -388,9 +397,19 @@ impl DecodeGraphs {
             _ => {
                 self.launch(k, key)?;
                 if self.graphs_on {
-                    let g = k.capture(|| self.launch(k, key))?;
-                    self.graphs.insert(key, g);
-                    self.captures += 1;
+                    // The step already ran; a capture that fails turns graphs off here
+                    // instead of failing it.
+                    match k.capture(|| self.launch(k, key)) {
+                        Ok(g) => {
+                            self.graphs.insert(key, g);
+                            self.captures += 1;
+                        }
+                        Err(e) => {
+                            self.graphs_on = false;
+                            self.graphs.clear();
+                            self.capture_error = Some(e.to_string());
+                        }
+                    }
                 }
             }
         }
