@@ -294,6 +294,7 @@ impl GpuLlama {
             .as_ref()
             .is_none_or(|d| d.block_size() != shape.block_size)
         {
+            // The old buffers go first, so the two sets are never in GPU memory together.
             *slot = None;
             *slot = Some(self.decode_graphs(shape)?);
         }

@@ -155,7 +155,7 @@ fn expect(t: &Tensor, dims: &[usize], dtype: DType, what: &str) -> Result<()> {
 }
 
 impl DecodeGraphs {
-    /// Buffers for `buckets` (row counts; sorted here) of the model `w` of sizes `dims`
+    /// Buffers for `buckets` (row counts, ascending) of the model `w` of sizes `dims`
     /// (whose attention `shape` gives heads, head dim, layers and the arenas' block size) in
     /// `dtype`. Checks every weight's shape.
     #[allow(clippy::too_many_arguments)]
@@ -169,12 +169,14 @@ impl DecodeGraphs {
         graphs_on: bool,
         gemv_max_rows: usize,
     ) -> Result<DecodeGraphs> {
-        let mut buckets: Vec<u32> = buckets.iter().copied().filter(|&b| b > 0).collect();
-        buckets.sort_unstable();
-        buckets.dedup();
-        let rows = *buckets
-            .last()
-            .ok_or_else(|| invalid("no decode bucket sizes".into()))?;
+        let ascending =
+            buckets.first().is_some_and(|&b| b > 0) && buckets.windows(2).all(|w| w[0] < w[1]);
+        if !ascending {
+            return Err(invalid(format!(
+                "decode buckets {buckets:?}: row counts above 0, ascending"
+            )));
+        }
+        let rows = buckets[buckets.len() - 1];
         shape.validate()?;
         let d = dims;
         let s = &shape;
@@ -254,11 +256,14 @@ impl DecodeGraphs {
             sin: k.address(&w.sin)?,
             layers: Vec::with_capacity(w.layers.len()),
         };
-        let logits = Tensor::zeros((r, d.vocab), dtype, &dev).map_err(|e| Error::Cuda {
-            op: "decode buffers",
-            detail: e.to_string(),
-        })?;
-        a.logits = k.address(&logits)?;
+        // Kept as a tensor too: a step without GPU sampling hands out a view of it.
+        a.logits = alloc(r * d.vocab, dtype)?;
+        let logits = tensors[tensors.len() - 1]
+            .reshape((r, d.vocab))
+            .map_err(|e| Error::Cuda {
+                op: "decode buffers",
+                detail: e.to_string(),
+            })?;
         for l in &w.layers {
             a.layers.push(LayerAddrs {
                 ln1: k.address(&l.ln1)?,
@@ -275,7 +280,7 @@ impl DecodeGraphs {
             shape,
             dtype,
             layout,
-            buckets,
+            buckets: buckets.to_vec(),
             graphs_on,
             gemv_max_rows,
             _w: w,
@@ -295,11 +300,6 @@ impl DecodeGraphs {
         self.capture_error.take()
     }
 
-    /// Rows of the largest bucket.
-    pub fn max_rows(&self) -> u32 {
-        self.layout.rows
-    }
-
     /// Tokens per block of the arenas these buffers are laid out for.
     pub fn block_size(&self) -> u32 {
         self.shape.block_size
@@ -307,8 +307,8 @@ impl DecodeGraphs {
 
     /// Runs the decode step of `seqs` (one row each, in order) writing their K/V into `arena`
     /// (the block-first arena `(rows, kv_heads × head_dim)` of the shape's layers and block
-    /// size); `draws` (one per sequence) samples on the GPU. `Ok(None)`: the step does not fit
-    /// (more rows than the largest bucket, tables past the buffers); run it another way.
+    /// size); `draws` (one per sequence) samples on the GPU. `Ok(None)`: the step has more rows
+    /// than the largest bucket; run it another way.
     pub fn run(
         &mut self,
         k: &ModelKernels,
@@ -362,16 +362,10 @@ impl DecodeGraphs {
             ids.push(q.token);
         }
         ids.resize(bucket as usize, 0);
+        // The tables fit: every row's position is below max_positions (checked above), and
+        // the layout holds that many positions' blocks for every row.
         let mut host = std::mem::take(&mut self.host);
-        let splits = match self.layout.write(&s, bucket, &spans, &mut host) {
-            Ok(v) => v,
-            // Tables past the buffers (contexts longer than the model's positions).
-            Err(Error::Invalid(m)) if m.contains("entries") => {
-                self.host = host;
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        };
+        let splits = self.layout.write(&s, bucket, &spans, &mut host)?;
         // SAFETY: each buffer holds what is copied (plan: layout.len() u32s >= host.len(),
         // checked by the layout; ids: max_rows; params: 4 max_rows), and the copies are ordered
         // on the compute stream after the previous step's kernels that read them.

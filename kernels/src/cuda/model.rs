@@ -20,7 +20,7 @@ use candle_core::{DType, Device, Storage, Tensor};
 pub use raw::{DecodeLaunch, RopeLaunch, StepGraph};
 
 use super::cudarc::cublas::CudaBlas;
-use super::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use super::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, PushKernelArg};
 use super::nvrtc::{load_module, Origin};
 use super::{driver, Gpu};
 use crate::attention_plan::{AttentionPlan, AttentionShape};
@@ -346,11 +346,7 @@ impl ModelKernels {
                 .arg(&layer)
                 .arg(&scale)
                 .arg(&s.window);
-            let cfg = LaunchConfig {
-                grid_dim: (p.num_tiles, s.num_heads, 1),
-                block_dim: (128, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = raw::grid((p.num_tiles, s.num_heads, 1), 128);
             // SAFETY: tiles, sequences and tables come from one AttentionPlan (validated on
             // the host); every key row read is in a block of the sequence's table, inside the
             // arena (the engine's block ids); rows written are the chunk's own.

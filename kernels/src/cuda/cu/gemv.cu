@@ -1,11 +1,11 @@
 // Matrix-vector products for small batches (decode): y[m, n] = sum_k x[m, k] * w[n, k] for
 // m = M <= 8 rows, w row-major (n, k) as a Linear weight. One warp per output column n
-// (grid-stride), 16-byte loads of w (8 elements per lane), two chunks in flight per lane (four measured
-// no faster, docs/BENCHMARKS.md "CUDA graphs"); the
-// rows of x come from L1/L2 (every warp reads the same x). Memory-bound on w: cuBLAS's GEMM
-// tiles leave most SMs idle at m = 1 (e.g. 32 CTAs for a 4096-wide output).
+// (grid-stride), 16-byte loads of w (8 elements per lane), two chunks in flight per lane (four
+// measured no faster, docs/BENCHMARKS.md "CUDA graphs"); the rows of x come from L1/L2 (every
+// warp reads the same x). Memory-bound on w: cuBLAS's GEMM tiles leave most SMs idle at m = 1
+// (e.g. 32 CTAs for a 4096-wide output).
 // k must be a multiple of 8. Grid: any; block: 256 threads.
-template <typename T, int M, int U>
+template <typename T, int M>
 __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w,
                                           T* __restrict__ y, u32 n, u32 k) {
     const u32 lane = threadIdx.x & 31;
@@ -18,6 +18,7 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
         u32 c = lane * 8;
         // U chunks of 256 elements per iteration: all of their 16-byte loads are issued before
         // the first is used.
+        constexpr int U = 2;
         for (; c + (U - 1) * 256 < k; c += U * 256) {
             uint4 raw[U];
 #pragma unroll
@@ -56,7 +57,7 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
 #define GEMV(T, NAME, M)                                                                       \
     extern "C" __global__ void __launch_bounds__(256) gemv_##NAME##_m##M(                       \
         const T* x, const T* w, T* y, u32 n, u32 k) {                                          \
-        gemv_impl<T, M, 2>(x, w, y, n, k);                                                     \
+        gemv_impl<T, M>(x, w, y, n, k);                                                        \
     }
 #define GEMV_ALL(T, NAME) \
     GEMV(T, NAME, 1) GEMV(T, NAME, 2) GEMV(T, NAME, 3) GEMV(T, NAME, 4) \
@@ -64,4 +65,3 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
 
 GEMV_ALL(bf16_t, bf16)
 GEMV_ALL(f16_t, f16)
-

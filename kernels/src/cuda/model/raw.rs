@@ -45,6 +45,15 @@ pub struct RopeLaunch {
     pub tokens: u32,
 }
 
+/// A launch of `dims` CTAs of `threads` threads, no dynamic shared memory.
+pub(super) fn grid(dims: (u32, u32, u32), threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: dims,
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 fn half_dtype(dtype: DType, what: &str) -> Result<&'static str> {
     match suffix(dtype)? {
         "f32" => Err(Error::Invalid(format!("{what} runs in bf16 or f16"))),
@@ -98,11 +107,12 @@ impl ModelKernels {
         Ok(StepGraph(graph))
     }
 
-    /// Copies `src` to device address `dst` on the compute stream (ordered before what is
-    /// launched after; `src` may be reused once this returns).
+    /// Copies `src` to device address `dst` on the compute stream (ordered after the kernels
+    /// launched before it and before those launched after; `src` may be reused once this
+    /// returns).
     ///
     /// # Safety
-    /// `dst` holds `src.len()` u32s that nothing in flight reads or writes.
+    /// `dst` holds `src.len()` u32s that no other stream reads or writes meanwhile.
     pub unsafe fn upload_u32(&self, dst: u64, src: &[u32]) -> Result<()> {
         // SAFETY: the contract; a pageable source is staged before the call returns.
         unsafe {
@@ -156,11 +166,7 @@ impl ModelKernels {
         )?;
         let mut b = self.stream.launch_builder(&f);
         b.arg(&table).arg(&ids).arg(&out).arg(&hidden);
-        let cfg = LaunchConfig {
-            grid_dim: (rows, 1, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid((rows, 1, 1), 128);
         // SAFETY: the arguments are as this function's contract requires.
         unsafe { b.launch(cfg) }.map_err(driver("launch embed_rows"))?;
         Ok(())
@@ -188,11 +194,7 @@ impl ModelKernels {
         )?;
         let mut b = self.stream.launch_builder(&f);
         b.arg(&x).arg(&y).arg(&w).arg(&out).arg(&hidden).arg(&eps);
-        let cfg = LaunchConfig {
-            grid_dim: (rows, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid((rows, 1, 1), 256);
         // SAFETY: the arguments are as this function's contract requires.
         unsafe { b.launch(cfg) }.map_err(driver("launch add_rmsnorm"))?;
         Ok(())
@@ -214,11 +216,7 @@ impl ModelKernels {
         let mut b = self.stream.launch_builder(&f);
         b.arg(&gate_up).arg(&out).arg(&rows).arg(&inter);
         let n = u64::from(rows) * u64::from(inter);
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(256).min(65_535) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid((n.div_ceil(256).min(65_535) as u32, 1, 1), 256);
         // SAFETY: the arguments are as this function's contract requires.
         unsafe { b.launch(cfg) }.map_err(driver("launch silu_mul"))?;
         Ok(())
@@ -244,11 +242,10 @@ impl ModelKernels {
         let f = self.func(&self.gemv, format_args!("gemv_{name}_m{m}"))?;
         let mut b = self.stream.launch_builder(&f);
         b.arg(&x).arg(&w).arg(&y).arg(&n).arg(&k);
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(8).min(self.multiprocessors * 16).max(1), 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid(
+            (n.div_ceil(8).min(self.multiprocessors * 16).max(1), 1, 1),
+            256,
+        );
         // SAFETY: the arguments are as this function's contract requires.
         unsafe { b.launch(cfg) }.map_err(driver("launch gemv"))?;
         Ok(())
@@ -340,11 +337,7 @@ impl ModelKernels {
             .arg(&s.head_dim)
             .arg(&s.block_size)
             .arg(&layer);
-        let cfg = LaunchConfig {
-            grid_dim: (a.tokens, s.num_heads + 2 * s.kv_heads, 1),
-            block_dim: (s.head_dim / 2, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid((a.tokens, s.num_heads + 2 * s.kv_heads, 1), s.head_dim / 2);
         // SAFETY: the arguments are as this function's contract requires.
         unsafe { b.launch(cfg) }.map_err(driver("launch rope_kv"))?;
         Ok(())
@@ -399,11 +392,7 @@ impl ModelKernels {
             .arg(&s.window)
             .arg(&a.splits)
             .arg(&a.part);
-        let cfg = LaunchConfig {
-            grid_dim: (a.decodes, s.kv_heads, a.splits),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid((a.decodes, s.kv_heads, a.splits), 128);
         // SAFETY: the arguments are as this function's contract requires.
         unsafe { b.launch(cfg) }.map_err(driver("launch paged_decode"))?;
         if a.splits > 1 {
@@ -418,11 +407,7 @@ impl ModelKernels {
                 .arg(&a.seqs)
                 .arg(&s.num_heads)
                 .arg(&a.splits);
-            let cfg = LaunchConfig {
-                grid_dim: (a.decodes, s.num_heads, 1),
-                block_dim: (s.head_dim, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = grid((a.decodes, s.num_heads, 1), s.head_dim);
             // SAFETY: the arguments are as this function's contract requires.
             unsafe { b.launch(cfg) }.map_err(driver("launch decode_reduce"))?;
         }
@@ -446,11 +431,7 @@ impl ModelKernels {
         let f = self.func(&self.sample, format_args!("sample_rows_{}", suffix(dtype)?))?;
         let mut b = self.stream.launch_builder(&f);
         b.arg(&logits).arg(&params).arg(&ids).arg(&vocab);
-        let cfg = LaunchConfig {
-            grid_dim: (rows, 1, 1),
-            block_dim: (1024, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = grid((rows, 1, 1), 1024);
         // SAFETY: the arguments are as this function's contract requires.
         unsafe { b.launch(cfg) }.map_err(driver("launch sample_rows"))?;
         Ok(())
