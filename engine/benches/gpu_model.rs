@@ -192,9 +192,9 @@ fn main() {
 
     println!("\n## decode steps (context {ctx} tokens per sequence, greedy sampling on the GPU)");
     println!(
-        "Host issue: the time to enqueue a step's forward pass (no wait); when it is below the"
+        "Host issue: the time to enqueue a step (no wait); below the step time, the GPU never"
     );
-    println!("step time the GPU never waits for the host, so replaying CUDA graphs would not pay.");
+    println!("waits for the host between steps (within a step it may, between short kernels).");
     println!(
         "Launch: eager (the forward pass, a plan per step), direct (the decode buckets' fixed"
     );
