@@ -9,6 +9,12 @@
 //! - An unpinned HBM copy can be dropped at once (the DRAM copy has the same bytes): it is
 //!   in the HBM LRU. An entry nobody references is in the DRAM LRU; evicting it there deletes
 //!   it (and its unpinned HBM copy).
+//! - The index forgets lazily: deleting or unlisting an entry leaves its hash in the index,
+//!   naming a slab slot that no longer holds that listed hash, and every lookup checks the
+//!   slot. A later entry with the same hash overwrites it, and once stale names are half the
+//!   index they are swept in one pass. In a full cache every block that fills evicts one, and
+//!   the eager removal was a random access into a table of a million names each time (a
+//!   tenth of a decode step's host time, docs/BENCHMARKS.md "Per-step cost").
 
 use crate::kv::block::{DramBlock, HbmBlock};
 use crate::kv::prefix::BlockHash;
@@ -64,7 +70,10 @@ impl Entry {
 pub struct Cache {
     slab: Vec<Option<Entry>>,
     vacant: Vec<u32>,
+    /// Names of listed entries, and stale names (see the module docs).
     index: FxHashMap<BlockHash, EntryId>,
+    /// Names in `index` that no longer name a listed entry.
+    stale: usize,
     /// Entries with an unpinned HBM copy, least recently used first.
     hbm_lru: BTreeSet<(u64, EntryId)>,
     /// Entries nobody references, least recently used first.
@@ -120,9 +129,29 @@ impl Cache {
         self.update(e, |entry| entry.last_use = tick);
     }
 
+    /// Whether the index's name `hash` → `e` is current (the slot holds that listed hash).
+    fn names(&self, hash: &BlockHash, e: EntryId) -> bool {
+        self.slab
+            .get(e.0 as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|en| en.listed && en.hash == *hash)
+    }
+
     /// The listed entry named `hash`.
     pub fn lookup(&self, hash: BlockHash) -> Option<EntryId> {
-        self.index.get(&hash).copied()
+        let e = *self.index.get(&hash)?;
+        self.names(&hash, e).then_some(e)
+    }
+
+    /// One more name in the index went stale; sweeps them all once they are half of it.
+    fn forget(&mut self) {
+        self.stale += 1;
+        if self.stale > 1024 && self.stale * 2 > self.index.len() {
+            let mut index = std::mem::take(&mut self.index);
+            index.retain(|h, e| self.names(h, *e));
+            self.index = index;
+            self.stale = 0;
+        }
     }
 
     /// Adds an entry for a synced block, referenced and held by `holder` if given (else
@@ -158,8 +187,14 @@ impl Cache {
                 EntryId(self.slab.len() as u32 - 1)
             }
         };
-        let prev = self.index.insert(hash, id);
-        debug_assert!(prev.is_none(), "hash listed twice");
+        if let Some(prev) = self.index.insert(hash, id) {
+            // `id`'s slot was vacant until now: a name pointing at it was stale.
+            let current = prev != id && self.names(&hash, prev);
+            debug_assert!(!current, "hash listed twice");
+            if !current {
+                self.stale -= 1;
+            }
+        }
         if hbm.is_some() {
             self.with_hbm += 1;
         }
@@ -184,25 +219,22 @@ impl Cache {
         let key = (entry.last_use, e);
         self.hbm_lru.remove(&key);
         self.dram_lru.remove(&key);
-        if entry.listed {
-            self.index.remove(&entry.hash);
-        }
         if entry.hbm.is_some() {
             self.with_hbm -= 1;
         }
         self.vacant.push(e.0);
+        if entry.listed {
+            // Its name stays in the index, stale (the slot is vacant now).
+            self.forget();
+        }
         (entry.hbm, entry.dram)
     }
 
     /// Takes `e` out of the index: no new hits; it goes once nobody references it.
     pub fn unlist(&mut self, e: EntryId) {
-        let hash = self.update(e, |entry| {
-            let was = entry.listed;
-            entry.listed = false;
-            was.then_some(entry.hash)
-        });
-        if let Some(h) = hash {
-            self.index.remove(&h);
+        let was = self.update(e, |entry| std::mem::replace(&mut entry.listed, false));
+        if was {
+            self.forget();
         }
     }
 
@@ -283,13 +315,72 @@ impl Cache {
             .filter_map(|(i, e)| e.as_ref().map(|e| (EntryId(i as u32), e)))
     }
 
-    /// The entries of the index (for checks).
+    /// The current names of the index (for checks).
     pub fn listed(&self) -> impl Iterator<Item = (&BlockHash, &EntryId)> {
-        self.index.iter()
+        self.index.iter().filter(|(h, e)| self.names(h, **e))
+    }
+
+    /// Names in the index that are stale, counted by walking it (for checks: the count kept
+    /// must match).
+    pub fn stale_names(&self) -> (usize, usize) {
+        let walked = self
+            .index
+            .iter()
+            .filter(|(h, e)| !self.names(h, **e))
+            .count();
+        (walked, self.stale)
     }
 
     /// Entries whose copy-in is in flight, per ticket (for checks).
     pub fn in_flight(&self) -> impl Iterator<Item = (&Ticket, &Vec<EntryId>)> {
         self.by_ticket.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(i: u64) -> BlockHash {
+        BlockHash(u128::from(i) * 0x9e37_79b9_7f4a_7c15)
+    }
+
+    #[test]
+    fn names_of_deleted_entries_are_forgotten_lazily_and_swept() {
+        let mut c = Cache::default();
+        let ids: Vec<EntryId> = (0..3000)
+            .map(|i| c.insert(hash(i), 0, None, DramBlock(i as u32), None))
+            .collect();
+        // Deleted entries miss at once; their slots are reused by other hashes.
+        for (i, &e) in ids.iter().enumerate().take(1000) {
+            c.remove(e);
+            assert_eq!(c.lookup(hash(i as u64)), None);
+        }
+        assert_eq!(c.stale_names(), (1000, 1000));
+        for i in 3000..3500 {
+            let e = c.insert(hash(i), 0, None, DramBlock(i as u32), None);
+            assert_eq!(c.lookup(hash(i)), Some(e));
+        }
+        for i in 0..1000 {
+            assert_eq!(c.lookup(hash(i)), None, "a reused slot names another hash");
+        }
+        // A hash listed again overwrites its stale name.
+        let again = c.insert(hash(7), 0, None, DramBlock(7), None);
+        assert_eq!(c.lookup(hash(7)), Some(again));
+        assert_eq!(c.stale_names(), (999, 999));
+        // Unlisting leaves a stale name too; past half the index they are swept.
+        for &e in &ids[1000..2500] {
+            c.unlist(e);
+        }
+        let (walked, kept) = c.stale_names();
+        assert_eq!(walked, kept);
+        assert!(c.index.len() < 3500, "swept: {} names", c.index.len());
+        assert_eq!(c.listed().count(), 500 + 500 + 1);
+        for i in 1000..2500 {
+            assert_eq!(c.lookup(hash(i)), None);
+        }
+        for i in 2500..3000 {
+            assert_eq!(c.lookup(hash(i)), Some(ids[i as usize]));
+        }
     }
 }

@@ -204,6 +204,10 @@ impl KvPool {
         if self.cache.listed().count() != self.cache.entries().filter(|(_, e)| e.listed).count() {
             return Err("the index and the listed entries differ".into());
         }
+        let (walked, kept) = self.cache.stale_names();
+        if walked != kept {
+            return Err(format!("{walked} stale names in the index, {kept} counted"));
+        }
         Ok(())
     }
 }
