@@ -21,7 +21,7 @@ use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use superinfer_policies::{Policy, RequestId, Service, TenantId};
+use superinfer_policies::{Policy, RequestId};
 
 /// Engine settings (deserializable; defaults as in the paper's runs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -275,6 +275,8 @@ pub struct Engine<R, T, C> {
     /// The matcher of each live request with a grammar (structured outputs): a field of its
     /// own, so that a step's masks are computed on a worker while the runner runs.
     constraints: BTreeMap<RequestId, llguidance::Matcher>,
+    /// The step's buffers, kept from step to step.
+    scratch: batch::Scratch,
 }
 
 impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
@@ -336,6 +338,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             writeback_due: BTreeSet::new(),
             grow_due: Vec::new(),
             constraints: BTreeMap::new(),
+            scratch: batch::Scratch::default(),
         })
     }
 
@@ -545,13 +548,6 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         s.link_blocks_per_s = self.xfer.rate();
         s.block_size = self.cfg.block_size;
         s
-    }
-
-    /// Service delivered to tenants by one step, for policies that track fairness.
-    fn serve(&mut self, service: BTreeMap<TenantId, (f64, Service)>) {
-        for (tenant, (weight, s)) in service {
-            self.policy.on_service(tenant, weight, s);
-        }
     }
 
     /// One iteration. See the module docs for the order of work.

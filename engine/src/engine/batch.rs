@@ -40,19 +40,41 @@ fn score_cap(r: &Request) -> u32 {
     }
 }
 
-/// The batch under the token budget: decode tokens first (in request order), then prefill
-/// chunks in admission order; one lookup of each request's block table.
+/// Buffers a step fills and empties, kept from step to step: a batch of 2,000 decodes is
+/// ~200 KB of entries and spans, and allocating them afresh each step cost a tenth of its
+/// host time (docs/BENCHMARKS.md, "Per-step cost").
+#[derive(Default)]
+pub(super) struct Scratch {
+    spans: Vec<Span>,
+    /// Always empty between steps: only its allocation is kept (see [`recycle`]).
+    entries: Vec<BatchEntry<'static>>,
+    /// Batch indices of the prefill chunks, in request order.
+    prefills: Vec<usize>,
+    /// Per tenant: the weight and the service of the step.
+    service: Vec<(TenantId, f64, Service)>,
+}
+
+/// An emptied vector's allocation for entries that borrow for another lifetime: collecting
+/// in place (same layout) reuses it, and no element is ever mapped.
+fn recycle<'b>(mut v: Vec<BatchEntry<'_>>) -> Vec<BatchEntry<'b>> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!("emptied")).collect()
+}
+
+/// The batch under the token budget into `spans` and `entries` (both empty): decode tokens
+/// first (in request order), then prefill chunks in admission order; one lookup of each
+/// request's block table. Returns how many of them decode (the first ones).
 fn plan_batch<'a>(
     requests: &'a BTreeMap<RequestId, Request>,
     pool: &'a KvPool,
     cfg: &EngineConfig,
-    running: usize,
-) -> (Vec<Span>, Vec<BatchEntry<'a>>) {
+    spans: &mut Vec<Span>,
+    entries: &mut Vec<BatchEntry<'a>>,
+) -> usize {
     let bs = cfg.block_size;
     let mut budget = cfg.max_batched_tokens;
-    let mut spans = Vec::with_capacity(running);
-    let mut entries = Vec::with_capacity(running);
     let mut prefills = Vec::new();
+    let mut decodes = 0;
     let mut push = |r: &'a Request, blocks: &'a [LogicalBlock], span: Span| {
         spans.push(span);
         entries.push(BatchEntry {
@@ -82,6 +104,7 @@ fn plan_batch<'a>(
             };
             push(r, blocks, span);
             budget -= 1;
+            decodes += 1;
         }
     }
     prefills.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.spec.id.cmp(&b.1.spec.id)));
@@ -114,14 +137,23 @@ fn plan_batch<'a>(
         };
         push(r, pool.table(r.id), span);
     }
-    (spans, entries)
+    decodes
 }
 
 impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// Runs one batch, if anything can run.
     pub(super) fn run_batch(&mut self) -> Result<StepReport, EngineError> {
-        let running = self.census.count(ReqState::Running);
-        let (spans, entries) = plan_batch(&self.requests, &self.pool, &self.cfg, running);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let report = self.run_planned(&mut scratch);
+        self.scratch = scratch;
+        report
+    }
+
+    fn run_planned(&mut self, scratch: &mut Scratch) -> Result<StepReport, EngineError> {
+        let spans = &mut scratch.spans;
+        spans.clear();
+        let mut entries = recycle(std::mem::take(&mut scratch.entries));
+        let decodes = plan_batch(&self.requests, &self.pool, &self.cfg, spans, &mut entries);
         if spans.is_empty() {
             return Ok(StepReport {
                 idle_until: [self.transfer.next_completion(), self.copy_deadline()]
@@ -131,7 +163,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 ..Default::default()
             });
         }
-        let out = step_with_masks(&mut self.runner, &mut self.constraints, entries);
+        let (out, entries) = step_with_masks(&mut self.runner, &mut self.constraints, entries);
+        scratch.entries = recycle(entries);
         self.transfer.step_issued();
         let out = match out {
             Ok(out) if out.tokens.len() == spans.len() => out,
@@ -141,9 +174,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                     out.tokens.len(),
                     spans.len()
                 );
-                return Ok(self.fail_batch(&spans, e));
+                return Ok(self.fail_batch(spans, e));
             }
-            Err(e) => return Ok(self.fail_batch(&spans, format!("the model step failed: {e}"))),
+            Err(e) => return Ok(self.fail_batch(spans, format!("the model step failed: {e}"))),
         };
         self.clock.advance(out.elapsed);
         let t = self.clock.now();
@@ -156,21 +189,25 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         // Each entry's result, in request order: decode spans already are (the batch takes
         // them in that order), prefill chunks are merged in. One in-order walk of the
         // requests then reaches each of them without a lookup of its own.
-        let mut logprobs = out.logprobs.into_iter();
-        let mut scores = out.prompt_logprobs.into_iter().peekable();
-        let mut results: Vec<Outcome> = spans
-            .into_iter()
-            .zip(out.tokens)
-            .enumerate()
-            .map(|(i, (span, token))| Outcome {
-                span,
-                token,
-                logprobs: logprobs.next().flatten(),
-                scores: scores.next_if(|(at, _)| *at == i).map(|(_, s)| s),
-            })
-            .collect();
-        results.sort_by_key(|r| r.span.id);
-        let mut service: BTreeMap<TenantId, (f64, Service)> = BTreeMap::new();
+        let StepOutput {
+            tokens,
+            mut logprobs,
+            prompt_logprobs,
+            ..
+        } = out;
+        let mut scores: BTreeMap<usize, Vec<TokenLogprobs>> = prompt_logprobs.into_iter().collect();
+        let prefills = &mut scratch.prefills;
+        prefills.clear();
+        prefills.extend(decodes..spans.len());
+        prefills.sort_unstable_by_key(|&k| spans[k].id);
+        let mut order = MergeById {
+            spans,
+            decode: 0..decodes,
+            prefill: prefills.iter().copied().peekable(),
+        }
+        .peekable();
+        let service = &mut scratch.service;
+        service.clear();
         let mut ends = Vec::new();
         let mut ctx = Advance {
             cfg: &self.cfg,
@@ -182,24 +219,30 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             eos: self.runner.eos_token_ids(),
             t,
         };
-        let mut results = results.into_iter().peekable();
         for (id, req) in self.requests.iter_mut() {
-            let Some(r) = results.next_if(|r| r.span.id == *id) else {
+            let Some(k) = order.next_if(|&k| spans[k].id == *id) else {
                 continue;
             };
-            if let Some(s) = r.scores {
-                keep_prompt_scores(req, r.span, s);
+            let span = spans[k];
+            if let Some(s) = scores.remove(&k) {
+                keep_prompt_scores(req, span, s);
             }
-            let (c, end) = ctx.advance(req, r.span, (r.token, r.logprobs));
+            let lp = logprobs.get_mut(k).and_then(Option::take);
+            let (c, end) = ctx.advance(req, span, (tokens[k], lp));
             if c.decode_step {
                 report.decode_tokens += 1;
             } else {
-                report.prefill_tokens += r.span.end - r.span.pos;
+                report.prefill_tokens += span.end - span.pos;
             }
-            let s = &mut service
-                .entry(c.tenant)
-                .or_insert((c.weight, Service::default()))
-                .1;
+            // A few tenants a step: a short search, from the last one found.
+            let at = match service.iter().rposition(|e| e.0 == c.tenant) {
+                Some(at) => at,
+                None => {
+                    service.push((c.tenant, c.weight, Service::default()));
+                    service.len() - 1
+                }
+            };
+            let s = &mut service[at].2;
             s.prefill += c.service.prefill;
             s.decode += c.service.decode;
             if let Some(end) = end {
@@ -208,11 +251,14 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 self.grow_due.push(*id);
             }
         }
-        debug_assert!(results.next().is_none(), "batch ids are live");
+        debug_assert!(order.next().is_none(), "batch ids are live");
         for (id, (reason, error)) in ends {
             self.finish_with(id, reason, t, error);
         }
-        self.serve(service);
+        service.sort_unstable_by_key(|e| e.0);
+        for &(tenant, weight, s) in service.iter() {
+            self.policy.on_service(tenant, weight, s);
+        }
         Ok(report)
     }
 
@@ -231,12 +277,25 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     }
 }
 
-/// One entry's result from the runner.
-struct Outcome {
-    span: Span,
-    token: Option<u32>,
-    logprobs: Option<TokenLogprobs>,
-    scores: Option<Vec<TokenLogprobs>>,
+/// Batch indices in request order: the decode spans (already in that order) merged with the
+/// prefill chunks (sorted apart).
+struct MergeById<'s, P: Iterator<Item = usize>> {
+    spans: &'s [Span],
+    decode: std::ops::Range<usize>,
+    prefill: std::iter::Peekable<P>,
+}
+
+impl<P: Iterator<Item = usize>> Iterator for MergeById<'_, P> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let d = self.decode.clone().next();
+        match (d, self.prefill.peek()) {
+            (Some(d), Some(&p)) if self.spans[p].id < self.spans[d].id => self.prefill.next(),
+            (Some(_), _) => self.decode.next(),
+            (None, _) => self.prefill.next(),
+        }
+    }
 }
 
 /// Keeps the scores of prompt tokens `span.pos + 1 ..` that `req` has not had yet (a
@@ -355,11 +414,11 @@ impl Advance<'_> {
 
 /// Runs the batch; when some of its sampling rows have a grammar, their masks are computed
 /// on a worker thread while the runner runs the model (`grammar::mask`).
-fn step_with_masks<R: ModelRunner>(
+fn step_with_masks<'e, R: ModelRunner>(
     runner: &mut R,
     constraints: &mut BTreeMap<RequestId, Matcher>,
-    entries: Vec<BatchEntry<'_>>,
-) -> Result<StepOutput, EngineError> {
+    entries: Vec<BatchEntry<'e>>,
+) -> (Result<StepOutput, EngineError>, Vec<BatchEntry<'e>>) {
     let mut rows: Vec<Option<&mut Matcher>> = Vec::new();
     if !constraints.is_empty() {
         let mut by_id: BTreeMap<RequestId, &mut Matcher> =
@@ -370,7 +429,8 @@ fn step_with_masks<R: ModelRunner>(
             .collect();
     }
     if rows.iter().all(Option::is_none) {
-        return runner.step(&StepBatch { entries });
+        let batch = StepBatch { entries };
+        return (runner.step(&batch), batch.entries);
     }
     let (board, tx) = MaskBoard::new();
     let entries = entries
@@ -384,10 +444,12 @@ fn step_with_masks<R: ModelRunner>(
             e
         })
         .collect();
-    std::thread::scope(|s| {
+    let out = std::thread::scope(|s| {
         s.spawn(move || MaskBoard::compute(rows, tx));
         runner.step(&StepBatch { entries })
-    })
+    });
+    // The entries borrow the mask board, which goes here: nothing of them is kept.
+    (out, Vec::new())
 }
 
 /// What one batch entry did: a decode step or prefill, and the service its tenant is charged.

@@ -8,6 +8,7 @@ use crate::transfer::sim::SimTransfer;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
+use superinfer_policies::TenantId;
 use superinfer_policies::{PolicyKind, Slo, WlvfConfig};
 
 mod faults;
