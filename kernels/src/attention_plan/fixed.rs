@@ -3,13 +3,21 @@
 //! places. The kernels read the same sections as from an [`AttentionPlan`] (positions, slots,
 //! decode sequences, tables); rows past the step's sequences are padding: position 0, no KV
 //! slot ([`NO_SLOT`]: the rotary kernel writes no K/V) and no keys (attention writes zeros).
+//!
+//! The split count of a graph is fixed (a power of two, so few graphs cover all steps), but
+//! the keys per split are the eager plan's ([`decode_split`]) of this step, written into each
+//! row's decode entry: each sequence runs the splits the eager step would (a short one 1-2
+//! of up to 256 keys), and the grid's CTAs past a sequence's own splits exit at once. (Equal
+//! parts of every sequence in the fixed count of splits, the first design, cut a 400-key
+//! sequence beside a 1,500-key one into 7 parts of 64 keys instead of 2 of 256: mixed
+//! contexts ran several times the eager step's CTAs and partials.)
 
 use super::{decode_split, AttentionShape, SeqSpan};
 use crate::error::{Error, Result};
 
 /// A padding row's KV slot: `cu/rope_kv.cu` writes nothing for it.
 pub const NO_SLOT: u32 = u32::MAX;
-/// Most decode splits a fixed plan uses (each sequence's keys in that many equal parts).
+/// Most decode splits a fixed plan uses.
 pub const MAX_FIXED_SPLITS: u32 = 64;
 
 /// Where the sections of a fixed decode plan of at most `rows` rows live (in `u32`s).
@@ -28,7 +36,8 @@ impl FixedDecodeLayout {
     pub fn slots(&self) -> usize {
         self.rows as usize
     }
-    /// `[q_row, context_len, table_start, 0]` per row.
+    /// `[q_row, context_len, table_start, part]` per row: `part` keys per split (the eager
+    /// plan's for this step; 0 in padding rows, which have no keys).
     pub fn seqs(&self) -> usize {
         2 * self.rows as usize
     }
@@ -46,7 +55,9 @@ impl FixedDecodeLayout {
     /// Writes the plan of `seqs` (decodes only, one token each at rows 0..n, in order) padded
     /// to `bucket` rows into `out` (cleared first; only the used part of the tables is
     /// written, so `out` may be shorter than [`Self::len`]); returns the decode splits, a
-    /// power of two so few graphs cover all steps.
+    /// power of two so few graphs cover all steps. Every row's keys per split are
+    /// [`decode_split`]'s for the step (the eager plan's), or, where the eager plan would need
+    /// more than [`MAX_FIXED_SPLITS`] splits, the longest context in that many parts.
     pub fn write(
         &self,
         shape: &AttentionShape,
@@ -106,7 +117,16 @@ impl FixedDecodeLayout {
             out[self.slots() + r as usize] = NO_SLOT;
             out[self.seqs() + 4 * r as usize] = r;
         }
-        let (_, splits) = decode_split(n, shape.kv_heads, max_keys);
-        Ok(splits.next_power_of_two().min(MAX_FIXED_SPLITS))
+        let (part, splits) = decode_split(n, shape.kv_heads, max_keys);
+        let fixed = splits.next_power_of_two().min(MAX_FIXED_SPLITS);
+        let part = if splits <= fixed {
+            part
+        } else {
+            max_keys.div_ceil(fixed).next_multiple_of(32)
+        };
+        for i in 0..n as usize {
+            out[self.seqs() + 4 * i + 3] = part;
+        }
+        Ok(fixed)
     }
 }

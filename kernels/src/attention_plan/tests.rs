@@ -173,6 +173,10 @@ fn a_fixed_decode_plan_matches_the_plan_and_pads_its_bucket() {
         let mine = &out[layout.seqs() + 4 * i..][..4];
         let theirs = &p.data[p.decode_seqs + 4 * i..][..4];
         assert_eq!(mine[..2], theirs[..2], "row and context of sequence {i}");
+        assert_eq!(
+            mine[3], p.decode_part,
+            "the eager keys per split, sequence {i}"
+        );
         let blocks = seqs[i].end.div_ceil(s.block_size) as usize;
         assert_eq!(
             out[layout.tables() + mine[2] as usize..][..blocks],
@@ -226,4 +230,54 @@ fn a_fixed_decode_plan_refuses_what_does_not_fit() {
         let (_, splits) = decode_split(2, s.kv_heads, 12);
         splits.next_power_of_two().min(MAX_FIXED_SPLITS)
     });
+}
+
+/// Mixed contexts: every row gets the eager step's keys per split (a short sequence 1-2
+/// splits, not the longest's count), and the fixed count covers the longest context.
+#[test]
+fn a_fixed_decode_plan_splits_each_sequence_as_the_eager_plan() {
+    let s = AttentionShape {
+        num_heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        num_layers: 2,
+        block_size: 16,
+        window: 0,
+    };
+    let ends: Vec<u32> = (0..48)
+        .map(|i| [150, 400, 620, 1500, 330, 900][i % 6])
+        .collect();
+    let tables: Vec<Vec<u32>> = (0..48u32)
+        .map(|i| (0..94).map(|k| i * 94 + k).collect())
+        .collect();
+    let seqs = decodes(&tables, &ends);
+    let layout = FixedDecodeLayout {
+        rows: 64,
+        table_entries: 64 * 94,
+    };
+    let mut out = Vec::new();
+    let splits = layout.write(&s, 64, &seqs, &mut out).unwrap();
+    let p = AttentionPlan::new(&s, &seqs).unwrap();
+    assert_eq!((p.decode_part, p.decode_splits), (256, 6));
+    assert_eq!(splits, 8);
+    for i in 0..48 {
+        assert_eq!(out[layout.seqs() + 4 * i + 3], 256, "row {i}");
+    }
+    for r in 48..64 {
+        assert_eq!(out[layout.seqs() + 4 * r..][..4], [r as u32, 0, 0, 0]);
+    }
+    // Past MAX_FIXED_SPLITS eager splits: the longest context in that many parts.
+    let long = [vec![0u32; 3000]];
+    let one = decodes(&long, &[40_000]);
+    let big = FixedDecodeLayout {
+        rows: 1,
+        table_entries: 3000,
+    };
+    assert_eq!(big.write(&s, 1, &one, &mut out).unwrap(), MAX_FIXED_SPLITS);
+    let part = out[big.seqs() + 3];
+    assert_eq!(
+        part,
+        40_000u32.div_ceil(MAX_FIXED_SPLITS).next_multiple_of(32)
+    );
+    assert!(part * MAX_FIXED_SPLITS >= 40_000);
 }

@@ -137,6 +137,9 @@ pub struct DecodeGraphs {
     /// Why a capture failed (graphs are then off for these buffers; the step that tried ran
     /// directly and stands), until [`DecodeGraphs::take_capture_error`] takes it.
     capture_error: Option<String>,
+    /// Each sequence's keys in the graph's split count (the first design), instead of the
+    /// eager plan's keys per split: kept to measure the two in one run (benches).
+    equal_splits: bool,
 }
 
 fn invalid(what: String) -> Error {
@@ -292,12 +295,20 @@ impl DecodeGraphs {
             host: Vec::new(),
             captures: 0,
             capture_error: None,
+            equal_splits: false,
         })
     }
 
     /// Why capturing a graph failed, once (decode steps go on without graphs after it).
     pub fn take_capture_error(&mut self) -> Option<String> {
         self.capture_error.take()
+    }
+
+    /// Splits every sequence's keys into the graph's split count (the first design; the
+    /// kernels take a row's keys per split of 0 so) instead of the eager plan's keys per
+    /// split: for benchmarks that compare the two.
+    pub fn set_equal_splits(&mut self, on: bool) {
+        self.equal_splits = on;
     }
 
     /// Tokens per block of the arenas these buffers are laid out for.
@@ -366,6 +377,11 @@ impl DecodeGraphs {
         // the layout holds that many positions' blocks for every row.
         let mut host = std::mem::take(&mut self.host);
         let splits = self.layout.write(&s, bucket, &spans, &mut host)?;
+        if self.equal_splits {
+            for i in 0..n as usize {
+                host[self.layout.seqs() + 4 * i + 3] = 0;
+            }
+        }
         // SAFETY: each buffer holds what is copied (plan: layout.len() u32s >= host.len(),
         // checked by the layout; ids: max_rows; params: 4 max_rows), and the copies are ordered
         // on the compute stream after the previous step's kernels that read them.
@@ -473,6 +489,7 @@ impl DecodeGraphs {
                 tables: plan(l.tables()),
                 decodes: rows,
                 splits,
+                // Each row's keys per split from the plan (the eager plan's for the step).
                 part: 0,
             };
             let next = b.layers.get(li + 1).map_or(b.norm, |n| n.ln1);

@@ -328,10 +328,15 @@ __device__ __forceinline__ void decode_reduce_impl(
     float mx = NEG_INF;
     for (u32 s = 0; s < num_splits; ++s) mx = fmaxf(mx, ws_ml[2 * (at + s)]);
     float l = 0.0f, v = 0.0f;
+    // Only the splits that hold keys (sum > 0: a split with keys has at least exp2(0) = 1);
+    // an empty one (a shorter context than the longest of the step) reads no accumulator.
     for (u32 s = 0; s < num_splits; ++s) {
-        const float w = ws_ml[2 * (at + s) + 1] > 0.0f ? exp2f(ws_ml[2 * (at + s)] - mx) : 0.0f;
-        l += w * ws_ml[2 * (at + s) + 1];
-        v += w * ws_acc[(at + s) * D + d];
+        const float sum = ws_ml[2 * (at + s) + 1];
+        if (sum > 0.0f) {
+            const float w = exp2f(ws_ml[2 * (at + s)] - mx);
+            l += w * sum;
+            v += w * ws_acc[(at + s) * D + d];
+        }
     }
     const u32 q_row = seqs[4 * si];
     out[(size_t)q_row * num_heads * D + (size_t)h * D + d] = from_f<T>(l > 0.0f ? v / l : 0.0f);

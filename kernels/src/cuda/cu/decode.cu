@@ -33,8 +33,13 @@ __device__ __forceinline__ void paged_decode_fused_impl(
     const u32 si = blockIdx.x, kh = blockIdx.y, split = blockIdx.z;
     const u32 q_row = seqs[4 * si], ctx = seqs[4 * si + 1], tstart = seqs[4 * si + 2];
     const u32 lo = (window > 0 && ctx > window) ? ctx - window : 0;
-    // part 0: each sequence's keys in num_splits equal parts (a CUDA graph's fixed grid).
-    if (part == 0) part = max(32u, ((ctx - lo + num_splits - 1) / num_splits + 31) / 32 * 32);
+    // part 0 (a CUDA graph's fixed grid): the keys per split of the sequence's entry (the
+    // eager plan's for this step, so a short sequence uses its own few splits and the CTAs
+    // past them exit at once), but never fewer than num_splits parts can cover; an entry of
+    // 0: the sequence's keys in num_splits equal parts.
+    if (part == 0)
+        part = max(seqs[4 * si + 3],
+                   max(32u, ((ctx - lo + num_splits - 1) / num_splits + 31) / 32 * 32));
     const u32 kb = lo + split * part;
     const u32 ke = min(ctx, kb + part);
     const u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;

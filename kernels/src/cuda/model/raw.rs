@@ -21,12 +21,14 @@ pub struct DecodeLaunch {
     /// Split workspace (accumulators, then max/sum pairs); 0 when `splits` is 1.
     pub ws_acc: u64,
     pub ws_ml: u64,
-    /// `[q_row, context_len, table_start, 0]` per sequence.
+    /// `[q_row, context_len, table_start, part]` per sequence (`part` read only when the
+    /// launch's `part` is 0).
     pub seqs: u64,
     pub tables: u64,
     pub decodes: u32,
     pub splits: u32,
-    /// Keys per split; 0: each sequence's own keys in `splits` equal parts.
+    /// Keys per split; 0: each sequence's entry says (at least its keys over `splits`; an
+    /// entry of 0: its keys in `splits` equal parts).
     pub part: u32,
 }
 
