@@ -2,7 +2,8 @@
 //! a random-weight model at real size (default `llama-3-8b`, bf16) built in GPU memory.
 //!
 //! - decode steps at batch 1, 8, 32, 64 (each sequence with `--context` tokens of KV), against
-//!   the memory roofline (weights + KV bytes read once at `--hbm-tbs` TB/s);
+//!   the memory roofline (weights + KV bytes read once at `--hbm-tbs` TB/s), and at 48 and 32
+//!   rows of mixed contexts (104-1,998 tokens), eager against the decode buckets' graphs;
 //! - a 2,048-token prefill (one sequence) against `--gemm-tflops` (the measured bf16 GEMM
 //!   rate: 786 TFLOP/s on the H200);
 //! - mixed steps (prompt chunks beside decodes) against the twin's step model (`mixed`);
@@ -19,6 +20,8 @@
 //!     [--sections decode,prefill,matmul,mixed,engine,attention]
 //! ```
 
+#[path = "gpu_model/decode_mixed.rs"]
+mod decode_mixed;
 #[path = "gpu_model/engine_loop.rs"]
 mod engine_loop;
 #[path = "gpu_model/mixed.rs"]
@@ -186,7 +189,9 @@ fn main() {
     };
     let max_batch = 64usize;
     let ctx = a.context;
-    let blocks_needed = (max_batch * (ctx + 1).div_ceil(16)).max(2048usize.div_ceil(16) + 1);
+    let blocks_needed = (max_batch * (ctx + 1).div_ceil(16))
+        .max(2048usize.div_ceil(16) + 1)
+        .max(decode_mixed::blocks());
     let mut runner = GpuRunner::new(model, 16, blocks_needed as u32 + 8, Some(0)).unwrap();
     let greedy = SamplingParams::default();
 
@@ -273,6 +278,9 @@ fn main() {
             b as f64 / t,
             median(issue) * 1e3
         );
+    }
+    if a.sections.contains("decode") {
+        decode_mixed::run(&mut runner, &dev, a.iters, shape.kv_heads);
     }
 
     runner

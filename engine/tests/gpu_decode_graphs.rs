@@ -7,6 +7,7 @@ use candle_core::{DType, Device, Tensor};
 use superinfer_engine::model::gpu_llama::{DecodeOut, GpuLlama};
 use superinfer_engine::model::tiny::RandomLlama;
 use superinfer_engine::model::{KvArena, SeqChunk};
+use superinfer_kernels::attention_plan::decode_split;
 use superinfer_kernels::cuda::GpuSample;
 
 const BLOCK: u32 = 16;
@@ -89,6 +90,14 @@ fn ids(m: &GpuLlama, c: &[SeqChunk<'_>], kv: &KvArena, temperature: f32) -> Vec<
     }
 }
 
+/// The fixed plan's decode splits (a graph key's) and keys per split (in the plan buffer,
+/// the eager plan's) of a step of `lens` contexts.
+fn fixed_split(kv_heads: u32, lens: &[u32]) -> (u32, u32) {
+    let keys = lens.iter().copied().max().unwrap();
+    let (part, splits) = decode_split(lens.len() as u32, kv_heads, keys);
+    (splits.next_power_of_two(), part)
+}
+
 /// Graph replay against direct launches (identical ids and logits) and against the eager
 /// forward (close logits), over buckets with and without padding rows, steps that reuse a
 /// captured graph with other contexts, and GEMV and cuBLAS matmuls.
@@ -115,13 +124,26 @@ fn graphs_match(spec: RandomLlama, vocab: usize, name: &str) {
     let all: Vec<(usize, usize)> = lens.iter().map(|l| l - 1).enumerate().collect();
     let next: Vec<(usize, usize)> = all.iter().map(|&(i, p)| (i, p + 1)).collect();
     // Steps: all five (bucket 8: three padding rows), one (bucket 1), then all five one
-    // position further (the bucket-8 graph replayed with other contexts), then three.
+    // position further (the bucket-8 graph replayed with other contexts), then three, then
+    // three others (the bucket-4 graph replayed with other keys per split: same split count,
+    // checked below).
     let steps: Vec<Vec<(usize, usize)>> = vec![
         all.clone(),
         vec![all[3]],
         next.clone(),
         vec![next[4], next[0], next[2]],
+        vec![next[3], next[1], next[2]],
     ];
+    let ctx = |k: usize| -> Vec<u32> { steps[k].iter().map(|&(_, p)| p as u32 + 1).collect() };
+    let kv_heads = m.config().num_kv_heads as u32;
+    let (a, b) = (
+        fixed_split(kv_heads, &ctx(3)),
+        fixed_split(kv_heads, &ctx(4)),
+    );
+    assert!(
+        a.0 == b.0 && a.1 != b.1,
+        "steps 3 and 4 share a graph but not the keys per split: {a:?} {b:?}"
+    );
     let buckets = [1, 2, 4, 8];
     for gemv_rows in [1usize, 0] {
         m.set_gemv_max_rows(gemv_rows);
@@ -160,7 +182,7 @@ fn graphs_match(spec: RandomLlama, vocab: usize, name: &str) {
             }
             let now = m.decode_graph_captures();
             if round == 0 {
-                // Buckets 8, 1, 8, 4, each with and without sampling (splits may differ).
+                // Buckets 8, 1, 8, 4, 4, each with and without sampling (splits may differ).
                 assert!((6..=8).contains(&now), "{now} graphs captured");
                 captured = now;
             } else {
@@ -171,7 +193,11 @@ fn graphs_match(spec: RandomLlama, vocab: usize, name: &str) {
             let c = decode_chunks(&s, step);
             let eager = floats(&m.forward(&c, &kv).unwrap());
             let e = rel_err(want, &eager);
-            println!("{name} gemv<={gemv_rows} step {k}: buckets vs eager forward {e:.2e}");
+            // Same keys per split as the eager plan: identical unless a matmul differs.
+            println!(
+                "{name} gemv<={gemv_rows} step {k}: buckets vs eager forward identical: {} ({e:.2e})",
+                want == &eager
+            );
             assert!(e < 2e-2, "decode buckets vs eager forward: {e:.2e}");
         }
     }

@@ -69,6 +69,9 @@ pub struct GpuLlama {
     decode_graphs: bool,
     /// The decode buckets' buffers and graphs, made at the first decode step.
     decoder: Mutex<Option<DecodeGraphs>>,
+    /// Decode buckets split each sequence's keys into the step's split count (the first
+    /// design) instead of the eager keys per split (benchmarks compare the two).
+    decode_equal_splits: bool,
 }
 
 /// Default of [`GpuLlama::set_decode_buckets`]: powers of two up to 128 rows.
@@ -235,6 +238,7 @@ impl GpuLlama {
             decode_buckets: DEFAULT_DECODE_BUCKETS.to_vec(),
             decode_graphs: true,
             decoder: Mutex::new(None),
+            decode_equal_splits: false,
         })
     }
 
@@ -255,6 +259,14 @@ impl GpuLlama {
         b.dedup();
         self.decode_buckets = b;
         self.decode_graphs = graphs;
+        self.decoder = Mutex::new(None);
+    }
+
+    /// Decode buckets split every sequence's keys into the step's split count (`true`: the
+    /// first design, slower with mixed contexts) or, the default, into the eager plan's keys
+    /// per split: for benchmarks that compare the two.
+    pub fn set_decode_equal_splits(&mut self, on: bool) {
+        self.decode_equal_splits = on;
         self.decoder = Mutex::new(None);
     }
 
@@ -346,7 +358,7 @@ impl GpuLlama {
             max_positions: c.max_position_embeddings,
             eps: c.rms_norm_eps as f32,
         };
-        DecodeGraphs::new(
+        let mut d = DecodeGraphs::new(
             &self.kernels,
             weights,
             dims,
@@ -356,7 +368,9 @@ impl GpuLlama {
             self.decode_graphs,
             self.gemv_max_rows,
         )
-        .map_err(ke("decode buffers"))
+        .map_err(ke("decode buffers"))?;
+        d.set_equal_splits(self.decode_equal_splits);
+        Ok(d)
     }
 
     pub fn config(&self) -> &ModelConfig {
