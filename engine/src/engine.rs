@@ -109,9 +109,9 @@ impl Default for EngineConfig {
     }
 }
 
-/// What the engine tells its caller, in order. Kept small (56 bytes): a step of 2,000 decodes
-/// writes 2,000 `Token`s, and at 88 bytes writing them was a sixth of the step's host time
-/// (docs/BENCHMARKS.md, "Per-step cost of the engine").
+/// What the engine tells its caller, in order. Kept small (32 bytes, what is rare is boxed):
+/// a step of 2,000 decodes writes 2,000 `Token`s, and at 88 bytes writing them was a sixth of
+/// the step's host time (docs/BENCHMARKS.md, "Per-step cost of the engine").
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineEvent {
     /// A token was produced at engine time `t`.
@@ -124,24 +124,30 @@ pub enum EngineEvent {
         /// the prefix cache or scored; `None` otherwise (most tokens).
         extra: Option<Box<TokenExtra>>,
     },
-    /// The request ended (exactly once per request).
+    /// The request ended (exactly once per request) at engine time `t`.
     Finished {
         id: RequestId,
-        reason: FinishReason,
         t: f64,
-        prompt_tokens: u32,
-        completion_tokens: u32,
-        /// Times it lost its place in HBM (rotations out and recomputes).
-        preemptions: u32,
-        /// With `FinishReason::Error`: what went wrong.
-        error: Option<Box<str>>,
-        /// Prompt tokens found in the prefix cache at its first admission.
-        cached: PrefixHit,
+        end: Box<RequestEnd>,
     },
 }
 
 // A plain token's event stays small (see `EngineEvent`).
-const _: () = assert!(std::mem::size_of::<EngineEvent>() <= 56);
+const _: () = assert!(std::mem::size_of::<EngineEvent>() <= 32);
+
+/// How a request ended ([`EngineEvent::Finished`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestEnd {
+    pub reason: FinishReason,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    /// Times it lost its place in HBM (rotations out and recomputes).
+    pub preemptions: u32,
+    /// With `FinishReason::Error`: what went wrong.
+    pub error: Option<String>,
+    /// Prompt tokens found in the prefix cache at its first admission.
+    pub cached: PrefixHit,
+}
 
 /// The rare parts of a [`EngineEvent::Token`].
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -511,13 +517,15 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.counters.finished += 1;
         self.events.push(EngineEvent::Finished {
             id,
-            reason,
             t,
-            prompt_tokens: req.prompt_len,
-            completion_tokens: req.generated,
-            preemptions: req.rotations + req.recomputes,
-            error: error.map(String::into_boxed_str),
-            cached: req.cached,
+            end: Box::new(RequestEnd {
+                reason,
+                prompt_tokens: req.prompt_len,
+                completion_tokens: req.generated,
+                preemptions: req.rotations + req.recomputes,
+                error,
+                cached: req.cached,
+            }),
         });
     }
 

@@ -404,24 +404,15 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                         aborted = true;
                     }
                 }
-                EngineEvent::Finished {
-                    id,
-                    reason,
-                    t,
-                    prompt_tokens,
-                    completion_tokens,
-                    error,
-                    cached,
-                    ..
-                } => {
+                EngineEvent::Finished { id, t, end } => {
                     if let Some((tx, _)) = self.streams.remove(&id) {
                         let _ = tx.try_send(StreamEvent::Finished {
-                            reason,
+                            reason: end.reason,
                             t,
-                            prompt_tokens,
-                            completion_tokens,
-                            error: error.map(String::from),
-                            cached,
+                            prompt_tokens: end.prompt_tokens,
+                            completion_tokens: end.completion_tokens,
+                            error: end.error,
+                            cached: end.cached,
                         });
                     }
                 }

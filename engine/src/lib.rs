@@ -37,7 +37,9 @@ pub mod sim;
 pub mod text;
 pub mod transfer;
 
-pub use engine::{Engine, EngineConfig, EngineEvent, EngineStats, StepReport, TokenExtra};
+pub use engine::{
+    Engine, EngineConfig, EngineEvent, EngineStats, RequestEnd, StepReport, TokenExtra,
+};
 pub use error::EngineError;
 pub use handle::{spawn, EngineHandle, EngineThread, HandleConfig, RequestStream, StreamEvent};
 pub use kv::{CacheScope, PrefixHit};

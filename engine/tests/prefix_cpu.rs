@@ -67,7 +67,7 @@ fn run(e: &mut CpuEngine, req: EngineRequest) -> (Vec<u32>, PrefixHit) {
         for ev in e.take_events() {
             match ev {
                 EngineEvent::Token { id: i, token, .. } if i == id => tokens.push(token),
-                EngineEvent::Finished { id: i, cached, .. } if i == id => return (tokens, cached),
+                EngineEvent::Finished { id: i, end, .. } if i == id => return (tokens, end.cached),
                 _ => {}
             }
         }

@@ -47,8 +47,8 @@ fn drain(e: &mut CpuEngine) -> Out {
                     o.0 = extra.logprobs;
                     o.1.extend(extra.prompt_logprobs);
                 }
-                EngineEvent::Finished { id, cached, .. } => {
-                    out.entry(id).or_default().2 = cached.tokens();
+                EngineEvent::Finished { id, end, .. } => {
+                    out.entry(id).or_default().2 = end.cached.tokens();
                 }
             }
         }

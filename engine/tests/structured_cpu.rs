@@ -32,8 +32,8 @@ fn drain(e: &mut CpuEngine) -> BTreeMap<RequestId, (Vec<u32>, FinishReason)> {
         for ev in e.take_events() {
             match ev {
                 EngineEvent::Token { id, token, .. } => tokens.entry(id).or_default().push(token),
-                EngineEvent::Finished { id, reason, .. } => {
-                    out.insert(id, (tokens.remove(&id).unwrap_or_default(), reason));
+                EngineEvent::Finished { id, end, .. } => {
+                    out.insert(id, (tokens.remove(&id).unwrap_or_default(), end.reason));
                 }
             }
         }

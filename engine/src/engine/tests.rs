@@ -96,15 +96,13 @@ fn one_request_runs_to_its_length() {
         .filter(|ev| matches!(ev, EngineEvent::Token { .. }))
         .count();
     assert_eq!(tokens, 5);
-    assert!(matches!(
-        events.last(),
-        Some(EngineEvent::Finished {
-            reason: FinishReason::Length,
-            completion_tokens: 5,
-            prompt_tokens: 40,
-            ..
-        })
-    ));
+    let Some(EngineEvent::Finished { end, .. }) = events.last() else {
+        panic!("ends with Finished: {:?}", events.last());
+    };
+    assert_eq!(
+        (end.reason, end.completion_tokens, end.prompt_tokens),
+        (FinishReason::Length, 5, 40)
+    );
     assert_eq!(e.pool().hbm_available(), 64);
     assert_eq!(e.pool().dram_available(), 128);
 }
@@ -435,13 +433,10 @@ fn random_ops(kind: PolicyKind, seed: u64, ops: usize) {
                     assert!(!finished.contains_key(&id.0), "token after finish");
                     *tokens.entry(id.0).or_default() += 1;
                 }
-                EngineEvent::Finished {
-                    id,
-                    completion_tokens,
-                    ..
-                } => {
+                EngineEvent::Finished { id, end, .. } => {
                     *finished.entry(id.0).or_default() += 1;
-                    assert_eq!(tokens.get(&id.0).copied().unwrap_or(0), completion_tokens);
+                    let made = tokens.get(&id.0).copied().unwrap_or(0);
+                    assert_eq!(made, end.completion_tokens);
                     live.retain(|&x| x != id.0);
                 }
             }

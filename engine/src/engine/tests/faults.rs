@@ -69,14 +69,9 @@ fn a_failed_model_step_ends_only_its_batch_and_the_engine_serves_on() {
         for _ in 0..400 {
             e.step().unwrap();
             for ev in e.take_events() {
-                if let EngineEvent::Finished {
-                    id, reason, error, ..
-                } = ev
-                {
+                if let EngineEvent::Finished { id, end, .. } = ev {
                     assert!(
-                        finished
-                            .insert(id.0, (reason, error.map(String::from)))
-                            .is_none(),
+                        finished.insert(id.0, (end.reason, end.error)).is_none(),
                         "twice"
                     );
                 }
@@ -156,14 +151,10 @@ fn rotate_with_faults(
             e.clock_mut().skip_to(t);
         }
         for ev in e.take_events() {
-            if let EngineEvent::Finished {
-                id,
-                reason,
-                completion_tokens,
-                ..
-            } = ev
-            {
-                assert!(done.insert(id.0, (reason, completion_tokens)).is_none());
+            if let EngineEvent::Finished { id, end, .. } = ev {
+                assert!(done
+                    .insert(id.0, (end.reason, end.completion_tokens))
+                    .is_none());
             }
         }
         e.pool().check().unwrap();

@@ -54,8 +54,8 @@ fn run_one(e: &mut TestEngine, req: EngineRequest) -> (PrefixHit, f64, u32) {
                 EngineEvent::Token { id: i, t, .. } if i == id => {
                     first.get_or_insert(t - t0);
                 }
-                EngineEvent::Finished { id: i, cached, .. } if i == id => {
-                    return (cached, first.expect("a token first"), prefill);
+                EngineEvent::Finished { id: i, end, .. } if i == id => {
+                    return (end.cached, first.expect("a token first"), prefill);
                 }
                 _ => {}
             }
@@ -264,9 +264,9 @@ fn run_all(e: &mut TestEngine, ids: &[RequestId]) -> (Vec<PrefixHit>, u32) {
         prefill += r.prefill_tokens;
         e.pool().check().unwrap();
         for ev in e.take_events() {
-            if let EngineEvent::Finished { id, cached: c, .. } = ev {
+            if let EngineEvent::Finished { id, end, .. } = ev {
                 if let Some(i) = ids.iter().position(|&x| x == id) {
-                    cached[i] = Some(c);
+                    cached[i] = Some(end.cached);
                 }
             }
         }

@@ -14,7 +14,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use superinfer_engine::clock::Clock;
 use superinfer_engine::sim::SimEngine;
-use superinfer_engine::{EngineEvent, EngineRequest, FinishReason};
+use superinfer_engine::{EngineEvent, EngineRequest, FinishReason, RequestEnd};
 use superinfer_policies::{RequestId, Slo, TenantId};
 
 /// What a run sent and generated, beyond the records.
@@ -201,14 +201,13 @@ impl<'a> Live<'a> {
                     r.token_times_s.push(t);
                     r.generated_tokens += 1;
                 }
-                EngineEvent::Finished {
-                    id,
-                    t,
-                    preemptions,
-                    reason,
-                    cached,
-                    ..
-                } => {
+                EngineEvent::Finished { id, t, end } => {
+                    let RequestEnd {
+                        preemptions,
+                        reason,
+                        cached,
+                        ..
+                    } = *end;
                     if let Some(r) = self.records.get_mut(&id.0) {
                         r.finish_s = Some(t);
                         r.preemptions = preemptions;
