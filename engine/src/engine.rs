@@ -13,7 +13,6 @@ pub use xfer::measure_duplex_rate;
 
 use crate::clock::Clock;
 use crate::error::EngineError;
-use crate::kv::prefix::extend_chain;
 use crate::kv::{CacheScope, KvPool, PrefixHit};
 use crate::request::{EngineRequest, FinishReason, ReqState, Request};
 use crate::runner::ModelRunner;
@@ -457,10 +456,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 .cache
                 .clone()
                 .unwrap_or_else(|| CacheScope::tenant(req.tenant));
-            req.cache_root = scope.root();
             req.cache_base = CacheScope::base_key(&scope.base);
-            let bs = self.cfg.block_size;
-            extend_chain(&mut req.hashes, req.cache_root, &req.tokens, bs);
+            req.start_chain(scope.root(), self.cfg.block_size);
         }
         self.policy.on_arrival(req.tenant, req.weight);
         self.late.queued(req.tenant);

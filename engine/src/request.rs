@@ -1,6 +1,7 @@
 //! Requests as the engine holds them: what a caller submits ([`EngineRequest`]), the states a
 //! request moves through ([`ReqState`]) and its times.
 
+use crate::kv::prefix::chain;
 use crate::kv::{BlockHash, CacheScope, PrefixHit};
 use crate::sampling::{SamplingParams, TokenLogprobs};
 use superinfer_policies::{Phase, RequestId, Slo, TenantId};
@@ -112,6 +113,11 @@ pub struct Request {
     pub tokens: Vec<u32>,
     /// The request as submitted (read-only; the batch hands runners its sampling settings).
     pub spec: Box<EngineRequest>,
+    /// The last of `hashes` (`cache_root` while there is none): the parent of the next block's
+    /// hash, kept beside the hot fields so that the step that fills a block does not load the
+    /// end of `hashes` (a cache and TLB miss per filling block; docs/BENCHMARKS.md "Per-step
+    /// cost").
+    chain_tip: BlockHash,
     /// `spec.id`, `spec.weight`, `spec.tenant`, `spec.prompt.len()`, `spec.max_tokens`,
     /// `spec.ignore_eos` and whether `spec.stop_token_ids` has any (the spec never changes).
     pub id: RequestId,
@@ -158,6 +164,7 @@ impl Request {
         let tokens = spec.prompt.clone();
         Request {
             tokens,
+            chain_tip: BlockHash(0),
             id: spec.id,
             weight: spec.weight,
             tenant: spec.tenant,
@@ -184,6 +191,28 @@ impl Request {
             prompt_logprobs: Vec::new(),
             spec,
         }
+    }
+
+    /// Starts its hash chain at `root` (its namespace) with the full blocks of its tokens.
+    pub fn start_chain(&mut self, root: BlockHash, block_size: u32) {
+        self.cache_root = root;
+        self.hashes.clear();
+        self.chain_tip = root;
+        self.extend_chain(self.tokens.len(), block_size);
+    }
+
+    /// Names the full blocks of `tokens[..upto]` not named yet.
+    pub fn extend_chain(&mut self, upto: usize, block_size: u32) {
+        let bs = block_size.max(1) as usize;
+        while (self.hashes.len() + 1) * bs <= upto {
+            let i = self.hashes.len();
+            self.chain_tip = chain(self.chain_tip, &self.tokens[i * bs..(i + 1) * bs]);
+            self.hashes.push(self.chain_tip);
+        }
+        debug_assert_eq!(
+            self.chain_tip,
+            self.hashes.last().copied().unwrap_or(self.cache_root)
+        );
     }
 
     /// Moves to `to`, checking the transition table in debug builds.

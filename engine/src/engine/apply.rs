@@ -5,7 +5,6 @@
 use super::Engine;
 use crate::clock::Clock;
 use crate::kv::pool::HitCost;
-use crate::kv::prefix::extend_chain;
 use crate::kv::PrefixHit;
 use crate::request::{ReqState, Request};
 use crate::runner::ModelRunner;
@@ -379,8 +378,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let req = self.requests.get_mut(&id).expect("caller checked");
         if self.cfg.prefix_cache {
             // Its generated tokens' full blocks too: the cache may hold them now.
-            let bs = self.cfg.block_size;
-            extend_chain(&mut req.hashes, req.cache_root, &req.tokens, bs);
+            let upto = req.tokens.len();
+            req.extend_chain(upto, self.cfg.block_size);
         }
         req.kv_len = 0;
         req.t_run = None;

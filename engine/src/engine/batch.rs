@@ -7,7 +7,6 @@ use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::grammar::{MaskBoard, MaskRef};
 use crate::kv::pool::LogicalBlock;
-use crate::kv::prefix::extend_chain;
 use crate::kv::KvPool;
 use crate::request::{FinishReason, ReqState, Request};
 use crate::runner::{BatchEntry, ModelRunner, StepBatch, StepOutput};
@@ -350,7 +349,7 @@ impl Advance<'_> {
             self.writeback_due.insert(span.id);
             if self.cfg.prefix_cache {
                 let kv = span.end as usize;
-                extend_chain(&mut req.hashes, req.cache_root, &req.tokens[..kv], bs);
+                req.extend_chain(kv, bs);
                 self.pool
                     .sealed(span.id, (span.end / bs) as usize, &req.hashes);
             }

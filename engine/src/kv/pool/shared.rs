@@ -197,7 +197,14 @@ impl KvPool {
         if upto <= from {
             return;
         }
-        t.hashes.extend_from_slice(&hashes[from..upto]);
+        for &h in &hashes[from..upto] {
+            t.hashes.push(h);
+        }
+        // A block is named as it fills, before its writeback: one already synced is rare (a
+        // restored one), and with none in the table its blocks need not be looked at.
+        if t.count(BlockState::Synced) == 0 {
+            return;
+        }
         for i in from..upto {
             if self.block(id, i).state == BlockState::Synced {
                 self.donate(id, i);
