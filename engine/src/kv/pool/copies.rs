@@ -135,8 +135,10 @@ impl KvPool {
     /// under the ticket of its direction (restores host-to-device, the rest device-to-host).
     pub fn commit(&mut self, tickets: Tickets) {
         self.cache.commit(tickets.h2d);
-        let pending = std::mem::take(&mut self.pending);
-        for (id, i, copies) in pending {
+        // Drained in place: the buffer keeps its allocation for the next batch (growing it
+        // again every step was a realloc chain per step).
+        let batch = self.pending.len();
+        for (id, i, copies) in self.pending.drain(..) {
             let Some(b) = self.tables.get_mut(&id).and_then(|t| t.blocks.get_mut(i)) else {
                 continue;
             };
@@ -146,7 +148,10 @@ impl KvPool {
                 continue;
             };
             b.inflight = Some(ticket);
-            self.inflight.entry(ticket).or_default().push((id, i));
+            self.inflight
+                .entry(ticket)
+                .or_insert_with(|| Vec::with_capacity(batch))
+                .push((id, i));
             if !copies {
                 continue;
             }
