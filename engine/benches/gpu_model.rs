@@ -208,7 +208,7 @@ fn main() {
     );
     println!("| batch | matmuls, decode attention, launch | ms/step | roofline ms (weights + KV at {} TB/s) | x roofline | tokens/s | host issue ms |", a.hbm_tbs);
     println!("| --- | --- | --- | --- | --- | --- | --- |");
-    use superinfer_kernels::cuda::DecodeKernel::{OnePass, ThreePhase};
+    use superinfer_kernels::cuda::DecodeKernel::{OnePass, TensorCore, ThreePhase};
     use Launch::{Direct, Eager, Graph};
     let steps = [
         (1usize, 0usize, OnePass, Eager),
@@ -216,6 +216,7 @@ fn main() {
         (1, 1, OnePass, Direct),
         (1, 1, OnePass, Graph),
         (1, 1, ThreePhase, Eager),
+        (1, 1, TensorCore, Graph),
         (2, 2, OnePass, Eager),
         (2, 2, OnePass, Graph),
         (8, 0, OnePass, Eager),
@@ -223,12 +224,16 @@ fn main() {
         (8, 0, OnePass, Graph),
         (8, 8, OnePass, Graph),
         (8, 0, ThreePhase, Eager),
+        (8, 0, TensorCore, Graph),
         (32, 0, OnePass, Eager),
         (32, 0, OnePass, Graph),
+        (32, 0, TensorCore, Graph),
         (64, 0, OnePass, Eager),
         (64, 0, OnePass, Direct),
         (64, 0, OnePass, Graph),
         (64, 0, ThreePhase, Eager),
+        (64, 0, TensorCore, Eager),
+        (64, 0, TensorCore, Graph),
     ];
     for (b, gemv, kernel, launch) in steps.into_iter().filter(|_| a.sections.contains("decode")) {
         runner.model_mut().set_gemv_max_rows(gemv);

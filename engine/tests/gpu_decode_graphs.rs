@@ -8,7 +8,7 @@ use superinfer_engine::model::gpu_llama::{DecodeOut, GpuLlama};
 use superinfer_engine::model::tiny::RandomLlama;
 use superinfer_engine::model::{KvArena, SeqChunk};
 use superinfer_kernels::attention_plan::decode_split;
-use superinfer_kernels::cuda::GpuSample;
+use superinfer_kernels::cuda::{DecodeKernel, GpuSample};
 
 const BLOCK: u32 = 16;
 
@@ -101,9 +101,11 @@ fn fixed_split(kv_heads: u32, lens: &[u32]) -> (u32, u32) {
 /// Graph replay against direct launches (identical ids and logits) and against the eager
 /// forward (close logits), over buckets with and without padding rows, steps that reuse a
 /// captured graph with other contexts, and GEMV and cuBLAS matmuls.
-fn graphs_match(spec: RandomLlama, vocab: usize, name: &str) {
+fn graphs_match(spec: RandomLlama, vocab: usize, name: &str, kernel: DecodeKernel) {
     let dev = Device::new_cuda(0).expect("a CUDA GPU");
     let mut m = GpuLlama::random(&spec, vocab, DType::BF16, &dev, 7).unwrap();
+    m.kernels().set_decode_kernel(kernel);
+    let name = &format!("{name}, {kernel:?}");
     let geometry = m.config().kv_geometry(BLOCK, DType::BF16);
     let lens = [1usize, 17, 40, 300, 1000];
     let s = seqs(&lens, vocab as u32);
@@ -210,10 +212,19 @@ fn graphs_match(spec: RandomLlama, vocab: usize, name: &str) {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn graph_replay_matches_direct_launches_and_the_eager_forward() {
-    graphs_match(RandomLlama::SMALL_100M, 32_000, "100M (head dim 64, GQA 3)");
-    graphs_match(
-        RandomLlama::QWEN2_5_7B,
-        152_064,
-        "qwen2.5-7b (QKV bias, GQA 7)",
-    );
+    // Both decode kernels that graphs can launch.
+    for kernel in [DecodeKernel::OnePass, DecodeKernel::TensorCore] {
+        graphs_match(
+            RandomLlama::SMALL_100M,
+            32_000,
+            "100M (head dim 64, GQA 3)",
+            kernel,
+        );
+        graphs_match(
+            RandomLlama::QWEN2_5_7B,
+            152_064,
+            "qwen2.5-7b (QKV bias, GQA 7)",
+            kernel,
+        );
+    }
 }

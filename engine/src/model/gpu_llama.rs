@@ -19,8 +19,8 @@ use std::sync::Mutex;
 use superinfer_kernels::attention_plan::{AttentionPlan, AttentionShape, SeqSpan};
 use superinfer_kernels::compile_cache::CompileCache;
 use superinfer_kernels::cuda::{
-    DecodeGraphs, DecodeKernel, DecodeSeq, Gpu, GpuSample, LayerWeights, LlamaDims, LlamaWeights,
-    ModelKernels, GEMV_MAX_ROWS,
+    DecodeGraphs, DecodeSeq, Gpu, GpuSample, LayerWeights, LlamaDims, LlamaWeights, ModelKernels,
+    GEMV_MAX_ROWS,
 };
 
 pub use superinfer_kernels::cuda::DecodeOut;
@@ -296,7 +296,7 @@ impl GpuLlama {
         if self.decode_buckets.is_empty()
             || chunks.is_empty()
             || !decodes
-            || self.kernels.decode_kernel(&shape) != DecodeKernel::OnePass
+            || !self.kernels.decode_kernel(&shape).per_sequence_parts()
         {
             return Ok(None);
         }

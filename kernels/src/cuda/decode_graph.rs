@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor};
 
 use super::model::{sample_params, DecodeLaunch, GpuSample, ModelKernels, RopeLaunch, StepGraph};
-use super::DecodeKernel;
 use crate::attention_plan::{AttentionShape, FixedDecodeLayout, SeqSpan, MAX_FIXED_SPLITS};
 use crate::error::{Error, Result};
 
@@ -185,14 +184,14 @@ impl DecodeGraphs {
         let s = &shape;
         let hd = s.head_dim as usize;
         let (qw, kvw) = (s.num_heads as usize * hd, s.kv_heads as usize * hd);
-        if k.decode_kernel(s) != DecodeKernel::OnePass
+        if !k.decode_kernel(s).per_sequence_parts()
             || !d.hidden.is_multiple_of(8)
             || !d.inter.is_multiple_of(8)
             || w.layers.len() != s.num_layers as usize
             || !matches!(dtype, DType::BF16 | DType::F16)
         {
             return Err(invalid(format!(
-                "decode graphs need the one-pass decode kernel, bf16/f16, hidden and intermediate sizes that are multiples of 8 and one weight set per layer (head dim {}, {} layers for {})",
+                "decode graphs need a decode kernel with per-sequence parts (one-pass or tensor-core), bf16/f16, hidden and intermediate sizes that are multiples of 8 and one weight set per layer (head dim {}, {} layers for {})",
                 s.head_dim,
                 w.layers.len(),
                 s.num_layers

@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 const COMMON: &str = include_str!("cu/common.cuh");
 const ATTENTION: &str = include_str!("cu/attention.cu");
 const DECODE: &str = include_str!("cu/decode.cu");
+const DECODE_MMA: &str = include_str!("cu/decode_mma.cu");
 const ROPE_KV: &str = include_str!("cu/rope_kv.cu");
 const NORM_ACT: &str = include_str!("cu/norm_act.cu");
 const SAMPLE: &str = include_str!("cu/sample.cu");
@@ -92,10 +93,45 @@ pub enum DecodeKernel {
     /// decode.cu's: one pass with an online softmax, two tiles of 4 keys per group in flight.
     #[default]
     OnePass = 1,
+    /// decode_mma.cu's: tiles of 16 keys copied by cp.async into a per-warp pipeline, scores
+    /// and values on tensor cores.
+    TensorCore = 2,
 }
 
 impl DecodeKernel {
-    pub const ALL: [DecodeKernel; 2] = [DecodeKernel::ThreePhase, DecodeKernel::OnePass];
+    pub const ALL: [DecodeKernel; 3] = [
+        DecodeKernel::ThreePhase,
+        DecodeKernel::OnePass,
+        DecodeKernel::TensorCore,
+    ];
+
+    /// Whether the kernel reads each sequence's keys per split from its entry (`part` 0, as
+    /// the fixed plans of CUDA graphs launch it).
+    pub fn per_sequence_parts(self) -> bool {
+        self != DecodeKernel::ThreePhase
+    }
+
+    /// Threads per CTA.
+    pub fn threads(self) -> u32 {
+        match self {
+            DecodeKernel::ThreePhase | DecodeKernel::OnePass => 128,
+            DecodeKernel::TensorCore => 64,
+        }
+    }
+}
+
+/// The source of `cu/<file>`: the embedded one, or, when `SUPERINFER_CUDA_SOURCES` names a
+/// folder (kernel development: edit and rerun without rebuilding), the file there.
+fn kernel_source(file: &str, embedded: &'static str) -> Result<std::borrow::Cow<'static, str>> {
+    match std::env::var_os("SUPERINFER_CUDA_SOURCES") {
+        None => Ok(embedded.into()),
+        Some(dir) => {
+            let path = std::path::Path::new(&dir).join(file);
+            std::fs::read_to_string(&path).map(Into::into).map_err(|e| {
+                Error::Invalid(format!("SUPERINFER_CUDA_SOURCES: {}: {e}", path.display()))
+            })
+        }
+    }
 }
 
 /// A step's [`AttentionPlan`] uploaded once; every layer's kernels read it.
@@ -141,18 +177,26 @@ impl ModelKernels {
     /// uses.
     pub fn load(gpu: &Gpu, cache: &CompileCache) -> Result<Self> {
         let mut origins = Vec::new();
-        let mut module = |name: &'static str, body: &str| {
-            let source = format!("{COMMON}\n{body}");
+        let common = kernel_source("common.cuh", COMMON)?;
+        let mut module = |name: &'static str, files: &[(&str, &'static str)]| {
+            let mut source = common.to_string();
+            for (file, embedded) in files {
+                source.push('\n');
+                source.push_str(&kernel_source(file, embedded)?);
+            }
             let (m, o) = load_module(gpu, cache, name, &source, &["--std=c++17".to_string()])?;
             origins.push((name, o));
             Ok::<_, Error>(m)
         };
-        let attention = module("superinfer_attention", ATTENTION)?;
-        let decode = module("superinfer_decode", DECODE)?;
-        let rope_kv = module("superinfer_rope_kv", ROPE_KV)?;
-        let norm_act = module("superinfer_norm_act", NORM_ACT)?;
-        let sample = module("superinfer_sample", SAMPLE)?;
-        let gemv = module("superinfer_gemv", GEMV)?;
+        let attention = module("superinfer_attention", &[("attention.cu", ATTENTION)])?;
+        let decode = module(
+            "superinfer_decode",
+            &[("decode.cu", DECODE), ("decode_mma.cu", DECODE_MMA)],
+        )?;
+        let rope_kv = module("superinfer_rope_kv", &[("rope_kv.cu", ROPE_KV)])?;
+        let norm_act = module("superinfer_norm_act", &[("norm_act.cu", NORM_ACT)])?;
+        let sample = module("superinfer_sample", &[("sample.cu", SAMPLE)])?;
+        let gemv = module("superinfer_gemv", &[("gemv.cu", GEMV)])?;
         Ok(Self {
             attention,
             decode,
@@ -178,7 +222,8 @@ impl ModelKernels {
     }
 
     /// The kernel decodes of `shape` run through: the chosen one where it has an instance
-    /// (the one-pass kernels: head dim 64 or 128, at most 8 query heads per kv head).
+    /// (the one-pass and tensor-core kernels: head dim 64 or 128, at most 8 query heads per kv
+    /// head).
     pub fn decode_kernel(&self, shape: &AttentionShape) -> DecodeKernel {
         let g = shape.num_heads / shape.kv_heads.max(1);
         let k = DecodeKernel::ALL[self

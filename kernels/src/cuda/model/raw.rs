@@ -350,8 +350,8 @@ impl ModelKernels {
     ///
     /// # Safety
     /// Sequences, tables and arena rows as `cu/decode.cu` reads them; the workspace holds
-    /// `decodes × heads × splits` entries when `splits > 1`. `part` 0 needs the one-pass
-    /// kernel.
+    /// `decodes × heads × splits` entries when `splits > 1`. `part` 0 needs a kernel with
+    /// per-sequence parts (not the three-phase one).
     pub unsafe fn launch_decode(
         &self,
         dtype: DType,
@@ -365,7 +365,7 @@ impl ModelKernels {
         let f = match kernel {
             super::DecodeKernel::ThreePhase if a.part == 0 => {
                 return Err(Error::Invalid(
-                    "per-sequence decode splits need the one-pass kernel".into(),
+                    "per-sequence decode splits need the one-pass or tensor-core kernel".into(),
                 ))
             }
             super::DecodeKernel::ThreePhase => {
@@ -375,6 +375,9 @@ impl ModelKernels {
                 &self.decode,
                 format_args!("paged_decode_fused_{name}_d{d}_g{g}"),
             )?,
+            super::DecodeKernel::TensorCore => {
+                self.func(&self.decode, format_args!("paged_decode_mma_{name}_d{d}"))?
+            }
         };
         let scale = s.scale_log2();
         let mut b = self.stream.launch_builder(&f);
@@ -394,7 +397,7 @@ impl ModelKernels {
             .arg(&s.window)
             .arg(&a.splits)
             .arg(&a.part);
-        let cfg = grid((a.decodes, s.kv_heads, a.splits), 128);
+        let cfg = grid((a.decodes, s.kv_heads, a.splits), kernel.threads());
         // SAFETY: the arguments are as this function's contract requires.
         unsafe { b.launch(cfg) }.map_err(driver("launch paged_decode"))?;
         if a.splits > 1 {
