@@ -12,7 +12,7 @@
 #   VARIANTS [base,tree]  each a name: `tree` (kernels/src/cuda/cu as sent), `base` (the tree's
 #            sources with the FILES of git revision BASE), or a folder of its own under
 #            scripts/gpu/variants/ (any file it lacks comes from the tree)
-#   BASE [HEAD]  FILES [attention.cu decode.cu]  SECTIONS [attention]  ITERS [10]
+#   BASE [HEAD]  FILES [prefill.cu decode.cu]  SECTIONS [attention]  ITERS [10]
 #   CHECKS [unset: a filter of the GPU checks to run first, with the tree's sources, e.g.
 #          "attention_kernels graph_replay"]
 # Writes under $OUT: env.txt, checks.log (with CHECKS), bench-<variant>.log.
@@ -28,7 +28,7 @@ if [ "${1:-}" = compile ]; then
   for v in tree $(ls scripts/gpu/variants 2>/dev/null); do
     dir=$tmp/$v && mkdir -p "$dir" && cp "$src"/* "$dir"/
     [ "$v" = tree ] || cp "scripts/gpu/variants/$v"/* "$dir"/
-    for m in "attention.cu" "decode.cu decode_mma.cu" rope_kv.cu norm_act.cu sample.cu gemv.cu; do
+    for m in "prefill.cu attention.cu" "decode.cu decode_mma.cu" rope_kv.cu norm_act.cu sample.cu gemv.cu; do
       name=${m%% *}; name=${name%.cu}
       (cd "$dir" && cat common.cuh $m) > "$tmp/$v-$name.cu"
       echo "== $v: $m"
@@ -40,7 +40,7 @@ if [ "${1:-}" = compile ]; then
   exit $status
 fi
 for kv in "$@"; do export "${kv?}"; done
-VARIANTS=${VARIANTS:-base,tree}; BASE=${BASE:-HEAD}; FILES=${FILES:-attention.cu decode.cu}
+VARIANTS=${VARIANTS:-base,tree}; BASE=${BASE:-HEAD}; FILES=${FILES:-prefill.cu decode.cu}
 SECTIONS=${SECTIONS:-attention}; ITERS=${ITERS:-10}
 out=${OUT:-$root/out}
 mkdir -p "$out"

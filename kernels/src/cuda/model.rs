@@ -28,6 +28,7 @@ use crate::compile_cache::CompileCache;
 use crate::error::{Error, Result};
 
 const COMMON: &str = include_str!("cu/common.cuh");
+const PREFILL: &str = include_str!("cu/prefill.cu");
 const ATTENTION: &str = include_str!("cu/attention.cu");
 const DECODE: &str = include_str!("cu/decode.cu");
 const DECODE_MMA: &str = include_str!("cu/decode_mma.cu");
@@ -188,7 +189,10 @@ impl ModelKernels {
             origins.push((name, o));
             Ok::<_, Error>(m)
         };
-        let attention = module("superinfer_attention", &[("attention.cu", ATTENTION)])?;
+        let attention = module(
+            "superinfer_attention",
+            &[("prefill.cu", PREFILL), ("attention.cu", ATTENTION)],
+        )?;
         let decode = module(
             "superinfer_decode",
             &[("decode.cu", DECODE), ("decode_mma.cu", DECODE_MMA)],

@@ -17,6 +17,41 @@
 // Most blocks of a split whose rows are staged in shared memory (more: read from the table).
 #define DEC2_TABLE 64
 
+// Merges the per-warp states of a decode CTA (warp w, head g: max red_m[w * GM + g], sum
+// red_l[w * GM + g], accumulators red_acc[(w * GM + g) * D ..]) and writes the result: the
+// G heads' rows at `out_heads` when there is one split, else the split workspace at `ws`
+// (decode_reduce's layout). Thread i of `threads` owns element i % D of head i / D.
+template <typename T, int D, int NW>
+__device__ __forceinline__ void decode_write_merged(
+    const float* red_acc, const float* red_m, const float* red_l, u32 GM, u32 G, u32 threads,
+    T* __restrict__ out_heads, float* __restrict__ ws_acc, float* __restrict__ ws_ml, size_t ws,
+    u32 num_splits) {
+    for (u32 i = threadIdx.x; i < G * D; i += threads) {
+        const u32 g = i / D, d = i % D;
+        float mx = NEG_INF;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) mx = fmaxf(mx, red_m[w * GM + g]);
+        float sum = 0.0f, v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            const float m = red_m[w * GM + g];
+            const float a = m == NEG_INF ? 0.0f : exp2f(m - mx);
+            sum += a * red_l[w * GM + g];
+            v += a * red_acc[(size_t)(w * GM + g) * D + d];
+        }
+        if (num_splits == 1) {
+            out_heads[(size_t)g * D + d] = from_f<T>(v / sum);
+        } else {
+            const size_t at = ws + (size_t)g * num_splits;
+            ws_acc[at * D + d] = v;
+            if (d == 0) {
+                ws_ml[2 * at] = mx;
+                ws_ml[2 * at + 1] = sum;
+            }
+        }
+    }
+}
+
 template <typename T, int D, int G, int TK>
 __device__ __forceinline__ void paged_decode_fused_impl(
     const T* __restrict__ q, const T* __restrict__ kv, T* __restrict__ out,
@@ -185,30 +220,9 @@ __device__ __forceinline__ void paged_decode_fused_impl(
         }
     }
     __syncthreads();
-    // Merge the warps: thread i owns element i % D of head i / D.
-    for (u32 i = tid; i < G * D; i += DEC2_THREADS) {
-        const u32 g = i / D, d = i % D;
-        float mx = NEG_INF;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) mx = fmaxf(mx, red_m[w][g]);
-        float sum = 0.0f, v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) {
-            const float a = red_m[w][g] == NEG_INF ? 0.0f : exp2f(red_m[w][g] - mx);
-            sum += a * red_l[w][g];
-            v += a * red_acc[w][g][d];
-        }
-        if (num_splits == 1) {
-            out[(size_t)q_row * qw + (size_t)(kh * G + g) * D + d] = from_f<T>(v / sum);
-        } else {
-            const size_t at = ws + (size_t)g * num_splits;
-            ws_acc[at * D + d] = v;
-            if (d == 0) {
-                ws_ml[2 * at] = mx;
-                ws_ml[2 * at + 1] = sum;
-            }
-        }
-    }
+    decode_write_merged<T, D, NW>(&red_acc[0][0][0], &red_m[0][0], &red_l[0][0], G, G,
+                                  DEC2_THREADS, out + (size_t)q_row * qw + (size_t)kh * G * D,
+                                  ws_acc, ws_ml, ws, num_splits);
 }
 
 #define DECODE_FUSED(T, NAME, D, G)                                                            \

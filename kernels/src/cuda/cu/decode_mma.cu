@@ -9,7 +9,8 @@
 // heads are rows 0..G-1 of a 16-row A operand, the rest zeros; the MMA's spare rows cost
 // nothing next to the loads): S = Q K^T over the tile (ldmatrix of K rows), an online softmax
 // per row in registers, O += P V (ldmatrix.trans of V rows). Rows are padded by 16 bytes so
-// ldmatrix reads no bank twice. The warps' states are merged through shared memory.
+// ldmatrix reads no bank twice. The warps' states are merged through shared memory by
+// decode.cu's decode_write_merged (this file is compiled after decode.cu, in one module).
 
 #define DM_WARPS 2
 #define DM_THREADS (DM_WARPS * 32)
@@ -204,30 +205,10 @@ __device__ __forceinline__ void paged_decode_mma_impl(
         }
     }
     __syncthreads();
-    // Merge the warps: thread i owns element i % D of head i / D.
-    for (u32 i = tid; i < G * D; i += DM_THREADS) {
-        const u32 h = i / D, d = i % D;
-        float mx = NEG_INF;
-#pragma unroll
-        for (int w = 0; w < DM_WARPS; ++w) mx = fmaxf(mx, red_m[w][h]);
-        float sum = 0.0f, v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < DM_WARPS; ++w) {
-            const float a = red_m[w][h] == NEG_INF ? 0.0f : exp2f(red_m[w][h] - mx);
-            sum += a * red_l[w][h];
-            v += a * red_o[w][h][d];
-        }
-        if (num_splits == 1) {
-            out[(size_t)q_row * qw + (size_t)(kh * G + h) * D + d] = from_f<T>(v / sum);
-        } else {
-            const size_t at = ws + (size_t)h * num_splits;
-            ws_acc[at * D + d] = v;
-            if (d == 0) {
-                ws_ml[2 * at] = mx;
-                ws_ml[2 * at + 1] = sum;
-            }
-        }
-    }
+    decode_write_merged<T, D, DM_WARPS>(&red_o[0][0][0], &red_m[0][0], &red_l[0][0], DM_MAX_G,
+                                        G, DM_THREADS,
+                                        out + (size_t)q_row * qw + (size_t)kh * G * D, ws_acc,
+                                        ws_ml, ws, num_splits);
 }
 
 #define DECODE_MMA(T, NAME, D)                                                                 \

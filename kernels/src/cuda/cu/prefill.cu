@@ -1,0 +1,168 @@
+// Paged prefill attention over the block-first KV arena (layout and exp2 scores as in
+// attention.cu's header).
+//
+// paged_prefill: a tiled FlashAttention-2 kernel on tensor cores (mma.m16n8k16, f32
+//   accumulate) for chunks of queries at positions pos..end over keys 0..end, causal (and a
+//   sliding window if window > 0). CTA = 64 queries x one head, 4 warps of 16 query rows;
+//   key tiles of 64 staged in shared memory (V transposed); online softmax in registers.
+
+#define PF_M 64
+#define PF_N 64
+
+template <typename T, int D>
+__device__ __forceinline__ void paged_prefill_impl(
+    const T* __restrict__ q, const T* __restrict__ kv, T* __restrict__ out,
+    const u32* __restrict__ tiles, const u32* __restrict__ seqs, const u32* __restrict__ tables,
+    u32 num_heads, u32 kv_heads, u32 num_layers, u32 block_size, u32 layer, float scale_log2,
+    u32 window) {
+    __shared__ __align__(16) T Ks[PF_N][D + 8];
+    __shared__ __align__(16) T Vt[D][PF_N + 8];
+
+    const u32 tile = blockIdx.x, h = blockIdx.y;
+    const u32 s = tiles[2 * tile], q0 = tiles[2 * tile + 1];
+    const u32 q_off = seqs[4 * s], pos = seqs[4 * s + 1], end = seqs[4 * s + 2];
+    const u32 tstart = seqs[4 * s + 3];
+    const u32 n = end - pos;
+    const u32 kh = h / (num_heads / kv_heads);
+    const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const u32 g = lane >> 2, t4 = lane & 3;
+    const size_t qw = (size_t)num_heads * D, kvw = (size_t)kv_heads * D;
+
+    const u32 r0 = q0 + warp * 16 + g, r1 = r0 + 8;
+    u32 qa[D / 16][4];
+    {
+        const T* q_r0 = q + (size_t)(q_off + min(r0, n - 1)) * qw + (size_t)h * D;
+        const T* q_r1 = q + (size_t)(q_off + min(r1, n - 1)) * qw + (size_t)h * D;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            qa[kk][0] = *(const u32*)(q_r0 + kk * 16 + 2 * t4);
+            qa[kk][1] = *(const u32*)(q_r1 + kk * 16 + 2 * t4);
+            qa[kk][2] = *(const u32*)(q_r0 + kk * 16 + 8 + 2 * t4);
+            qa[kk][3] = *(const u32*)(q_r1 + kk * 16 + 8 + 2 * t4);
+        }
+    }
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
+
+    const u32 p_lo = pos + q0;
+    const u32 p_hi = pos + min(q0 + PF_M, n) - 1;
+    const u32 k_lo = (window > 0 && p_lo + 1 > window) ? p_lo + 1 - window : 0;
+    const u32 p0 = pos + r0, p1 = pos + r1;
+
+    for (u32 k0 = (k_lo / PF_N) * PF_N; k0 <= p_hi; k0 += PF_N) {
+        __syncthreads();
+        for (u32 i = threadIdx.x; i < PF_N * (D / 8); i += blockDim.x) {
+            const u32 key = i / (D / 8), c = (i % (D / 8)) * 8, j = k0 + key;
+            uint4 kval = make_uint4(0, 0, 0, 0), vval = make_uint4(0, 0, 0, 0);
+            if (j <= p_hi) {
+                const size_t blk = tables[tstart + j / block_size];
+                const size_t row = (blk * num_layers + layer) * 2 * block_size + j % block_size;
+                kval = *(const uint4*)(kv + row * kvw + (size_t)kh * D + c);
+                vval = *(const uint4*)(kv + (row + block_size) * kvw + (size_t)kh * D + c);
+            }
+            *(uint4*)&Ks[key][c] = kval;
+            const T* vv = (const T*)&vval;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) Vt[c + e][key] = vv[e];
+        }
+        __syncthreads();
+
+        float sc[PF_N / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < PF_N / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+            for (int nt = 0; nt < PF_N / 8; ++nt) {
+                u32 b[2];
+                b[0] = *(const u32*)&Ks[nt * 8 + g][kk * 16 + 2 * t4];
+                b[1] = *(const u32*)&Ks[nt * 8 + g][kk * 16 + 8 + 2 * t4];
+                mma16816<T>(sc[nt], qa[kk], b);
+            }
+        }
+        float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+        for (int nt = 0; nt < PF_N / 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const u32 j = k0 + nt * 8 + 2 * t4 + (e & 1);
+                const u32 p = e < 2 ? p0 : p1;
+                const bool ok = j <= p && j <= p_hi && (window == 0 || j + window > p);
+                sc[nt][e] = ok ? sc[nt][e] * scale_log2 : NEG_INF;
+            }
+            mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
+            mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const float b0 = n0 == NEG_INF ? 0.0f : n0, b1 = n1 == NEG_INF ? 0.0f : n1;
+        const float a0 = exp2f(m0 - b0), a1 = exp2f(m1 - b1);
+        m0 = n0;
+        m1 = n1;
+        l0 *= a0;
+        l1 *= a1;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+            o[dt][0] *= a0;
+            o[dt][1] *= a0;
+            o[dt][2] *= a1;
+            o[dt][3] *= a1;
+        }
+#pragma unroll
+        for (int nt = 0; nt < PF_N / 8; ++nt) {
+            sc[nt][0] = exp2f(sc[nt][0] - b0);
+            sc[nt][1] = exp2f(sc[nt][1] - b0);
+            sc[nt][2] = exp2f(sc[nt][2] - b1);
+            sc[nt][3] = exp2f(sc[nt][3] - b1);
+            l0 += sc[nt][0] + sc[nt][1];
+            l1 += sc[nt][2] + sc[nt][3];
+        }
+#pragma unroll
+        for (int kt = 0; kt < PF_N / 16; ++kt) {
+            u32 pa[4];
+            pa[0] = pack2<T>(sc[2 * kt][0], sc[2 * kt][1]);
+            pa[1] = pack2<T>(sc[2 * kt][2], sc[2 * kt][3]);
+            pa[2] = pack2<T>(sc[2 * kt + 1][0], sc[2 * kt + 1][1]);
+            pa[3] = pack2<T>(sc[2 * kt + 1][2], sc[2 * kt + 1][3]);
+#pragma unroll
+            for (int dt = 0; dt < D / 8; ++dt) {
+                u32 b[2];
+                b[0] = *(const u32*)&Vt[dt * 8 + g][kt * 16 + 2 * t4];
+                b[1] = *(const u32*)&Vt[dt * 8 + g][kt * 16 + 8 + 2 * t4];
+                mma16816<T>(o[dt], pa, b);
+            }
+        }
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+        const size_t col = (size_t)h * D + dt * 8 + 2 * t4;
+        if (r0 < n) *(u32*)(out + (size_t)(q_off + r0) * qw + col) = pack2<T>(o[dt][0] * i0, o[dt][1] * i0);
+        if (r1 < n) *(u32*)(out + (size_t)(q_off + r1) * qw + col) = pack2<T>(o[dt][2] * i1, o[dt][3] * i1);
+    }
+}
+
+#define PREFILL(T, NAME, D)                                                                    \
+    extern "C" __global__ void __launch_bounds__(128) paged_prefill_##NAME##_d##D(            \
+        const T* q, const T* kv, T* out, const u32* tiles, const u32* seqs, const u32* tables, \
+        u32 num_heads, u32 kv_heads, u32 num_layers, u32 block_size, u32 layer,               \
+        float scale_log2, u32 window) {                                                        \
+        paged_prefill_impl<T, D>(q, kv, out, tiles, seqs, tables, num_heads, kv_heads,         \
+                                 num_layers, block_size, layer, scale_log2, window);          \
+    }
+
+PREFILL(bf16_t, bf16, 32)
+PREFILL(bf16_t, bf16, 64)
+PREFILL(bf16_t, bf16, 128)
+PREFILL(f16_t, f16, 32)
+PREFILL(f16_t, f16, 64)
+PREFILL(f16_t, f16, 128)
