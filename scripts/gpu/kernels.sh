@@ -6,8 +6,8 @@
 # embedded ones (kernels/src/cuda/model.rs), so no rebuild is needed between variants.
 #   on the GPU: scripts/gpu/kernels.sh [VAR=value …]   # with carry [".gpu-bin/model"]
 #   here:       scripts/gpu/kernels.sh compile           # no GPU: every module of the tree and
-#               of each variant compiled by nvcc for sm_90 (the PyPI toolchain), with ptxas'
-#               registers, spills and shared memory per kernel, before spending device time
+#               those each variant changes, compiled by nvcc for sm_90 (the PyPI toolchain), with
+#               ptxas' registers, spills and shared memory per kernel, before spending device time
 # Settings, defaults in brackets:
 #   VARIANTS [base,tree]  each a name: `tree` (kernels/src/cuda/cu as sent), `base` (the tree's
 #            sources with the FILES of git revision BASE), or a folder of its own under
@@ -30,6 +30,12 @@ if [ "${1:-}" = compile ]; then
     [ "$v" = tree ] || cp "scripts/gpu/variants/$v"/* "$dir"/
     for m in "prefill.cu attention.cu" "decode.cu decode_mma.cu" rope_kv.cu norm_act.cu sample.cu gemv.cu; do
       name=${m%% *}; name=${name%.cu}
+      # A variant's modules: only those holding a file of its own (the rest are the tree's).
+      if [ "$v" != tree ]; then
+        own=0
+        for f in $m; do [ -f "scripts/gpu/variants/$v/$f" ] && own=1; done
+        [ "$own" = 1 ] || continue
+      fi
       (cd "$dir" && cat common.cuh $m) > "$tmp/$v-$name.cu"
       echo "== $v: $m"
       nvcc -std=c++17 -arch=sm_90 -cubin -Xptxas -v "$tmp/$v-$name.cu" -o "$tmp/$v-$name.cubin" 2>&1 \

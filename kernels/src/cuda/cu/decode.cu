@@ -17,6 +17,37 @@
 // Most blocks of a split whose rows are staged in shared memory (more: read from the table).
 #define DEC2_TABLE 64
 
+// The keys [kb, ke) of split `split` of decode sequence `si` (entry `[q_row, context,
+// table_start, part]`; `part` 0, a CUDA graph's fixed grid: the keys per split of the
+// sequence's entry (the eager plan's for this step, so a short sequence uses its own few
+// splits and the CTAs past them exit at once), but never fewer than num_splits parts can
+// cover; an entry of 0: the sequence's keys in num_splits equal parts). A split without keys
+// (a shorter context than the longest in the batch) writes its empty state (split workspace:
+// max -inf, sum 0; one split, a graph bucket's padding row: zeros at `out_heads`) and
+// returns false.
+template <typename T, int D>
+__device__ __forceinline__ bool decode_split_keys(
+    const u32* __restrict__ seqs, u32 si, u32 split, u32 window, u32 num_splits, u32 part,
+    u32 G, u32 threads, T* __restrict__ out_heads, float* __restrict__ ws_ml, size_t ws,
+    u32& kb, u32& ke) {
+    const u32 ctx = seqs[4 * si + 1];
+    const u32 lo = (window > 0 && ctx > window) ? ctx - window : 0;
+    if (part == 0)
+        part = max(seqs[4 * si + 3],
+                   max(32u, ((ctx - lo + num_splits - 1) / num_splits + 31) / 32 * 32));
+    kb = lo + split * part;
+    ke = min(ctx, kb + part);
+    if (kb < ke) return true;
+    const u32 tid = threadIdx.x;
+    if (num_splits > 1 && tid < G) {
+        ws_ml[2 * (ws + (size_t)tid * num_splits)] = NEG_INF;
+        ws_ml[2 * (ws + (size_t)tid * num_splits) + 1] = 0.0f;
+    } else if (num_splits == 1) {
+        for (u32 i = tid; i < G * D; i += threads) out_heads[i] = from_f<T>(0.0f);
+    }
+    return false;
+}
+
 // Merges the per-warp states of a decode CTA (warp w, head g: max red_m[w * GM + g], sum
 // red_l[w * GM + g], accumulators red_acc[(w * GM + g) * D ..]) and writes the result: the
 // G heads' rows at `out_heads` when there is one split, else the split workspace at `ws`
@@ -66,32 +97,16 @@ __device__ __forceinline__ void paged_decode_fused_impl(
     __shared__ float red_l[NW][G];
 
     const u32 si = blockIdx.x, kh = blockIdx.y, split = blockIdx.z;
-    const u32 q_row = seqs[4 * si], ctx = seqs[4 * si + 1], tstart = seqs[4 * si + 2];
-    const u32 lo = (window > 0 && ctx > window) ? ctx - window : 0;
-    // part 0 (a CUDA graph's fixed grid): the keys per split of the sequence's entry (the
-    // eager plan's for this step, so a short sequence uses its own few splits and the CTAs
-    // past them exit at once), but never fewer than num_splits parts can cover; an entry of
-    // 0: the sequence's keys in num_splits equal parts.
-    if (part == 0)
-        part = max(seqs[4 * si + 3],
-                   max(32u, ((ctx - lo + num_splits - 1) / num_splits + 31) / 32 * 32));
-    const u32 kb = lo + split * part;
-    const u32 ke = min(ctx, kb + part);
+    const u32 q_row = seqs[4 * si], tstart = seqs[4 * si + 2];
     const u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const u32 grp = tid / R, piece = tid % R;
     const size_t qw = (size_t)num_heads * D, kvw = (size_t)kv_heads * D;
     const size_t ws = ((size_t)si * num_heads + (size_t)kh * G) * num_splits + split;
-
-    if (kb >= ke) {  // an empty split (shorter context than the longest in the batch)
-        if (num_splits > 1 && tid < G) {
-            ws_ml[2 * (ws + (size_t)tid * num_splits)] = NEG_INF;
-            ws_ml[2 * (ws + (size_t)tid * num_splits) + 1] = 0.0f;
-        } else if (num_splits == 1) {  // no keys at all (a graph bucket's padding row): zeros
-            for (u32 i = tid; i < G * D; i += DEC2_THREADS)
-                out[(size_t)q_row * qw + (size_t)kh * G * D + i] = from_f<T>(0.0f);
-        }
+    T* const out_heads = out + (size_t)q_row * qw + (size_t)kh * G * D;
+    u32 kb, ke;
+    if (!decode_split_keys<T, D>(seqs, si, split, window, num_splits, part, G, DEC2_THREADS,
+                                 out_heads, ws_ml, ws, kb, ke))
         return;
-    }
 
     // This thread's 8 elements of each query head, pre-scaled so scores are in log2 units.
     float qf[G][8];
@@ -221,8 +236,7 @@ __device__ __forceinline__ void paged_decode_fused_impl(
     }
     __syncthreads();
     decode_write_merged<T, D, NW>(&red_acc[0][0][0], &red_m[0][0], &red_l[0][0], G, G,
-                                  DEC2_THREADS, out + (size_t)q_row * qw + (size_t)kh * G * D,
-                                  ws_acc, ws_ml, ws, num_splits);
+                                  DEC2_THREADS, out_heads, ws_acc, ws_ml, ws, num_splits);
 }
 
 #define DECODE_FUSED(T, NAME, D, G)                                                            \

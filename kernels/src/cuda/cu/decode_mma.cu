@@ -10,14 +10,12 @@
 // nothing next to the loads): S = Q K^T over the tile (ldmatrix of K rows), an online softmax
 // per row in registers, O += P V (ldmatrix.trans of V rows). Rows are padded by 16 bytes so
 // ldmatrix reads no bank twice. The warps' states are merged through shared memory by
-// decode.cu's decode_write_merged (this file is compiled after decode.cu, in one module).
+// decode.cu's decode_write_merged; the split's keys come from its decode_split_keys (this file is compiled after decode.cu, in one module).
 
 #define DM_WARPS 2
 #define DM_THREADS (DM_WARPS * 32)
 #define DM_STAGES 2
 #define DM_TK 16
-// Most blocks of a split whose rows are staged in shared memory (more: read from the table).
-#define DM_TABLE 64
 // Most query heads per kv head (rows of the MMA's A operand that hold a query).
 #define DM_MAX_G 8
 
@@ -35,36 +33,25 @@ __device__ __forceinline__ void paged_decode_mma_impl(
     __shared__ float red_o[DM_WARPS][DM_MAX_G][D];
     __shared__ float red_m[DM_WARPS][DM_MAX_G];
     __shared__ float red_l[DM_WARPS][DM_MAX_G];
-    __shared__ u32 rows[DM_TABLE];
+    __shared__ u32 rows[DEC2_TABLE];
 
     const u32 si = blockIdx.x, kh = blockIdx.y, split = blockIdx.z;
     const u32 G = num_heads / kv_heads;
-    const u32 q_row = seqs[4 * si], ctx = seqs[4 * si + 1], tstart = seqs[4 * si + 2];
-    const u32 lo = (window > 0 && ctx > window) ? ctx - window : 0;
-    // part 0 (a CUDA graph's fixed grid): as decode.cu reads it.
-    if (part == 0)
-        part = max(seqs[4 * si + 3],
-                   max(32u, ((ctx - lo + num_splits - 1) / num_splits + 31) / 32 * 32));
-    const u32 kb = lo + split * part;
-    const u32 ke = min(ctx, kb + part);
+    const u32 q_row = seqs[4 * si], tstart = seqs[4 * si + 2];
     const u32 tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const u32 g = lane >> 2, t4 = lane & 3;
     const size_t qw = (size_t)num_heads * D, kvw = (size_t)kv_heads * D;
     const size_t ws = ((size_t)si * num_heads + (size_t)kh * G) * num_splits + split;
-
-    if (kb >= ke) {  // an empty split (shorter context than the longest in the batch)
-        if (num_splits > 1 && tid < G) {
-            ws_ml[2 * (ws + (size_t)tid * num_splits)] = NEG_INF;
-            ws_ml[2 * (ws + (size_t)tid * num_splits) + 1] = 0.0f;
-        } else if (num_splits == 1) {  // no keys at all (a graph bucket's padding row): zeros
-            for (u32 i = tid; i < G * D; i += DM_THREADS)
-                out[(size_t)q_row * qw + (size_t)kh * G * D + i] = from_f<T>(0.0f);
-        }
+    T* const out_heads = out + (size_t)q_row * qw + (size_t)kh * G * D;
+    u32 kb, ke;
+    if (!decode_split_keys<T, D>(seqs, si, split, window, num_splits, part, G, DM_THREADS,
+                                 out_heads, ws_ml, ws, kb, ke))
         return;
-    }
 
+    // The split's block rows in shared memory, as decode.cu stages them (written out in each
+    // kernel: through a shared function the one-pass kernel's main loop compiled differently).
     const u32 b0 = kb / block_size, nblk = (ke - 1) / block_size - b0 + 1;
-    const bool in_smem = nblk <= DM_TABLE;
+    const bool in_smem = nblk <= DEC2_TABLE;
     if (in_smem) {
         for (u32 i = tid; i < nblk; i += DM_THREADS)
             rows[i] = (tables[tstart + b0 + i] * num_layers + layer) * 2 * block_size;
@@ -206,9 +193,8 @@ __device__ __forceinline__ void paged_decode_mma_impl(
     }
     __syncthreads();
     decode_write_merged<T, D, DM_WARPS>(&red_o[0][0][0], &red_m[0][0], &red_l[0][0], DM_MAX_G,
-                                        G, DM_THREADS,
-                                        out + (size_t)q_row * qw + (size_t)kh * G * D, ws_acc,
-                                        ws_ml, ws, num_splits);
+                                        G, DM_THREADS, out_heads, ws_acc, ws_ml, ws,
+                                        num_splits);
 }
 
 #define DECODE_MMA(T, NAME, D)                                                                 \
