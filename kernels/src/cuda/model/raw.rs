@@ -363,10 +363,10 @@ impl ModelKernels {
         let kernel = self.decode_kernel(s);
         let (d, g) = (s.head_dim, s.num_heads / s.kv_heads);
         let f = match kernel {
-            super::DecodeKernel::ThreePhase if a.part == 0 => {
-                return Err(Error::Invalid(
-                    "per-sequence decode splits need the one-pass or tensor-core kernel".into(),
-                ))
+            k if a.part == 0 && !k.per_sequence_parts() => {
+                return Err(Error::Invalid(format!(
+                    "per-sequence decode splits need a kernel that reads them, not {k:?}"
+                )))
             }
             super::DecodeKernel::ThreePhase => {
                 self.func(&self.attention, format_args!("paged_decode_{name}_d{d}"))?
