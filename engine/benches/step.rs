@@ -82,7 +82,12 @@ impl Fixture {
             hbm_blocks: blocks,
             dram_blocks: 2 * blocks,
             max_num_seqs: LIVE as u32,
-            max_batched_tokens: 4096,
+            // 32 prompt tokens a request a step: a generation's prompts are prefilled in
+            // context / 32 steps, so the first requests admitted decode about 3% of their
+            // context before timing starts (with 4,096 tokens a step, prefill took ~1,000
+            // steps at 2,000 tokens and the first requests reached twice the context). A
+            // decode-only step uses 2,000 of the budget whatever it is.
+            max_batched_tokens: LIVE as u32 * 32,
             prefix_cache,
             ..EngineConfig::default()
         };
@@ -135,6 +140,17 @@ impl Fixture {
             self.engine.step().expect("step");
             self.engine.swap_events(&mut self.events);
         }
+        // Contexts are what the name says when timing starts (prefill in a few dozen steps).
+        let longest = (first..last)
+            .filter_map(|i| self.engine.request(RequestId(i)))
+            .map(|r| r.tokens.len() as u32)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            longest <= self.context + self.context / 16 + 1,
+            "a request decoded {longest} tokens into a {}-token generation before timing",
+            self.context
+        );
         if self.queued {
             for _ in 0..QUEUED {
                 let r = request(self.next, self.context);

@@ -157,11 +157,20 @@ pub struct Request {
     pub prompt_logprobs: Vec<TokenLogprobs>,
 }
 
+/// Generated tokens a request's vectors have room for from its admission (or `max_tokens`
+/// if fewer): a chat reply fits, so decode steps do not reallocate the token vector, the
+/// hashes and the block table of thousands of requests at once (each a copy and fresh pages;
+/// a tenth of a decode step's host time at 2,000 requests, docs/BENCHMARKS.md "Per-step
+/// cost"). A longer reply grows them as usual. 4 KB a request.
+pub const GROWTH_RESERVE: u32 = 1024;
+
 impl Request {
     pub fn new(spec: EngineRequest, now: f64) -> Request {
         let spec = Box::new(spec);
         let t_arr = spec.arrival.unwrap_or(now);
-        let tokens = spec.prompt.clone();
+        let mut tokens =
+            Vec::with_capacity(spec.prompt.len() + spec.max_tokens.min(GROWTH_RESERVE) as usize);
+        tokens.extend_from_slice(&spec.prompt);
         Request {
             tokens,
             chain_tip: BlockHash(0),
@@ -197,6 +206,7 @@ impl Request {
     pub fn start_chain(&mut self, root: BlockHash, block_size: u32) {
         self.cache_root = root;
         self.hashes.clear();
+        self.hashes.reserve(self.expected_blocks(block_size));
         self.chain_tip = root;
         self.extend_chain(self.tokens.len(), block_size);
     }
@@ -213,6 +223,13 @@ impl Request {
             self.chain_tip,
             self.hashes.last().copied().unwrap_or(self.cache_root)
         );
+    }
+
+    /// Blocks its tokens fill once it has generated what its vectors have room for
+    /// ([`GROWTH_RESERVE`]): the capacity its hashes and block table start with.
+    pub fn expected_blocks(&self, block_size: u32) -> usize {
+        let tokens = self.prompt_len + self.max_tokens.min(GROWTH_RESERVE);
+        tokens.div_ceil(block_size.max(1)) as usize
     }
 
     /// Moves to `to`, checking the transition table in debug builds.

@@ -311,10 +311,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     fn take_admission(&mut self, id: RequestId, now: f64, hit: HitCost, copies: &mut CopyBatch) {
         let r = &self.requests[&id];
         let total = self.blocks_for(r.tokens.len() as u32) as usize;
+        let expected = r.expected_blocks(self.cfg.block_size);
         let hashes = &r.hashes[..hit.blocks as usize];
         let Some((in_hbm, from_dram)) =
             self.pool
-                .admit(id, hashes, total, r.cache_base, &mut copies.h2d)
+                .admit(id, hashes, (total, expected), r.cache_base, &mut copies.h2d)
         else {
             debug_assert!(false, "{id:?} fit the free blocks but was not admitted");
             return;

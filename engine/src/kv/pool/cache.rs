@@ -214,11 +214,25 @@ impl Cache {
 
     /// Deletes entry `e` (nobody references it, no copy in flight); returns its slots.
     pub fn remove(&mut self, e: EntryId) -> (Option<HbmBlock>, DramBlock) {
+        let last_use = self.get(e).last_use;
+        self.dram_lru.remove(&(last_use, e));
+        self.remove_unlisted(e)
+    }
+
+    /// Deletes the least recently used entry nobody references; returns its slots. (One
+    /// descent of the LRU order: a full cache does this for every block written back.)
+    pub fn remove_lru(&mut self) -> Option<(Option<HbmBlock>, DramBlock)> {
+        let (_, e) = self.dram_lru.pop_first()?;
+        Some(self.remove_unlisted(e))
+    }
+
+    /// [`Cache::remove`] of an entry already out of the DRAM LRU order.
+    fn remove_unlisted(&mut self, e: EntryId) -> (Option<HbmBlock>, DramBlock) {
         let entry = self.slab[e.0 as usize].take().expect("live entry");
         debug_assert!(entry.refs == 0 && entry.inflight.is_none() && !entry.pending);
-        let key = (entry.last_use, e);
-        self.hbm_lru.remove(&key);
-        self.dram_lru.remove(&key);
+        if entry.hbm_evictable() {
+            self.hbm_lru.remove(&(entry.last_use, e));
+        }
         if entry.hbm.is_some() {
             self.with_hbm -= 1;
         }
@@ -238,14 +252,19 @@ impl Cache {
         }
     }
 
-    /// The least recently used entry with an unpinned HBM copy.
-    pub fn hbm_victim(&self) -> Option<EntryId> {
-        self.hbm_lru.first().map(|&(_, e)| e)
-    }
-
-    /// The least recently used entry nobody references.
-    pub fn dram_victim(&self) -> Option<EntryId> {
-        self.dram_lru.first().map(|&(_, e)| e)
+    /// Drops the HBM copy of the least recently used entry with an unpinned one (its DRAM
+    /// copy stays, and its place in the DRAM order: that does not depend on the HBM copy);
+    /// returns the entry and the slot. One descent of the LRU order: a full HBM tier does this
+    /// for every block a running request grows by.
+    pub fn drop_lru_hbm(&mut self) -> Option<(EntryId, HbmBlock)> {
+        let (_, e) = self.hbm_lru.pop_first()?;
+        let entry = self.slab[e.0 as usize].as_mut().expect("live entry");
+        let slot = entry
+            .hbm
+            .take()
+            .expect("entries in the HBM order have an HBM copy");
+        self.with_hbm -= 1;
+        Some((e, slot))
     }
 
     /// HBM copies that could be dropped now.

@@ -2,6 +2,7 @@
 //! the batch being built), the tickets those copies get, and what landing them does to the
 //! blocks (writebacks synced, evictions parked, restores back in HBM).
 
+use super::shared::donate_in;
 use super::{BlockState, KvPool, Slot};
 use crate::kv::block::{DramBlock, HbmBlock};
 use crate::transfer::{D2hCopy, H2dCopy, Ticket, Tickets};
@@ -182,7 +183,11 @@ impl KvPool {
             self.delete_entry(e);
         }
         for (id, i) in self.inflight.remove(&ticket).unwrap_or_default() {
-            let Some(b) = self.tables.get(&id).and_then(|t| t.blocks.get(i)) else {
+            // One lookup of the table per landed block (thousands a step at scale).
+            let Some(t) = self.tables.get_mut(&id) else {
+                continue;
+            };
+            let Some(b) = t.blocks.get_mut(i) else {
                 continue;
             };
             if b.inflight != Some(ticket) {
@@ -194,20 +199,19 @@ impl KvPool {
                 BlockState::Evicting => BlockState::Parked,
                 _ => continue,
             };
-            if b.state == BlockState::Restoring && to == BlockState::Synced {
-                let t = self.tables.get_mut(&id).expect("exists");
-                self.restored_tables += u32::from(!t.restored);
-                t.restored = true;
-            }
-            let b = self.block_mut(id, i);
+            let restored = b.state == BlockState::Restoring && to == BlockState::Synced;
             b.inflight = None;
             if to == BlockState::Parked {
                 let slot = b.hbm.take().expect("evicting blocks hold their HBM slot");
                 self.hbm_free.give(slot.0);
             }
-            self.set(id, i, to);
+            if restored {
+                self.restored_tables += u32::from(!t.restored);
+                t.restored = true;
+            }
+            t.set(i, to, &mut self.illegal);
             if to == BlockState::Synced {
-                self.donate(id, i);
+                donate_in(t, id, i, self.prefix, &mut self.cache, &mut self.illegal);
             }
         }
         let (done, keep): (Vec<_>, Vec<_>) =

@@ -2,8 +2,8 @@
 //! hits at admission, full blocks turning into entries, and references let go and released.
 //! The entries themselves live in [`super::cache`].
 
-use super::cache::EntryId;
-use super::{KvPool, LogicalBlock};
+use super::cache::{Cache, EntryId};
+use super::{KvPool, LogicalBlock, Table};
 use crate::kv::block::{DramBlock, HbmBlock};
 use crate::kv::lifecycle::BlockState;
 use crate::kv::prefix::BlockHash;
@@ -49,8 +49,7 @@ impl KvPool {
         if let Some(s) = self.hbm_free.take() {
             return Some(s);
         }
-        let e = self.cache.hbm_victim()?;
-        let slot = self.cache.update(e, |entry| entry.hbm.take())?;
+        let (e, slot) = self.cache.drop_lru_hbm()?;
         if !self.dram_level && self.cache.get(e).refs == 0 {
             // An HBM-only cache keeps no entry without its HBM copy.
             self.delete_entry(e);
@@ -63,8 +62,7 @@ impl KvPool {
         if let Some(s) = self.dram_free.take() {
             return Some(s);
         }
-        let e = self.cache.dram_victim()?;
-        let (hbm, dram) = self.cache.remove(e);
+        let (hbm, dram) = self.cache.remove_lru()?;
         if let Some(h) = hbm {
             self.hbm_free.give(h.0);
         }
@@ -144,13 +142,13 @@ impl KvPool {
 
     /// Admits `id` with the cached run at the start of `hashes` and fresh blocks up to
     /// `total`: hits in HBM are used in place, hits in DRAM copied in (into `out`). `base`
-    /// is its namespace's base key. Returns the hit blocks in HBM and from DRAM, or `None`
-    /// (changing nothing) when HBM has no room.
+    /// is its namespace's base key; its table starts with room for `expected` blocks. Returns
+    /// the hit blocks in HBM and from DRAM, or `None` (changing nothing) when HBM has no room.
     pub fn admit(
         &mut self,
         id: RequestId,
         hashes: &[BlockHash],
-        total: usize,
+        (total, expected): (usize, usize),
         base: u64,
         out: &mut Vec<H2dCopy>,
     ) -> Option<(u32, u32)> {
@@ -162,7 +160,10 @@ impl KvPool {
         let hits = &hashes[..cost.blocks as usize];
         let table = self.tables.entry(id).or_default();
         table.base = base;
-        table.hashes = hits.to_vec();
+        table.blocks.reserve(expected.max(total));
+        let named = if self.prefix { expected } else { 0 };
+        table.hashes = Vec::with_capacity(named.max(hits.len()));
+        table.hashes.extend_from_slice(hits);
         for &h in hits {
             let e = self.cache.lookup(h).expect("costed above");
             let dram = self.cache.get(e).dram;
@@ -215,22 +216,9 @@ impl KvPool {
     /// Synced full block `i` of `id` becomes a cache entry that `id` holds (unless its hash
     /// is cached already: then it stays private).
     pub(super) fn donate(&mut self, id: RequestId, i: usize) {
-        let Some(t) = self.tables.get(&id) else {
-            return;
-        };
-        let Some(&hash) = t.hashes.get(i) else {
-            return;
-        };
-        if !self.prefix || self.cache.lookup(hash).is_some() {
-            return;
+        if let Some(t) = self.tables.get_mut(&id) {
+            donate_in(t, id, i, self.prefix, &mut self.cache, &mut self.illegal);
         }
-        let b = &t.blocks[i];
-        let (hbm, dram) = (b.hbm, b.dram.expect("synced blocks have a mirror"));
-        let e = self.cache.insert(hash, t.base, hbm, dram, Some(id));
-        self.block_mut(id, i).entry = Some(e);
-        self.set(id, i, BlockState::Shared);
-        // It holds the new entry alone.
-        self.table_mut(id).sole += 1;
     }
 
     /// Block `i` of a finishing `id`, synced, parked or being written back: it stays as an
@@ -412,4 +400,28 @@ impl KvPool {
         let entry = self.cache.get(e);
         (entry.hbm, entry.dram)
     }
+}
+
+/// [`KvPool::donate`] with `id`'s table in hand (a block landing looks it up once).
+pub(super) fn donate_in(
+    t: &mut Table,
+    id: RequestId,
+    i: usize,
+    prefix: bool,
+    cache: &mut Cache,
+    illegal: &mut Vec<(BlockState, BlockState)>,
+) {
+    let Some(&hash) = t.hashes.get(i) else {
+        return;
+    };
+    if !prefix || cache.lookup(hash).is_some() {
+        return;
+    }
+    let b = &t.blocks[i];
+    let (hbm, dram) = (b.hbm, b.dram.expect("synced blocks have a mirror"));
+    let e = cache.insert(hash, t.base, hbm, dram, Some(id));
+    t.blocks[i].entry = Some(e);
+    t.set(i, BlockState::Shared, illegal);
+    // It holds the new entry alone.
+    t.sole += 1;
 }
