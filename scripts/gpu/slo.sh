@@ -10,6 +10,8 @@
 #   CACHE [on: the prefix cache; a list of on, off (--no-prefix-cache), hbm (HBM-only)]
 #   MAX_CONNS [60000: the server's --max-connections and --max-connections-per-ip]
 #   MODEL [random:llama-3-8b; random:qwen2.5-32b is the paper's shape]
+#   (the server takes SUPERINFER_DECODE_KERNEL and SUPERINFER_CUDA_SOURCES from the
+#   environment: docs/OPERATIONS.md)
 #   DATASET [sharegpt]  SEED [42]  DRAIN [60]  MAX_ROTATIONS [unset: the server's 1; weighted
 #   LVF's cap on consecutive rotations of one request]  PROGRESS_TOKENS [unset: the server's
 #   32; tokens of one running period that reset the count]  WORKLOAD [unset: a loadgen
@@ -62,6 +64,7 @@ case "${1:-}" in
       echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
       echo "commit: $(git rev-parse --short HEAD 2>/dev/null) (+ working tree)"
+      echo "kernels: SUPERINFER_DECODE_KERNEL=${SUPERINFER_DECODE_KERNEL:-default} SUPERINFER_CUDA_SOURCES=${SUPERINFER_CUDA_SOURCES:-embedded}"
       echo "settings: MODEL=$MODEL POLICIES=$POLICIES RPS=$RPS CACHE=${CACHE:-on} DURATION=$DURATION HBM_KV_GB=$HBM_KV_GB" \
         "DRAM_KV_GB=$DRAM_KV_GB MAX_BATCHED_TOKENS=$MBT MAX_CONNS=$MAX_CONNS fds=$(ulimit -n) B_XFER=$B_XFER MAX_ROTATIONS=${MAX_ROTATIONS:-} PROGRESS_TOKENS=${PROGRESS_TOKENS:-} DATASET=$DATASET SEED=$SEED"
     } | tee "$out/env.txt"

@@ -112,6 +112,38 @@ impl DecodeKernel {
         self != DecodeKernel::ThreePhase
     }
 
+    /// The name `SUPERINFER_DECODE_KERNEL` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            DecodeKernel::ThreePhase => "three-phase",
+            DecodeKernel::OnePass => "one-pass",
+            DecodeKernel::TensorCore => "tensor-core",
+        }
+    }
+
+    /// The kernel `SUPERINFER_DECODE_KERNEL` names (`three-phase`, `one-pass` or
+    /// `tensor-core`), or the default when it is unset: an operator's choice of decode kernel
+    /// (and a way to compare them in the served loop without a rebuild).
+    pub fn from_env() -> Result<DecodeKernel> {
+        match std::env::var("SUPERINFER_DECODE_KERNEL") {
+            Err(std::env::VarError::NotPresent) => Ok(DecodeKernel::default()),
+            Ok(v) => DecodeKernel::parse(&v).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "SUPERINFER_DECODE_KERNEL={v:?}: expected one of three-phase, one-pass, \
+                     tensor-core"
+                ))
+            }),
+            Err(e) => Err(Error::Invalid(format!("SUPERINFER_DECODE_KERNEL: {e}"))),
+        }
+    }
+
+    /// The kernel of [`DecodeKernel::name`] `name`.
+    pub fn parse(name: &str) -> Option<DecodeKernel> {
+        DecodeKernel::ALL
+            .into_iter()
+            .find(|k| k.name() == name.trim())
+    }
+
     /// Threads per CTA.
     pub fn threads(self) -> u32 {
         match self {
@@ -204,7 +236,7 @@ impl ModelKernels {
         Ok(Self {
             attention,
             decode,
-            decode_kernel: std::sync::atomic::AtomicU8::new(DecodeKernel::default() as u8),
+            decode_kernel: std::sync::atomic::AtomicU8::new(DecodeKernel::from_env()? as u8),
             rope_kv,
             norm_act,
             sample,
@@ -551,4 +583,22 @@ pub struct GpuSample {
     pub seed: u64,
     /// Distinguishes the draws of one request (its position).
     pub counter: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DecodeKernel;
+
+    #[test]
+    fn decode_kernel_names_round_trip_and_others_are_refused() {
+        for k in DecodeKernel::ALL {
+            assert_eq!(DecodeKernel::parse(k.name()), Some(k));
+        }
+        assert_eq!(
+            DecodeKernel::parse(" tensor-core\n"),
+            Some(DecodeKernel::TensorCore)
+        );
+        assert_eq!(DecodeKernel::parse("tensorcore"), None);
+        assert_eq!(DecodeKernel::parse(""), None);
+    }
 }
