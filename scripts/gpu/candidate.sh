@@ -8,7 +8,7 @@
 #   on the GPU: scripts/gpu/candidate.sh [VAR=value …]
 #               # with carry [".gpu-bin/model", ".gpu-bin/slo"]
 # Settings, defaults in brackets:
-#   VARIANT [prefill-async]  a folder of scripts/gpu/variants/ (its files replace the tree's)
+#   VARIANT (required)       a folder of scripts/gpu/variants/ (its files replace the tree's)
 #   DECODE [tensor-core]     the decode kernel the server runs
 #   SLO ["POLICIES=wlvf RPS=24,22 DURATION=60 DRAIN=30"]  settings of slo.sh; empty: no SLO run
 # Writes under $OUT: kernels/ (kernels.sh's files), variant-check.log (the attention check
@@ -17,7 +17,9 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 for kv in "$@"; do export "${kv?}"; done
-VARIANT=${VARIANT:-prefill-async}; DECODE=${DECODE:-tensor-core}
+VARIANT=${VARIANT:-}; DECODE=${DECODE:-tensor-core}
+[ -n "$VARIANT" ] && [ -d "scripts/gpu/variants/$VARIANT" ] ||
+  { echo "VARIANT=<a folder of scripts/gpu/variants/> is required (got '$VARIANT')" >&2; exit 2; }
 SLO=${SLO-POLICIES=wlvf RPS=24,22 DURATION=60 DRAIN=30}
 out=${OUT:-$root/out}
 mkdir -p "$out/kernels" "$out/slo"

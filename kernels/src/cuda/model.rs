@@ -92,10 +92,12 @@ pub enum DecodeKernel {
     /// attention.cu's: scores, softmax, values in three phases through shared memory.
     ThreePhase = 0,
     /// decode.cu's: one pass with an online softmax, two tiles of 4 keys per group in flight.
-    #[default]
     OnePass = 1,
     /// decode_mma.cu's: tiles of 16 keys copied by cp.async into a per-warp pipeline, scores
-    /// and values on tensor cores.
+    /// and values on tensor cores. The default: on the H200 it read KV at 60% of HBM bandwidth
+    /// at batch 64 x 513 and 63% at 8 x 4,096, where the one-pass kernel read 40% and 46%
+    /// (docs/BENCHMARKS.md).
+    #[default]
     TensorCore = 2,
 }
 

@@ -4,10 +4,13 @@
 // paged_prefill: a tiled FlashAttention-2 kernel on tensor cores (mma.m16n8k16, f32
 //   accumulate) for chunks of queries at positions pos..end over keys 0..end, causal (and a
 //   sliding window if window > 0). CTA = 64 queries x one head, 4 warps of 16 query rows;
-//   key tiles of 64 staged in shared memory (V transposed); online softmax in registers.
+//   key tiles of 64 copied into shared memory by cp.async (a tile's V while its scores are
+//   computed, the next tile's K while its values are summed), fragments read by ldmatrix
+//   (V through .trans, so it is stored as it is in the arena); online softmax in registers.
 
 #define PF_M 64
 #define PF_N 64
+#define PF_THREADS 128  // 4 warps of 16 query rows
 
 template <typename T, int D>
 __device__ __forceinline__ void paged_prefill_impl(
@@ -15,10 +18,14 @@ __device__ __forceinline__ void paged_prefill_impl(
     const u32* __restrict__ tiles, const u32* __restrict__ seqs, const u32* __restrict__ tables,
     u32 num_heads, u32 kv_heads, u32 num_layers, u32 block_size, u32 layer, float scale_log2,
     u32 window) {
-    __shared__ __align__(16) T Ks[PF_N][D + 8];
-    __shared__ __align__(16) T Vt[D][PF_N + 8];
+    constexpr int P = D + 8;    // row pitch in elements (16 bytes of padding: ldmatrix reads
+                                // 8 rows without a bank conflict)
+    constexpr int CPR = D / 8;  // 16-byte chunks per row
+    __shared__ __align__(16) u16 Ks[PF_N][P];
+    __shared__ __align__(16) u16 Vs[PF_N][P];
 
-    const u32 tile = blockIdx.x, h = blockIdx.y;
+    // The last tiles of a sequence see the most keys: start them first (less tail).
+    const u32 tile = gridDim.x - 1 - blockIdx.x, h = blockIdx.y;
     const u32 s = tiles[2 * tile], q0 = tiles[2 * tile + 1];
     const u32 q_off = seqs[4 * s], pos = seqs[4 * s + 1], end = seqs[4 * s + 2];
     const u32 tstart = seqs[4 * s + 3];
@@ -51,23 +58,40 @@ __device__ __forceinline__ void paged_prefill_impl(
     const u32 k_lo = (window > 0 && p_lo + 1 > window) ? p_lo + 1 - window : 0;
     const u32 p0 = pos + r0, p1 = pos + r1;
 
-    for (u32 k0 = (k_lo / PF_N) * PF_N; k0 <= p_hi; k0 += PF_N) {
-        __syncthreads();
-        for (u32 i = threadIdx.x; i < PF_N * (D / 8); i += blockDim.x) {
-            const u32 key = i / (D / 8), c = (i % (D / 8)) * 8, j = k0 + key;
-            uint4 kval = make_uint4(0, 0, 0, 0), vval = make_uint4(0, 0, 0, 0);
+    // Starts the copies of the K (v = 0) or V (v = 1) rows of keys k0..k0 + PF_N into shared
+    // memory; keys past the tile's last query are zero-filled (nothing read).
+    auto issue = [&](u32 k0, u32 v) {
+        u16* dst = v ? &Vs[0][0] : &Ks[0][0];
+#pragma unroll
+        for (int it = 0; it < PF_N * CPR / PF_THREADS; ++it) {
+            const u32 i = it * PF_THREADS + threadIdx.x;
+            const u32 key = i / CPR, c = (i % CPR) * 8, j = k0 + key;
+            const T* src = kv;
             if (j <= p_hi) {
                 const size_t blk = tables[tstart + j / block_size];
-                const size_t row = (blk * num_layers + layer) * 2 * block_size + j % block_size;
-                kval = *(const uint4*)(kv + row * kvw + (size_t)kh * D + c);
-                vval = *(const uint4*)(kv + (row + block_size) * kvw + (size_t)kh * D + c);
+                const size_t row = (blk * num_layers + layer) * 2 * block_size +
+                                   (v ? block_size : 0) + j % block_size;
+                src = kv + row * kvw + (size_t)kh * D + c;
             }
-            *(uint4*)&Ks[key][c] = kval;
-            const T* vv = (const T*)&vval;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) Vt[c + e][key] = vv[e];
+            cp_async16(smem_addr(dst + key * P + c), src, j <= p_hi ? 16 : 0);
         }
-        __syncthreads();
+        cp_async_commit();
+    };
+    // ldmatrix lane roles: matrix mi = lane / 8, its row lane % 8. K: matrices (keys 0-7,
+    // dims lo), (keys 0-7, hi), (keys 8-15, lo), (keys 8-15, hi) of a 16 x 16 step: the B
+    // fragments of two 8-key score columns. V (transposed): (keys 0-7, dims lo), (keys 8-15,
+    // lo), (keys 0-7, hi), (keys 8-15, hi): the B fragments of two 8-dim output columns.
+    const u32 mi = lane >> 3, mr = lane & 7;
+    const u32 kaddr = smem_addr(&Ks[(mi >> 1) * 8 + mr][(mi & 1) * 8]);
+    const u32 vaddr = smem_addr(&Vs[(mi & 1) * 8 + mr][(mi >> 1) * 8]);
+
+    // K of the next tile loads during this tile's P V, V of this tile during its Q K^T.
+    const u32 k_first = (k_lo / PF_N) * PF_N;
+    issue(k_first, 0);
+    for (u32 k0 = k_first; k0 <= p_hi; k0 += PF_N) {
+        cp_async_wait<0>();
+        __syncthreads();  // K landed for all; every warp is done with the previous V
+        issue(k0, 1);
 
         float sc[PF_N / 8][4];
 #pragma unroll
@@ -75,11 +99,11 @@ __device__ __forceinline__ void paged_prefill_impl(
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-            for (int nt = 0; nt < PF_N / 8; ++nt) {
-                u32 b[2];
-                b[0] = *(const u32*)&Ks[nt * 8 + g][kk * 16 + 2 * t4];
-                b[1] = *(const u32*)&Ks[nt * 8 + g][kk * 16 + 8 + 2 * t4];
-                mma16816<T>(sc[nt], qa[kk], b);
+            for (int np = 0; np < PF_N / 16; ++np) {
+                u32 b[4];
+                ldsm_x4(b, kaddr + (np * 16 * P + kk * 16) * 2);
+                mma16816<T>(sc[2 * np], qa[kk], b);
+                mma16816<T>(sc[2 * np + 1], qa[kk], b + 2);
             }
         }
         float mx0 = NEG_INF, mx1 = NEG_INF;
@@ -122,6 +146,10 @@ __device__ __forceinline__ void paged_prefill_impl(
             l0 += sc[nt][0] + sc[nt][1];
             l1 += sc[nt][2] + sc[nt][3];
         }
+
+        cp_async_wait<0>();
+        __syncthreads();  // V landed for all; every warp is done with K
+        if (k0 + PF_N <= p_hi) issue(k0 + PF_N, 0);
 #pragma unroll
         for (int kt = 0; kt < PF_N / 16; ++kt) {
             u32 pa[4];
@@ -130,11 +158,11 @@ __device__ __forceinline__ void paged_prefill_impl(
             pa[2] = pack2<T>(sc[2 * kt + 1][0], sc[2 * kt + 1][1]);
             pa[3] = pack2<T>(sc[2 * kt + 1][2], sc[2 * kt + 1][3]);
 #pragma unroll
-            for (int dt = 0; dt < D / 8; ++dt) {
-                u32 b[2];
-                b[0] = *(const u32*)&Vt[dt * 8 + g][kt * 16 + 2 * t4];
-                b[1] = *(const u32*)&Vt[dt * 8 + g][kt * 16 + 8 + 2 * t4];
-                mma16816<T>(o[dt], pa, b);
+            for (int dp = 0; dp < D / 16; ++dp) {
+                u32 b[4];
+                ldsm_x4_t(b, vaddr + (kt * 16 * P + dp * 16) * 2);
+                mma16816<T>(o[2 * dp], pa, b);
+                mma16816<T>(o[2 * dp + 1], pa, b + 2);
             }
         }
     }
@@ -152,7 +180,7 @@ __device__ __forceinline__ void paged_prefill_impl(
 }
 
 #define PREFILL(T, NAME, D)                                                                    \
-    extern "C" __global__ void __launch_bounds__(128) paged_prefill_##NAME##_d##D(            \
+    extern "C" __global__ void __launch_bounds__(PF_THREADS) paged_prefill_##NAME##_d##D(            \
         const T* q, const T* kv, T* out, const u32* tiles, const u32* seqs, const u32* tables, \
         u32 num_heads, u32 kv_heads, u32 num_layers, u32 block_size, u32 layer,               \
         float scale_log2, u32 window) {                                                        \
