@@ -84,6 +84,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .thread_name("superinfer-http")
         .build()?;
     rt.block_on(async move {
+        // Listening for the stop signals starts before the server says it listens: a SIGTERM
+        // sent right after that line drains gracefully instead of killing the process.
+        let stop = shutdown_signal()?;
         let server = server::start(cfg).await?;
         if let Some(key) = &server.default_api_key {
             let mut out = std::io::stdout().lock();
@@ -95,7 +98,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if let Some(m) = server.metrics_addr {
             println!("metrics on http://{m}/metrics");
         }
-        server.run_until(shutdown_signal()).await
+        server.run_until(stop).await
     })
 }
 
@@ -109,24 +112,22 @@ fn init_logging() {
         .try_init();
 }
 
-/// SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGTERM or Ctrl-C (SIGINT), listened for from this call on.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = int.recv() => {},
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+        })
     }
+    #[cfg(not(unix))]
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
