@@ -34,6 +34,11 @@ pub struct HardwareProfile {
     pub graph_step_overhead_s: f64,
     #[serde(default)]
     pub graph_step_overhead_per_seq_s: f64,
+    /// The layer count of the model the four overheads above were measured with: a model
+    /// with another count pays them scaled by its layers over this (launches, small kernels
+    /// and attention's latency are per layer). 0 (absent): the same for every model.
+    #[serde(default)]
+    pub overhead_layers: u32,
     pub activation_reserve_gb: f64,
     /// Fraction of the effective HBM bandwidth that decode attention reaches when it reads the
     /// KV cache (the runner's attention kernel, not the hardware); 1.0 when absent.

@@ -318,6 +318,7 @@ pub fn zero_profile() -> anyhow::Result<Profile> {
             graph_max_seqs: 0,
             graph_step_overhead_s: 0.0,
             graph_step_overhead_per_seq_s: 0.0,
+            overhead_layers: 0,
             kv_read_efficiency: 1.0,
             kv_overlaps_compute: true,
             ..base.hw

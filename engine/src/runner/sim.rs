@@ -56,11 +56,17 @@ impl SimRunner {
         let weights = m.weight_bytes() / bandwidth;
         let kv = kv_bytes / (bandwidth * hw.kv_read_efficiency);
         let graph = decode_only && seqs <= f64::from(hw.graph_max_seqs);
-        let overhead = if graph {
-            hw.graph_step_overhead_s + hw.graph_step_overhead_per_seq_s * seqs
+        let per_layer = if hw.overhead_layers > 0 {
+            f64::from(m.num_layers) / f64::from(hw.overhead_layers)
         } else {
-            hw.step_overhead_s + hw.step_overhead_per_seq_s * seqs
+            1.0
         };
+        let overhead = per_layer
+            * if graph {
+                hw.graph_step_overhead_s + hw.graph_step_overhead_per_seq_s * seqs
+            } else {
+                hw.step_overhead_s + hw.step_overhead_per_seq_s * seqs
+            };
         if hw.kv_overlaps_compute {
             overhead + compute.max(weights + kv)
         } else {
@@ -143,6 +149,27 @@ mod tests {
         let eager = hw.step_overhead_s + 9.0 * hw.step_overhead_per_seq_s;
         let graph = hw.graph_step_overhead_s + 8.0 * hw.graph_step_overhead_per_seq_s;
         assert!(mixed - decode(8) >= eager - graph, "{mixed}");
+    }
+
+    #[test]
+    fn the_overheads_scale_with_the_layers_they_were_measured_at() {
+        let base = Profile::builtin("h200-qwen2.5-32b").unwrap();
+        assert_eq!(base.hw.overhead_layers, 32);
+        assert_eq!(base.model.num_layers, 64);
+        let mut flat = base.clone();
+        flat.hw.overhead_layers = 0;
+        let (scaled, flat) = (SimRunner::new(base, 16), SimRunner::new(flat, 16));
+        let hw = &flat.profile.hw;
+        // A decode of one sequence (graphs) and a prompt chunk beside it (eager): the 64-layer
+        // model pays each overhead twice, the rest of the step is the same.
+        let decode = || [(512, 513)].into_iter();
+        let graph = hw.graph_step_overhead_s + hw.graph_step_overhead_per_seq_s;
+        let d = scaled.step_time(decode()) - flat.step_time(decode());
+        assert!((d - graph).abs() < 1e-12, "{d} {graph}");
+        let mixed = || [(512, 513), (0, 100)].into_iter();
+        let eager = hw.step_overhead_s + 2.0 * hw.step_overhead_per_seq_s;
+        let d = scaled.step_time(mixed()) - flat.step_time(mixed());
+        assert!((d - eager).abs() < 1e-12, "{d} {eager}");
     }
 
     #[test]
