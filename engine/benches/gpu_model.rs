@@ -161,6 +161,8 @@ enum Launch {
     Eager,
     Direct,
     Graph,
+    /// Graph, with each norm of a one-row step fused into the GEMV after it.
+    GraphFusedNorm,
 }
 
 fn main() {
@@ -209,7 +211,7 @@ fn main() {
     println!("| batch | matmuls, decode attention, launch | ms/step | roofline ms (weights + KV at {} TB/s) | x roofline | tokens/s | host issue ms |", a.hbm_tbs);
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     use superinfer_kernels::cuda::DecodeKernel::{OnePass, TensorCore, ThreePhase};
-    use Launch::{Direct, Eager, Graph};
+    use Launch::{Direct, Eager, Graph, GraphFusedNorm};
     let steps = [
         (1usize, 0usize, OnePass, Eager),
         (1, 1, OnePass, Eager),
@@ -217,6 +219,7 @@ fn main() {
         (1, 1, OnePass, Graph),
         (1, 1, ThreePhase, Eager),
         (1, 1, TensorCore, Graph),
+        (1, 1, TensorCore, GraphFusedNorm),
         (2, 2, OnePass, Eager),
         (2, 2, OnePass, Graph),
         (8, 0, OnePass, Eager),
@@ -243,10 +246,13 @@ fn main() {
             Direct => runner
                 .model_mut()
                 .set_decode_buckets(&DEFAULT_DECODE_BUCKETS, false),
-            Graph => runner
+            Graph | GraphFusedNorm => runner
                 .model_mut()
                 .set_decode_buckets(&DEFAULT_DECODE_BUCKETS, true),
         }
+        runner
+            .model_mut()
+            .set_decode_fused_norm(matches!(launch, GraphFusedNorm));
         let how = format!(
             "{}, {kernel:?}, {launch:?}",
             if gemv > 0 { "GEMV kernel" } else { "cuBLAS" },

@@ -98,6 +98,42 @@ fn fixed_split(kv_heads: u32, lens: &[u32]) -> (u32, u32) {
     (splits.next_power_of_two(), part)
 }
 
+/// One-row steps with each norm fused into the GEMV after it (gemv.cu's `gemv_norm`), launched
+/// directly and replayed from a graph: the same logits, bit for bit, and the same ids as the
+/// separate kernels (`direct`, launched directly with GEMV for one row).
+fn fused_norm_matches(
+    m: &mut GpuLlama,
+    s: &Seqs,
+    kv: &KvArena,
+    steps: &[Vec<(usize, usize)>],
+    direct: &[(Vec<f32>, Vec<u32>, Vec<u32>)],
+    name: &str,
+) {
+    let buckets = [1, 2, 4, 8];
+    let one_row: Vec<usize> = (0..steps.len()).filter(|&k| steps[k].len() == 1).collect();
+    assert!(!one_row.is_empty(), "the steps include a one-row step");
+    m.set_decode_fused_norm(true);
+    for graphs in [false, true] {
+        m.set_decode_buckets(&buckets, graphs);
+        for round in 0..2 {
+            for &k in &one_row {
+                let c = decode_chunks(s, &steps[k]);
+                let (want, greedy, drawn) = &direct[k];
+                let fused = logits(m, &c, kv);
+                println!(
+                    "{name} step {k}, graphs {graphs}, round {round}: fused norm + GEMV vs separate kernels identical: {} ({:.2e})",
+                    &fused == want,
+                    rel_err(&fused, want)
+                );
+                assert!(&fused == want, "fused norm + GEMV changed the logits");
+                assert_eq!(&ids(m, &c, kv, 0.0), greedy, "greedy ids, step {k}");
+                assert_eq!(&ids(m, &c, kv, 1.0), drawn, "drawn ids, step {k}");
+            }
+        }
+    }
+    m.set_decode_fused_norm(false);
+}
+
 /// Graph replay against direct launches (identical ids and logits) and against the eager
 /// forward (close logits), over buckets with and without padding rows, steps that reuse a
 /// captured graph with other contexts, and GEMV and cuBLAS matmuls.
@@ -161,6 +197,9 @@ fn graphs_match(spec: RandomLlama, vocab: usize, name: &str, kernel: DecodeKerne
                 )
             })
             .collect();
+        if gemv_rows == 1 {
+            fused_norm_matches(&mut m, &s, &kv, &steps, &direct, name);
+        }
         // One decoder with graphs for all steps: the first call of a key runs directly and
         // captures, later ones (other steps of the bucket too) replay.
         m.set_decode_buckets(&buckets, true);

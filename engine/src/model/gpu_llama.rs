@@ -72,6 +72,23 @@ pub struct GpuLlama {
     /// Decode buckets split each sequence's keys into the step's split count (the first
     /// design) instead of the eager keys per split (benchmarks compare the two).
     decode_equal_splits: bool,
+    /// One-row decode buckets through the GEMV kernel fuse each norm into the GEMV after it
+    /// (`SUPERINFER_FUSED_NORM`; off by default until it has run on a GPU).
+    decode_fused_norm: bool,
+}
+
+/// `SUPERINFER_FUSED_NORM`: `1` fuses the norms of one-row decode steps into their GEMVs
+/// ([`GpuLlama::set_decode_fused_norm`]), `0` or unset does not; anything else is an error.
+fn fused_norm_from_env() -> R<bool> {
+    match std::env::var("SUPERINFER_FUSED_NORM") {
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Ok(v) if v.trim() == "0" => Ok(false),
+        Ok(v) if v.trim() == "1" => Ok(true),
+        Ok(v) => Err(EngineError::Config(format!(
+            "SUPERINFER_FUSED_NORM={v:?}: expected 0 or 1"
+        ))),
+        Err(e) => Err(EngineError::Config(format!("SUPERINFER_FUSED_NORM: {e}"))),
+    }
 }
 
 /// Default of [`GpuLlama::set_decode_buckets`]: powers of two up to 128 rows.
@@ -239,6 +256,7 @@ impl GpuLlama {
             decode_graphs: true,
             decoder: Mutex::new(None),
             decode_equal_splits: false,
+            decode_fused_norm: fused_norm_from_env()?,
         })
     }
 
@@ -267,6 +285,14 @@ impl GpuLlama {
     /// per split: for benchmarks that compare the two.
     pub fn set_decode_equal_splits(&mut self, on: bool) {
         self.decode_equal_splits = on;
+        self.decoder = Mutex::new(None);
+    }
+
+    /// One-row decode steps through the GEMV kernel fuse each `add_rmsnorm` after the first
+    /// into the GEMV that consumes it (gemv.cu's `gemv_norm`, two kernels a layer fewer; the
+    /// same bits, checked by engine/tests/gpu_decode_graphs.rs). Off by default.
+    pub fn set_decode_fused_norm(&mut self, on: bool) {
+        self.decode_fused_norm = on;
         self.decoder = Mutex::new(None);
     }
 
@@ -370,6 +396,7 @@ impl GpuLlama {
         )
         .map_err(ke("decode buffers"))?;
         d.set_equal_splits(self.decode_equal_splits);
+        d.set_fused_norm(self.decode_fused_norm);
         Ok(d)
     }
 

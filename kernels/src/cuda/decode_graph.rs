@@ -18,7 +18,9 @@ use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
 
-use super::model::{sample_params, DecodeLaunch, GpuSample, ModelKernels, RopeLaunch, StepGraph};
+use super::model::{
+    sample_params, DecodeLaunch, GpuSample, ModelKernels, RopeLaunch, StepGraph, GEMV_NORM_MAX_K,
+};
 use crate::attention_plan::{AttentionShape, FixedDecodeLayout, SeqSpan, MAX_FIXED_SPLITS};
 use crate::error::{Error, Result};
 
@@ -92,12 +94,14 @@ struct Addrs {
     params: u64,
     sampled: u64,
     x: u64,
+    /// The residual stream's second buffer (fused norms write the next residual here while
+    /// the current one is still read).
+    x2: u64,
     h: u64,
     qkv: u64,
     q: u64,
     attn: u64,
     o: u64,
-    h2: u64,
     gu: u64,
     act: u64,
     down: u64,
@@ -139,6 +143,8 @@ pub struct DecodeGraphs {
     /// Each sequence's keys in the graph's split count (the first design), instead of the
     /// eager plan's keys per split: kept to measure the two in one run (benches).
     equal_splits: bool,
+    /// One-row GEMV steps fuse their norms (`set_fused_norm`).
+    fused_norm: bool,
 }
 
 fn invalid(what: String) -> Error {
@@ -239,12 +245,12 @@ impl DecodeGraphs {
             params: alloc(4 * r, DType::U32)?,
             sampled: alloc(r, DType::U32)?,
             x: alloc(r * h, dtype)?,
+            x2: alloc(h, dtype)?,
             h: alloc(r * h, dtype)?,
             qkv: alloc(r * (qw + 2 * kvw), dtype)?,
             q: alloc(r * qw, dtype)?,
             attn: alloc(r * qw, dtype)?,
             o: alloc(r * h, dtype)?,
-            h2: alloc(r * h, dtype)?,
             gu: alloc(r * 2 * i, dtype)?,
             act: alloc(r * i, dtype)?,
             down: alloc(r * h, dtype)?,
@@ -295,6 +301,7 @@ impl DecodeGraphs {
             captures: 0,
             capture_error: None,
             equal_splits: false,
+            fused_norm: false,
         })
     }
 
@@ -308,6 +315,14 @@ impl DecodeGraphs {
     /// split: for benchmarks that compare the two.
     pub fn set_equal_splits(&mut self, on: bool) {
         self.equal_splits = on;
+    }
+
+    /// One-row steps through the GEMV kernel fuse each `add_rmsnorm` after the first into the
+    /// GEMV that consumes it (gemv.cu's `gemv_norm`: the same bits, two kernels a layer fewer).
+    /// Captured graphs are dropped.
+    pub fn set_fused_norm(&mut self, on: bool) {
+        self.fused_norm = on;
+        self.graphs.clear();
     }
 
     /// Tokens per block of the arenas these buffers are laid out for.
@@ -465,8 +480,25 @@ impl DecodeGraphs {
             k.launch_embed(dt, b.embed, b.ids, b.x, rows, h)?;
             k.launch_add_rmsnorm(dt, b.x, 0, b.layers[0].ln1, b.h, rows, h, d.eps)?;
         }
+        let fuse = self.fused_norm && gemv && rows == 1 && h <= GEMV_NORM_MAX_K;
+        // The residual stream's current buffer (fused norms alternate between two).
+        let mut res = b.x;
+        // `add_rmsnorm(res += y)` with weight `g`, then `out = normed @ w^T` (n columns).
+        let mut norm_mm = |y: u64, g: u64, w: u64, out: u64, n: u32| -> Result<()> {
+            if fuse {
+                let next = if res == b.x { b.x2 } else { b.x };
+                // SAFETY: one row of `h` elements in res, y, next and g; w (n, h), out n.
+                unsafe { k.launch_gemv_norm(dt, res, y, g, w, out, next, n, h, d.eps) }?;
+                res = next;
+                Ok(())
+            } else {
+                // SAFETY: as above.
+                unsafe { k.launch_add_rmsnorm(dt, b.x, y, g, b.h, rows, h, d.eps) }?;
+                mm(b.h, w, out, n, h)
+            }
+        };
+        mm(b.h, b.layers[0].qkv, b.qkv, qw + 2 * kvw, h)?;
         for (li, la) in b.layers.iter().enumerate() {
-            mm(b.h, la.qkv, b.qkv, qw + 2 * kvw, h)?;
             let rope = RopeLaunch {
                 qkv: b.qkv,
                 bias: la.qkv_bias,
@@ -491,23 +523,22 @@ impl DecodeGraphs {
                 // Each row's keys per split from the plan (the eager plan's for the step).
                 part: 0,
             };
-            let next = b.layers.get(li + 1).map_or(b.norm, |n| n.ln1);
             // SAFETY: as above.
             unsafe {
                 k.launch_rope_kv(dt, &rope, s, li as u32)?;
                 k.launch_decode(dt, &attn, s, li as u32)?;
             }
             mm(b.attn, la.o, b.o, h, qw)?;
-            // SAFETY: as above.
-            unsafe { k.launch_add_rmsnorm(dt, b.x, b.o, la.ln2, b.h2, rows, h, d.eps) }?;
-            mm(b.h2, la.gate_up, b.gu, 2 * i, h)?;
+            norm_mm(b.o, la.ln2, la.gate_up, b.gu, 2 * i)?;
             // SAFETY: as above.
             unsafe { k.launch_silu_mul(dt, b.gu, b.act, rows, i) }?;
             mm(b.act, la.down, b.down, h, i)?;
-            // SAFETY: as above.
-            unsafe { k.launch_add_rmsnorm(dt, b.x, b.down, next, b.h, rows, h, d.eps) }?;
+            // The next layer's norm and QKV projection, or the final norm and the LM head.
+            match b.layers.get(li + 1) {
+                Some(n) => norm_mm(b.down, n.ln1, n.qkv, b.qkv, qw + 2 * kvw)?,
+                None => norm_mm(b.down, b.norm, b.lm_head, b.logits, v)?,
+            }
         }
-        mm(b.h, b.lm_head, b.logits, v, h)?;
         if sample {
             // SAFETY: logits rows × vocab, params 4 rows, sampled rows (padding rows greedy).
             unsafe { k.launch_sample(dt, b.logits, b.params, b.sampled, rows, v) }?;

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::cuda_backend::CudaStorageSlice;
 use candle_core::{DType, Device, Storage, Tensor};
 
-pub use raw::{DecodeLaunch, RopeLaunch, StepGraph};
+pub use raw::{DecodeLaunch, RopeLaunch, StepGraph, GEMV_NORM_MAX_K};
 
 use super::cudarc::cublas::CudaBlas;
 use super::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, PushKernelArg};

@@ -54,6 +54,69 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
     }
 }
 
+// gemv_norm (one row, CUDA-graph decode at batch 1): add_rmsnorm (norm_act.cu) fused into the
+// prologue of the GEMV that consumes its output, so the small kernel between two matmuls is
+// gone. Every CTA computes r = x + y (rounded to T) and out = rmsnorm(r) * g (rounded to T)
+// into shared memory itself (k floats, dynamic shared memory), with add_rmsnorm's thread
+// mapping and reduction for a block of 256 threads, so the GEMV's input, and the result, are
+// bitwise those of the two kernels; CTA 0 also writes r to x_out, the residual stream's next
+// buffer (not x: other CTAs still read x). y may be null (then r = x, and x_out is not
+// written). Grid: any (few CTAs: each one's prologue reads 2k elements); block: 256 threads;
+// k a multiple of 8.
+template <typename T>
+__device__ __forceinline__ void gemv_norm_impl(const T* __restrict__ x, const T* __restrict__ y,
+                                               const T* __restrict__ g, const T* __restrict__ w,
+                                               T* __restrict__ out, T* __restrict__ x_out,
+                                               u32 n, u32 k, float eps) {
+    extern __shared__ float xs[];
+    __shared__ float scratch[32];
+    float ss = 0.0f;
+    for (u32 i = threadIdx.x; i < k; i += blockDim.x) {
+        float v = to_f(x[i]);
+        if (y != nullptr) {
+            const T r = from_f<T>(v + to_f(y[i]));
+            if (blockIdx.x == 0) x_out[i] = r;
+            v = to_f(r);
+        }
+        xs[i] = v;
+        ss += v * v;
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / (float)k + eps);
+    for (u32 i = threadIdx.x; i < k; i += blockDim.x) {
+        xs[i] = to_f(from_f<T>(xs[i] * inv * to_f(g[i])));
+    }
+    __syncthreads();
+    const u32 lane = threadIdx.x & 31;
+    const u32 warps = (gridDim.x * blockDim.x) >> 5;
+    for (u32 col = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; col < n; col += warps) {
+        const T* wr = w + (size_t)col * k;
+        float acc = 0.0f;
+        u32 c = lane * 8;
+        // As gemv_impl<T, 1>: two chunks of 256 elements per iteration, the same order of
+        // products, x from shared memory instead of global.
+        for (; c + 256 < k; c += 512) {
+            uint4 raw[2];
+            raw[0] = *(const uint4*)(wr + c);
+            raw[1] = *(const uint4*)(wr + c + 256);
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const T* we = (const T*)&raw[u];
+                const float* xf = xs + c + u * 256;
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc += to_f(we[e]) * xf[e];
+            }
+        }
+        for (; c < k; c += 256) {
+            float w0[8];
+            load_f<T, 8>(wr + c, w0);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc += w0[e] * xs[c + e];
+        }
+        const float v = warp_sum(acc);
+        if (lane == 0) out[col] = from_f<T>(v);
+    }
+}
+
 #define GEMV(T, NAME, M)                                                                       \
     extern "C" __global__ void __launch_bounds__(256) gemv_##NAME##_m##M(                       \
         const T* x, const T* w, T* y, u32 n, u32 k) {                                          \
@@ -63,5 +126,14 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
     GEMV(T, NAME, 1) GEMV(T, NAME, 2) GEMV(T, NAME, 3) GEMV(T, NAME, 4) \
     GEMV(T, NAME, 5) GEMV(T, NAME, 6) GEMV(T, NAME, 7) GEMV(T, NAME, 8)
 
+#define GEMV_NORM(T, NAME)                                                                     \
+    extern "C" __global__ void __launch_bounds__(256) gemv_norm_##NAME(                          \
+        const T* x, const T* y, const T* g, const T* w, T* out, T* x_out, u32 n, u32 k,         \
+        float eps) {                                                                           \
+        gemv_norm_impl<T>(x, y, g, w, out, x_out, n, k, eps);                                  \
+    }
+
 GEMV_ALL(bf16_t, bf16)
 GEMV_ALL(f16_t, f16)
+GEMV_NORM(bf16_t, bf16)
+GEMV_NORM(f16_t, f16)

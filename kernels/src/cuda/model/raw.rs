@@ -47,6 +47,10 @@ pub struct RopeLaunch {
     pub tokens: u32,
 }
 
+/// The widest row `launch_gemv_norm` takes (its floats in 48 KB of shared memory, less the
+/// reduction's scratch).
+pub const GEMV_NORM_MAX_K: u32 = 12_256;
+
 /// A launch of `dims` CTAs of `threads` threads, no dynamic shared memory.
 pub(super) fn grid(dims: (u32, u32, u32), threads: u32) -> LaunchConfig {
     LaunchConfig {
@@ -250,6 +254,58 @@ impl ModelKernels {
         );
         // SAFETY: the arguments are as this function's contract requires.
         unsafe { b.launch(cfg) }.map_err(driver("launch gemv"))?;
+        Ok(())
+    }
+
+    /// `out = rmsnorm(x + y) * g @ w^T` for one row, by gemv.cu's `gemv_norm`: the
+    /// `add_rmsnorm` before a GEMV fused into its prologue (bitwise the two kernels' result);
+    /// `x + y` goes to `x_out` (y null: nothing is written, the residual stays in `x`).
+    ///
+    /// # Safety
+    /// `x`, `x_out` and `g` hold `k` elements of `dtype`, `y` too unless 0, `w` `(n, k)`,
+    /// `out` `n`; `x_out` is not `x` or `y`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_gemv_norm(
+        &self,
+        dtype: DType,
+        x: u64,
+        y: u64,
+        g: u64,
+        w: u64,
+        out: u64,
+        x_out: u64,
+        n: u32,
+        k: u32,
+        eps: f32,
+    ) -> Result<()> {
+        // The normalised row in dynamic shared memory, within the 48 KB a launch may take
+        // without opting in.
+        if !k.is_multiple_of(8) || k > GEMV_NORM_MAX_K {
+            return Err(Error::Invalid(format!(
+                "gemv_norm: k {k} (a multiple of 8, at most {GEMV_NORM_MAX_K})"
+            )));
+        }
+        let name = half_dtype(dtype, "gemv_norm")?;
+        let f = self.func(&self.gemv, format_args!("gemv_norm_{name}"))?;
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(&x)
+            .arg(&y)
+            .arg(&g)
+            .arg(&w)
+            .arg(&out)
+            .arg(&x_out)
+            .arg(&n)
+            .arg(&k)
+            .arg(&eps);
+        // Four CTAs an SM at most: each one's prologue reads the row and the residual (2k
+        // elements from L2), so fewer CTAs with more columns each than gemv's grid.
+        let mut cfg = grid(
+            (n.div_ceil(8).min(self.multiprocessors * 4).max(1), 1, 1),
+            256,
+        );
+        cfg.shared_mem_bytes = k * 4;
+        // SAFETY: the arguments are as this function's contract requires.
+        unsafe { b.launch(cfg) }.map_err(driver("launch gemv_norm"))?;
         Ok(())
     }
 
