@@ -102,6 +102,7 @@ struct Addrs {
     q: u64,
     attn: u64,
     o: u64,
+    h2: u64,
     gu: u64,
     act: u64,
     down: u64,
@@ -251,6 +252,7 @@ impl DecodeGraphs {
             q: alloc(r * qw, dtype)?,
             attn: alloc(r * qw, dtype)?,
             o: alloc(r * h, dtype)?,
+            h2: alloc(r * h, dtype)?,
             gu: alloc(r * 2 * i, dtype)?,
             act: alloc(r * i, dtype)?,
             down: alloc(r * h, dtype)?,
@@ -483,8 +485,9 @@ impl DecodeGraphs {
         let fuse = self.fused_norm && gemv && rows == 1 && h <= GEMV_NORM_MAX_K;
         // The residual stream's current buffer (fused norms alternate between two).
         let mut res = b.x;
-        // `add_rmsnorm(res += y)` with weight `g`, then `out = normed @ w^T` (n columns).
-        let mut norm_mm = |y: u64, g: u64, w: u64, out: u64, n: u32| -> Result<()> {
+        // `add_rmsnorm(res += y)` with weight `g` (into `normed` unless fused), then
+        // `out = normed @ w^T` (n columns).
+        let mut norm_mm = |y: u64, g: u64, normed: u64, w: u64, out: u64, n: u32| -> Result<()> {
             if fuse {
                 let next = if res == b.x { b.x2 } else { b.x };
                 // SAFETY: one row of `h` elements in res, y, next and g; w (n, h), out n.
@@ -493,8 +496,8 @@ impl DecodeGraphs {
                 Ok(())
             } else {
                 // SAFETY: as above.
-                unsafe { k.launch_add_rmsnorm(dt, b.x, y, g, b.h, rows, h, d.eps) }?;
-                mm(b.h, w, out, n, h)
+                unsafe { k.launch_add_rmsnorm(dt, b.x, y, g, normed, rows, h, d.eps) }?;
+                mm(normed, w, out, n, h)
             }
         };
         mm(b.h, b.layers[0].qkv, b.qkv, qw + 2 * kvw, h)?;
@@ -529,14 +532,14 @@ impl DecodeGraphs {
                 k.launch_decode(dt, &attn, s, li as u32)?;
             }
             mm(b.attn, la.o, b.o, h, qw)?;
-            norm_mm(b.o, la.ln2, la.gate_up, b.gu, 2 * i)?;
+            norm_mm(b.o, la.ln2, b.h2, la.gate_up, b.gu, 2 * i)?;
             // SAFETY: as above.
             unsafe { k.launch_silu_mul(dt, b.gu, b.act, rows, i) }?;
             mm(b.act, la.down, b.down, h, i)?;
             // The next layer's norm and QKV projection, or the final norm and the LM head.
             match b.layers.get(li + 1) {
-                Some(n) => norm_mm(b.down, n.ln1, n.qkv, b.qkv, qw + 2 * kvw)?,
-                None => norm_mm(b.down, b.norm, b.lm_head, b.logits, v)?,
+                Some(n) => norm_mm(b.down, n.ln1, b.h, n.qkv, b.qkv, qw + 2 * kvw)?,
+                None => norm_mm(b.down, b.norm, b.h, b.lm_head, b.logits, v)?,
             }
         }
         if sample {
