@@ -5,8 +5,28 @@
 // warp reads the same x). Memory-bound on w: cuBLAS's GEMM tiles leave most SMs idle at m = 1
 // (e.g. 32 CTAs for a 4096-wide output).
 // k must be a multiple of 8. Grid: any; block: 256 threads.
-template <typename T, int M>
-__device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w,
+// The rows of x, read from global memory (L1/L2) as gemv's `x` argument.
+template <typename T> struct GlobalRows {
+    const T* __restrict__ x;
+    u32 k;
+    __device__ __forceinline__ void load8(int r, u32 c, int off, float* f) const {
+        load_f<T, 8>(x + (size_t)r * k + c + off, f);
+    }
+};
+
+// One row of x already converted to floats in shared memory (gemv_norm's prologue).
+struct SharedRow {
+    const float* xs;
+    __device__ __forceinline__ void load8(int, u32 c, int off, float* f) const {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) f[e] = xs[c + off + e];
+    }
+};
+
+// The GEMV over the M rows that `xr` loads (8 consecutive floats of row r from element
+// c + off).
+template <typename T, int M, typename Rows>
+__device__ __forceinline__ void gemv_rows(const Rows& xr, const T* __restrict__ w,
                                           T* __restrict__ y, u32 n, u32 k) {
     const u32 lane = threadIdx.x & 31;
     const u32 warps = (gridDim.x * blockDim.x) >> 5;
@@ -29,7 +49,7 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
 #pragma unroll
                 for (int r = 0; r < M; ++r) {
                     float xf[8];
-                    load_f<T, 8>(x + (size_t)r * k + c + u * 256, xf);
+                    xr.load8(r, c, u * 256, xf);
 #pragma unroll
                     for (int e = 0; e < 8; ++e) acc[r] += to_f(we[e]) * xf[e];
                 }
@@ -41,7 +61,7 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
 #pragma unroll
             for (int r = 0; r < M; ++r) {
                 float x0[8];
-                load_f<T, 8>(x + (size_t)r * k + c, x0);
+                xr.load8(r, c, 0, x0);
 #pragma unroll
                 for (int e = 0; e < 8; ++e) acc[r] += w0[e] * x0[e];
             }
@@ -52,6 +72,12 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
             if (lane == 0) y[(size_t)r * n + col] = from_f<T>(v);
         }
     }
+}
+
+template <typename T, int M>
+__device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w,
+                                          T* __restrict__ y, u32 n, u32 k) {
+    gemv_rows<T, M>(GlobalRows<T>{x, k}, w, y, n, k);
 }
 
 // gemv_norm (one row, CUDA-graph decode at batch 1): add_rmsnorm (norm_act.cu) fused into the
@@ -86,35 +112,8 @@ __device__ __forceinline__ void gemv_norm_impl(const T* __restrict__ x, const T*
         xs[i] = to_f(from_f<T>(xs[i] * inv * to_f(g[i])));
     }
     __syncthreads();
-    const u32 lane = threadIdx.x & 31;
-    const u32 warps = (gridDim.x * blockDim.x) >> 5;
-    for (u32 col = (blockIdx.x * blockDim.x + threadIdx.x) >> 5; col < n; col += warps) {
-        const T* wr = w + (size_t)col * k;
-        float acc = 0.0f;
-        u32 c = lane * 8;
-        // As gemv_impl<T, 1>: two chunks of 256 elements per iteration, the same order of
-        // products, x from shared memory instead of global.
-        for (; c + 256 < k; c += 512) {
-            uint4 raw[2];
-            raw[0] = *(const uint4*)(wr + c);
-            raw[1] = *(const uint4*)(wr + c + 256);
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const T* we = (const T*)&raw[u];
-                const float* xf = xs + c + u * 256;
-#pragma unroll
-                for (int e = 0; e < 8; ++e) acc += to_f(we[e]) * xf[e];
-            }
-        }
-        for (; c < k; c += 256) {
-            float w0[8];
-            load_f<T, 8>(wr + c, w0);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc += w0[e] * xs[c + e];
-        }
-        const float v = warp_sum(acc);
-        if (lane == 0) out[col] = from_f<T>(v);
-    }
+    // gemv's loop over the row in shared memory: the same products in the same order.
+    gemv_rows<T, 1>(SharedRow{xs}, w, out, n, k);
 }
 
 #define GEMV(T, NAME, M)                                                                       \
