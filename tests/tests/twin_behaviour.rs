@@ -204,7 +204,8 @@ fn a_tenant_over_its_share_spends_it_on_requests_that_can_still_meet_their_slo()
     assert!(wlvf.throughput_tokens_per_s >= 0.99 * fcfs.throughput_tokens_per_s);
     // w1 offers a third of the load on a seventh of the weight: what it is given goes to its
     // requests that can still make their deadline (27.9% when its late ones took its earliest
-    // virtual starts; 79.5% since; 78.8% at 26 RPS with the refitted profile), while w2 and w4 keep theirs.
+    // virtual starts; 79.5% since; 78.8% at 26 RPS with the refitted profile), while w2 and
+    // w4 keep theirs.
     let w = |name: &str| wlvf.tenants.iter().find(|t| t.name == name).unwrap();
     assert!(w("w1").ttft_attainment >= 0.6, "{:?}", w("w1"));
     for name in ["w2", "w4"] {

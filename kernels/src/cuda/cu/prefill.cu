@@ -180,7 +180,7 @@ __device__ __forceinline__ void paged_prefill_impl(
 }
 
 #define PREFILL(T, NAME, D)                                                                    \
-    extern "C" __global__ void __launch_bounds__(PF_THREADS) paged_prefill_##NAME##_d##D(            \
+    extern "C" __global__ void __launch_bounds__(PF_THREADS) paged_prefill_##NAME##_d##D(     \
         const T* q, const T* kv, T* out, const u32* tiles, const u32* seqs, const u32* tables, \
         u32 num_heads, u32 kv_heads, u32 num_layers, u32 block_size, u32 layer,               \
         float scale_log2, u32 window) {                                                        \
