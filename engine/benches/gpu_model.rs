@@ -163,6 +163,10 @@ enum Launch {
     Graph,
     /// Graph, with each norm of a one-row step fused into the GEMV after it.
     GraphFusedNorm,
+    /// Graph, with silu_mul fused into the gate/up GEMV.
+    GraphFusedSilu,
+    /// Graph, with both fusions.
+    GraphFused,
 }
 
 fn main() {
@@ -211,7 +215,7 @@ fn main() {
     println!("| batch | matmuls, decode attention, launch | ms/step | roofline ms (weights + KV at {} TB/s) | x roofline | tokens/s | host issue ms |", a.hbm_tbs);
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     use superinfer_kernels::cuda::DecodeKernel::{OnePass, TensorCore, ThreePhase};
-    use Launch::{Direct, Eager, Graph, GraphFusedNorm};
+    use Launch::{Direct, Eager, Graph, GraphFused, GraphFusedNorm, GraphFusedSilu};
     let steps = [
         (1usize, 0usize, OnePass, Eager),
         (1, 1, OnePass, Eager),
@@ -220,6 +224,8 @@ fn main() {
         (1, 1, ThreePhase, Eager),
         (1, 1, TensorCore, Graph),
         (1, 1, TensorCore, GraphFusedNorm),
+        (1, 1, TensorCore, GraphFusedSilu),
+        (1, 1, TensorCore, GraphFused),
         (2, 2, OnePass, Eager),
         (2, 2, OnePass, Graph),
         (8, 0, OnePass, Eager),
@@ -228,6 +234,8 @@ fn main() {
         (8, 8, OnePass, Graph),
         (8, 0, ThreePhase, Eager),
         (8, 0, TensorCore, Graph),
+        (8, 8, TensorCore, Graph),
+        (8, 8, TensorCore, GraphFusedSilu),
         (32, 0, OnePass, Eager),
         (32, 0, OnePass, Graph),
         (32, 0, TensorCore, Graph),
@@ -246,13 +254,16 @@ fn main() {
             Direct => runner
                 .model_mut()
                 .set_decode_buckets(&DEFAULT_DECODE_BUCKETS, false),
-            Graph | GraphFusedNorm => runner
+            Graph | GraphFusedNorm | GraphFusedSilu | GraphFused => runner
                 .model_mut()
                 .set_decode_buckets(&DEFAULT_DECODE_BUCKETS, true),
         }
         runner
             .model_mut()
-            .set_decode_fused_norm(matches!(launch, GraphFusedNorm));
+            .set_decode_fused_norm(matches!(launch, GraphFusedNorm | GraphFused));
+        runner
+            .model_mut()
+            .set_decode_fused_silu(matches!(launch, GraphFusedSilu | GraphFused));
         let how = format!(
             "{}, {kernel:?}, {launch:?}",
             if gemv > 0 { "GEMV kernel" } else { "cuBLAS" },

@@ -98,10 +98,12 @@ fn fixed_split(kv_heads: u32, lens: &[u32]) -> (u32, u32) {
     (splits.next_power_of_two(), part)
 }
 
-/// One-row steps with each norm fused into the GEMV after it (gemv.cu's `gemv_norm`), launched
-/// directly and replayed from a graph: the same logits, bit for bit, and the same ids as the
-/// separate kernels (`direct`, launched directly with GEMV for one row).
-fn fused_norm_matches(
+/// Steps with each norm of a one-row step fused into the GEMV after it (gemv.cu's
+/// `gemv_norm`) and with silu_mul fused into the gate/up GEMV (`gemv_silu`, any GEMV step),
+/// each alone and both, launched directly and replayed from a graph: the same logits, bit for
+/// bit, and the same ids as the separate kernels (`direct`, launched directly with the same
+/// GEMV rows).
+fn fused_matches(
     m: &mut GpuLlama,
     s: &Seqs,
     kv: &KvArena,
@@ -110,28 +112,35 @@ fn fused_norm_matches(
     name: &str,
 ) {
     let buckets = [1, 2, 4, 8];
-    let one_row: Vec<usize> = (0..steps.len()).filter(|&k| steps[k].len() == 1).collect();
-    assert!(!one_row.is_empty(), "the steps include a one-row step");
-    m.set_decode_fused_norm(true);
-    for graphs in [false, true] {
-        m.set_decode_buckets(&buckets, graphs);
-        for round in 0..2 {
-            for &k in &one_row {
-                let c = decode_chunks(s, &steps[k]);
-                let (want, greedy, drawn) = &direct[k];
-                let fused = logits(m, &c, kv);
-                println!(
-                    "{name} step {k}, graphs {graphs}, round {round}: fused norm + GEMV vs separate kernels identical: {} ({:.2e})",
-                    &fused == want,
-                    rel_err(&fused, want)
-                );
-                assert!(&fused == want, "fused norm + GEMV changed the logits");
-                assert_eq!(&ids(m, &c, kv, 0.0), greedy, "greedy ids, step {k}");
-                assert_eq!(&ids(m, &c, kv, 1.0), drawn, "drawn ids, step {k}");
+    assert!(
+        steps.iter().any(|s| s.len() == 1),
+        "the steps include a one-row step"
+    );
+    for (norm, silu) in [(true, false), (false, true), (true, true)] {
+        m.set_decode_fused_norm(norm);
+        m.set_decode_fused_silu(silu);
+        for graphs in [false, true] {
+            m.set_decode_buckets(&buckets, graphs);
+            for round in 0..2 {
+                for (k, step) in steps.iter().enumerate() {
+                    let c = decode_chunks(s, step);
+                    let (want, greedy, drawn) = &direct[k];
+                    let fused = logits(m, &c, kv);
+                    println!(
+                        "{name} step {k} ({} rows), norm {norm} silu {silu}, graphs {graphs}, round {round}: fused vs separate kernels identical: {} ({:.2e})",
+                        c.len(),
+                        &fused == want,
+                        rel_err(&fused, want)
+                    );
+                    assert!(&fused == want, "a fused GEMV changed the logits");
+                    assert_eq!(&ids(m, &c, kv, 0.0), greedy, "greedy ids, step {k}");
+                    assert_eq!(&ids(m, &c, kv, 1.0), drawn, "drawn ids, step {k}");
+                }
             }
         }
     }
     m.set_decode_fused_norm(false);
+    m.set_decode_fused_silu(false);
 }
 
 /// Graph replay against direct launches (identical ids and logits) and against the eager
@@ -183,7 +192,8 @@ fn graphs_match(spec: RandomLlama, vocab: usize, name: &str, kernel: DecodeKerne
         "steps 3 and 4 share a graph but not the keys per split: {a:?} {b:?}"
     );
     let buckets = [1, 2, 4, 8];
-    for gemv_rows in [1usize, 0] {
+    // GEMV for one row (the default), for every bucket, and never.
+    for gemv_rows in [1usize, 8, 0] {
         m.set_gemv_max_rows(gemv_rows);
         m.set_decode_buckets(&buckets, false);
         let direct: Vec<(Vec<f32>, Vec<u32>, Vec<u32>)> = steps
@@ -197,8 +207,8 @@ fn graphs_match(spec: RandomLlama, vocab: usize, name: &str, kernel: DecodeKerne
                 )
             })
             .collect();
-        if gemv_rows == 1 {
-            fused_norm_matches(&mut m, &s, &kv, &steps, &direct, name);
+        if gemv_rows > 0 {
+            fused_matches(&mut m, &s, &kv, &steps, &direct, name);
         }
         // One decoder with graphs for all steps: the first call of a key runs directly and
         // captures, later ones (other steps of the bucket too) replay.

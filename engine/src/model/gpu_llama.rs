@@ -75,19 +75,23 @@ pub struct GpuLlama {
     /// One-row decode buckets through the GEMV kernel fuse each norm into the GEMV after it
     /// (`SUPERINFER_FUSED_NORM`; off by default until it has run on a GPU).
     decode_fused_norm: bool,
+    /// Decode buckets through the GEMV kernel compute silu_mul in the gate/up projection's
+    /// epilogue (`SUPERINFER_FUSED_SILU`; off by default until it has run on a GPU).
+    decode_fused_silu: bool,
 }
 
-/// `SUPERINFER_FUSED_NORM`: `1` fuses the norms of one-row decode steps into their GEMVs
-/// ([`GpuLlama::set_decode_fused_norm`]), `0` or unset does not; anything else is an error.
-fn fused_norm_from_env() -> R<bool> {
-    match std::env::var("SUPERINFER_FUSED_NORM") {
+/// A switch from the environment: `1` on, `0` or unset off; anything else is an error naming
+/// the variable (`SUPERINFER_FUSED_NORM`: [`GpuLlama::set_decode_fused_norm`];
+/// `SUPERINFER_FUSED_SILU`: [`GpuLlama::set_decode_fused_silu`]).
+fn switch_from_env(name: &str) -> R<bool> {
+    match std::env::var(name) {
         Err(std::env::VarError::NotPresent) => Ok(false),
         Ok(v) if v.trim() == "0" => Ok(false),
         Ok(v) if v.trim() == "1" => Ok(true),
         Ok(v) => Err(EngineError::Config(format!(
-            "SUPERINFER_FUSED_NORM={v:?}: expected 0 or 1"
+            "{name}={v:?}: expected 0 or 1"
         ))),
-        Err(e) => Err(EngineError::Config(format!("SUPERINFER_FUSED_NORM: {e}"))),
+        Err(e) => Err(EngineError::Config(format!("{name}: {e}"))),
     }
 }
 
@@ -256,7 +260,8 @@ impl GpuLlama {
             decode_graphs: true,
             decoder: Mutex::new(None),
             decode_equal_splits: false,
-            decode_fused_norm: fused_norm_from_env()?,
+            decode_fused_norm: switch_from_env("SUPERINFER_FUSED_NORM")?,
+            decode_fused_silu: switch_from_env("SUPERINFER_FUSED_SILU")?,
         })
     }
 
@@ -293,6 +298,14 @@ impl GpuLlama {
     /// same bits, checked by engine/tests/gpu_decode_graphs.rs). Off by default.
     pub fn set_decode_fused_norm(&mut self, on: bool) {
         self.decode_fused_norm = on;
+        self.decoder = Mutex::new(None);
+    }
+
+    /// Decode steps through the GEMV kernel compute the gate/up projection's `silu_mul` in its
+    /// epilogue (gemv.cu's `gemv_silu`, one kernel a layer fewer; the same bits, checked by
+    /// engine/tests/gpu_decode_graphs.rs). Off by default.
+    pub fn set_decode_fused_silu(&mut self, on: bool) {
+        self.decode_fused_silu = on;
         self.decoder = Mutex::new(None);
     }
 
@@ -397,6 +410,7 @@ impl GpuLlama {
         .map_err(ke("decode buffers"))?;
         d.set_equal_splits(self.decode_equal_splits);
         d.set_fused_norm(self.decode_fused_norm);
+        d.set_fused_silu(self.decode_fused_silu);
         Ok(d)
     }
 

@@ -19,7 +19,8 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor};
 
 use super::model::{
-    sample_params, DecodeLaunch, GpuSample, ModelKernels, RopeLaunch, StepGraph, GEMV_NORM_MAX_K,
+    sample_params, DecodeLaunch, GemvOut, GpuSample, ModelKernels, RopeLaunch, StepGraph,
+    GEMV_NORM_MAX_K,
 };
 use crate::attention_plan::{AttentionShape, FixedDecodeLayout, SeqSpan, MAX_FIXED_SPLITS};
 use crate::error::{Error, Result};
@@ -146,6 +147,8 @@ pub struct DecodeGraphs {
     equal_splits: bool,
     /// One-row GEMV steps fuse their norms (`set_fused_norm`).
     fused_norm: bool,
+    /// GEMV steps fuse silu_mul into the gate/up projection (`set_fused_silu`).
+    fused_silu: bool,
 }
 
 fn invalid(what: String) -> Error {
@@ -304,6 +307,7 @@ impl DecodeGraphs {
             capture_error: None,
             equal_splits: false,
             fused_norm: false,
+            fused_silu: false,
         })
     }
 
@@ -324,6 +328,14 @@ impl DecodeGraphs {
     /// Captured graphs are dropped.
     pub fn set_fused_norm(&mut self, on: bool) {
         self.fused_norm = on;
+        self.graphs.clear();
+    }
+
+    /// Steps through the GEMV kernel compute the gate/up projection's `silu_mul` in its
+    /// epilogue (gemv.cu's `gemv_silu`: the same bits, one kernel a layer fewer). Captured
+    /// graphs are dropped.
+    pub fn set_fused_silu(&mut self, on: bool) {
+        self.fused_silu = on;
         self.graphs.clear();
     }
 
@@ -462,13 +474,21 @@ impl DecodeGraphs {
         let qw = s.num_heads * s.head_dim;
         let kvw = s.kv_heads * s.head_dim;
         let gemv = rows as usize <= self.gemv_max_rows;
-        let mm = |x: u64, w: u64, y: u64, n: u32, kk: u32| -> Result<()> {
-            // SAFETY: x holds rows × kk, w n × kk and y rows × n elements (buffers sized for
-            // the largest bucket, weights checked in `new`).
+        // `y = x @ w^T` (n columns), or with `silu` the gate/up projection's activation (n =
+        // inter columns, w (2n, kk)).
+        let mm = |x: u64, w: u64, y: u64, n: u32, kk: u32, silu: bool| -> Result<()> {
+            // SAFETY: x holds rows × kk, w n × kk (2n × kk with silu) and y rows × n elements
+            // (buffers sized for the largest bucket, weights checked in `new`).
             unsafe {
                 if gemv {
-                    k.launch_gemv(dt, x, w, y, rows, n, kk)
+                    let out = if silu {
+                        GemvOut::SiluMul
+                    } else {
+                        GemvOut::Plain
+                    };
+                    k.launch_gemv(dt, x, w, y, rows, n, kk, out)
                 } else {
+                    debug_assert!(!silu, "silu_mul is fused only into the GEMV kernel");
                     k.launch_gemm(dt, x, w, y, rows, n, kk)
                 }
             }
@@ -483,24 +503,31 @@ impl DecodeGraphs {
             k.launch_add_rmsnorm(dt, b.x, 0, b.layers[0].ln1, b.h, rows, h, d.eps)?;
         }
         let fuse = self.fused_norm && gemv && rows == 1 && h <= GEMV_NORM_MAX_K;
+        let fuse_silu = self.fused_silu && gemv;
         // The residual stream's current buffer (fused norms alternate between two).
         let mut res = b.x;
         // `add_rmsnorm(res += y)` with weight `g` (into `normed` unless fused), then
-        // `out = normed @ w^T` (n columns).
-        let mut norm_mm = |y: u64, g: u64, normed: u64, w: u64, out: u64, n: u32| -> Result<()> {
+        // `out = normed @ w^T` (n columns; with `silu`, the activation of n = inter columns).
+        let mut norm_mm = |y: u64, g: u64, normed: u64, w: u64, out: u64, n: u32, silu: bool| {
             if fuse {
                 let next = if res == b.x { b.x2 } else { b.x };
-                // SAFETY: one row of `h` elements in res, y, next and g; w (n, h), out n.
-                unsafe { k.launch_gemv_norm(dt, res, y, g, w, out, next, n, h, d.eps) }?;
+                let epilogue = if silu {
+                    GemvOut::SiluMul
+                } else {
+                    GemvOut::Plain
+                };
+                // SAFETY: one row of `h` elements in res, y, next and g; w (n, h) ((2n, h) with
+                // silu), out n.
+                unsafe { k.launch_gemv_norm(dt, res, y, g, w, out, next, n, h, d.eps, epilogue) }?;
                 res = next;
                 Ok(())
             } else {
                 // SAFETY: as above.
                 unsafe { k.launch_add_rmsnorm(dt, b.x, y, g, normed, rows, h, d.eps) }?;
-                mm(normed, w, out, n, h)
+                mm(normed, w, out, n, h, silu)
             }
         };
-        mm(b.h, b.layers[0].qkv, b.qkv, qw + 2 * kvw, h)?;
+        mm(b.h, b.layers[0].qkv, b.qkv, qw + 2 * kvw, h, false)?;
         for (li, la) in b.layers.iter().enumerate() {
             let rope = RopeLaunch {
                 qkv: b.qkv,
@@ -531,15 +558,19 @@ impl DecodeGraphs {
                 k.launch_rope_kv(dt, &rope, s, li as u32)?;
                 k.launch_decode(dt, &attn, s, li as u32)?;
             }
-            mm(b.attn, la.o, b.o, h, qw)?;
-            norm_mm(b.o, la.ln2, b.h2, la.gate_up, b.gu, 2 * i)?;
-            // SAFETY: as above.
-            unsafe { k.launch_silu_mul(dt, b.gu, b.act, rows, i) }?;
-            mm(b.act, la.down, b.down, h, i)?;
+            mm(b.attn, la.o, b.o, h, qw, false)?;
+            if fuse_silu {
+                norm_mm(b.o, la.ln2, b.h2, la.gate_up, b.act, i, true)?;
+            } else {
+                norm_mm(b.o, la.ln2, b.h2, la.gate_up, b.gu, 2 * i, false)?;
+                // SAFETY: as above.
+                unsafe { k.launch_silu_mul(dt, b.gu, b.act, rows, i) }?;
+            }
+            mm(b.act, la.down, b.down, h, i, false)?;
             // The next layer's norm and QKV projection, or the final norm and the LM head.
             match b.layers.get(li + 1) {
-                Some(n) => norm_mm(b.down, n.ln1, b.h, n.qkv, b.qkv, qw + 2 * kvw)?,
-                None => norm_mm(b.down, b.norm, b.h, b.lm_head, b.logits, v)?,
+                Some(n) => norm_mm(b.down, n.ln1, b.h, n.qkv, b.qkv, qw + 2 * kvw, false)?,
+                None => norm_mm(b.down, b.norm, b.h, b.lm_head, b.logits, v, false)?,
             }
         }
         if sample {

@@ -19,7 +19,7 @@ use candle_core::cuda_backend::CudaStorageSlice;
 use candle_core::{DType, Device, Storage, Tensor};
 
 pub use decode_kernel::DecodeKernel;
-pub use raw::{DecodeLaunch, RopeLaunch, StepGraph, GEMV_NORM_MAX_K};
+pub use raw::{DecodeLaunch, GemvOut, RopeLaunch, StepGraph, GEMV_NORM_MAX_K};
 
 use super::cudarc::cublas::CudaBlas;
 use super::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, PushKernelArg};
@@ -449,7 +449,18 @@ impl ModelKernels {
         let (p_x, p_w, p_y) = (ptr(x, st)?, ptr(w, st)?, ptr(&out, st)?);
         // SAFETY: warps read rows of w and x inside (n, k) and (m, k) and write y (m, n); all
         // three are contiguous tensors of those shapes (checked).
-        unsafe { self.launch_gemv(x.dtype(), p_x, p_w, p_y, m as u32, n as u32, k as u32) }?;
+        unsafe {
+            self.launch_gemv(
+                x.dtype(),
+                p_x,
+                p_w,
+                p_y,
+                m as u32,
+                n as u32,
+                k as u32,
+                GemvOut::Plain,
+            )
+        }?;
         Ok(out)
     }
 

@@ -51,6 +51,26 @@ pub struct RopeLaunch {
 /// reduction's scratch).
 pub const GEMV_NORM_MAX_K: u32 = 12_256;
 
+/// What a GEMV writes for output column `c` of `n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemvOut {
+    /// `x · w[c]`: `w` is `(n, k)`.
+    Plain,
+    /// `silu(x · w[c]) * (x · w[n + c])`: `w` is the fused gate/up projection `(2n, k)`, and
+    /// the result is bitwise `silu_mul` over the plain GEMV's `2n` columns.
+    SiluMul,
+}
+
+impl GemvOut {
+    /// The kernel name's infix.
+    fn infix(self) -> &'static str {
+        match self {
+            GemvOut::Plain => "",
+            GemvOut::SiluMul => "_silu",
+        }
+    }
+}
+
 /// A launch of `dims` CTAs of `threads` threads, no dynamic shared memory.
 pub(super) fn grid(dims: (u32, u32, u32), threads: u32) -> LaunchConfig {
     LaunchConfig {
@@ -229,7 +249,8 @@ impl ModelKernels {
     }
 
     /// `y = x @ w^T` by our GEMV kernel: `x` `(m, k)` with `1 <= m <= GEMV_MAX_ROWS`, `w`
-    /// `(n, k)`, `k` a multiple of 8.
+    /// `(n, k)`, `k` a multiple of 8; with [`GemvOut::SiluMul`], `w` `(2n, k)` and `y` the
+    /// activation `(m, n)`.
     ///
     /// # Safety
     /// The three addresses hold those shapes in `dtype`.
@@ -243,9 +264,10 @@ impl ModelKernels {
         m: u32,
         n: u32,
         k: u32,
+        out: GemvOut,
     ) -> Result<()> {
         let name = half_dtype(dtype, "gemv")?;
-        let f = self.func(&self.gemv, format_args!("gemv_{name}_m{m}"))?;
+        let f = self.func(&self.gemv, format_args!("gemv{}_{name}_m{m}", out.infix()))?;
         let mut b = self.stream.launch_builder(&f);
         b.arg(&x).arg(&w).arg(&y).arg(&n).arg(&k);
         let cfg = grid(
@@ -259,11 +281,12 @@ impl ModelKernels {
 
     /// `out = rmsnorm(x + y) * g @ w^T` for one row, by gemv.cu's `gemv_norm`: the
     /// `add_rmsnorm` before a GEMV fused into its prologue (bitwise the two kernels' result);
-    /// `x + y` goes to `x_out` (y null: nothing is written, the residual stays in `x`).
+    /// `x + y` goes to `x_out` (y null: nothing is written, the residual stays in `x`). With
+    /// [`GemvOut::SiluMul`] the GEMV's epilogue is `silu_mul` too (gemv.cu's `gemv_norm_silu`).
     ///
     /// # Safety
-    /// `x`, `x_out` and `g` hold `k` elements of `dtype`, `y` too unless 0, `w` `(n, k)`,
-    /// `out` `n`; `x_out` is not `x` or `y`.
+    /// `x`, `x_out` and `g` hold `k` elements of `dtype`, `y` too unless 0, `w` `(n, k)`
+    /// (`(2n, k)` with `SiluMul`), `out` `n`; `x_out` is not `x` or `y`.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn launch_gemv_norm(
         &self,
@@ -277,6 +300,7 @@ impl ModelKernels {
         n: u32,
         k: u32,
         eps: f32,
+        epilogue: GemvOut,
     ) -> Result<()> {
         // The normalised row in dynamic shared memory, within the 48 KB a launch may take
         // without opting in.
@@ -286,7 +310,10 @@ impl ModelKernels {
             )));
         }
         let name = half_dtype(dtype, "gemv_norm")?;
-        let f = self.func(&self.gemv, format_args!("gemv_norm_{name}"))?;
+        let f = self.func(
+            &self.gemv,
+            format_args!("gemv_norm{}_{name}", epilogue.infix()),
+        )?;
         let mut b = self.stream.launch_builder(&f);
         b.arg(&x)
             .arg(&y)
