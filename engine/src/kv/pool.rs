@@ -180,6 +180,9 @@ impl KvPool {
     pub fn with_prefix_cache(mut self, on: bool, dram_level: bool) -> KvPool {
         self.prefix = on;
         self.dram_level = dram_level;
+        if on {
+            self.cache = cache::Cache::with_capacity(self.dram_capacity as usize);
+        }
         self
     }
 

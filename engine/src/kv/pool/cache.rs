@@ -24,6 +24,9 @@ use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet};
 use superinfer_policies::RequestId;
 
+/// Stale names are swept once there are more than this many and they are half the index.
+const STALE_SWEEP_MIN: usize = 1024;
+
 /// An entry's place in the cache's slab.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EntryId(pub u32);
@@ -87,6 +90,21 @@ pub struct Cache {
 }
 
 impl Cache {
+    /// A cache for at most `entries` entries (every entry has a DRAM copy: the DRAM tier's
+    /// blocks), its index and slab sized once: the index holds at most twice the entries in
+    /// names (stale ones are swept past half), so it never grows or rehashes while serving
+    /// (growing a table of a million names in a decode step was ~10% of the step's host time,
+    /// docs/BENCHMARKS.md "Per-step cost").
+    pub fn with_capacity(entries: usize) -> Cache {
+        let mut index = FxHashMap::default();
+        index.reserve(2 * entries + 2 * STALE_SWEEP_MIN);
+        Cache {
+            slab: Vec::with_capacity(entries),
+            index,
+            ..Cache::default()
+        }
+    }
+
     pub fn get(&self, e: EntryId) -> &Entry {
         self.slab[e.0 as usize].as_ref().expect("live entry")
     }
@@ -146,7 +164,7 @@ impl Cache {
     /// One more name in the index went stale; sweeps them all once they are half of it.
     fn forget(&mut self) {
         self.stale += 1;
-        if self.stale > 1024 && self.stale * 2 > self.index.len() {
+        if self.stale > STALE_SWEEP_MIN && self.stale * 2 > self.index.len() {
             let mut index = std::mem::take(&mut self.index);
             index.retain(|h, e| self.names(h, *e));
             self.index = index;
