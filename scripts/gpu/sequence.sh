@@ -3,8 +3,9 @@
 # with its own time limit and output folder, so one that overruns or fails leaves the others'.
 #   on the GPU: scripts/gpu/sequence.sh 'NAME:SECONDS:COMMAND' …   # carry what the commands need
 # Each COMMAND runs with OUT=<folder of its own> under `timeout SECONDS`, its console in
-# console.log there. A call brings back at most 8 files, so $OUT gets results.tar.xz (every
-# step's folder) and status.txt (each step's exit status and seconds).
+# console.log there. A call brings back at most 8 files, so $OUT gets NAME.tar.xz per step
+# (its folder, written as soon as the step ends, so a call cut short keeps the steps before)
+# and status.txt (each step's exit status and seconds).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -23,5 +24,5 @@ for step in "$@"; do
   rc=$?
   echo "$name rc=$rc seconds=$(( $(date +%s) - t0 ))" | tee -a "$out/status.txt"
   tail -n 40 "$work/$name/console.log"
+  tar cJf "$out/$name.tar.xz" -C "$work" "$name"
 done
-tar cJf "$out/results.tar.xz" -C "$work" .
