@@ -56,22 +56,13 @@ template <typename T> struct SiluMul {
     }
 };
 
-// The first U chunks of each of a warp's R weight rows for its first output column, loaded
-// before gemv_norm's prologue so that the weight stream starts while the row is normalised.
-template <int R, int U> struct FirstChunks {
-    uint4 v[R][U];
-    bool ok;
-};
-
 // The GEMV over the M rows that `xr` loads (8 consecutive floats of row r from element
 // c + off), each warp taking Out::R rows of w for one output column. Every dot product adds
 // its terms in the same order whatever Out is.
-template <typename T, int M, typename Rows, typename Out, bool PRE = false>
+template <typename T, int M, typename Rows, typename Out>
 __device__ __forceinline__ void gemv_rows(const Rows& xr, const T* __restrict__ w,
-                                          const Out& out, u32 k,
-                                          const FirstChunks<Out::R, 2>* pre = nullptr) {
+                                          const Out& out, u32 k) {
     constexpr int R = Out::R;
-    bool first = PRE && pre->ok;
     const u32 lane = threadIdx.x & 31;
     const u32 warps = (gridDim.x * blockDim.x) >> 5;
     const u32 n = out.cols();
@@ -90,19 +81,10 @@ __device__ __forceinline__ void gemv_rows(const Rows& xr, const T* __restrict__ 
         constexpr int U = 2;
         for (; c + (U - 1) * 256 < k; c += U * 256) {
             uint4 raw[R][U];
-            if (PRE && first) {
-                // The chunks loaded before the prologue (the same addresses).
 #pragma unroll
-                for (int j = 0; j < R; ++j)
+            for (int j = 0; j < R; ++j)
 #pragma unroll
-                    for (int u = 0; u < U; ++u) raw[j][u] = pre->v[j][u];
-                first = false;
-            } else {
-#pragma unroll
-                for (int j = 0; j < R; ++j)
-#pragma unroll
-                    for (int u = 0; u < U; ++u) raw[j][u] = *(const uint4*)(wr[j] + c + u * 256);
-            }
+                for (int u = 0; u < U; ++u) raw[j][u] = *(const uint4*)(wr[j] + c + u * 256);
 #pragma unroll
             for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -155,9 +137,7 @@ __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __re
 // mapping and reduction for a block of 256 threads, so the GEMV's input, and the result, are
 // bitwise those of the two kernels; CTA 0 also writes r to x_out, the residual stream's next
 // buffer (not x: other CTAs still read x). y may be null (then r = x, and x_out is not
-// written). Each warp requests its first weight chunks before the prologue, so the weight
-// stream starts while the row is normalised. Grid: any (one wave: each CTA's prologue reads 2k
-// elements); block: 256 threads;
+// written). Grid: any (few CTAs: each one's prologue reads 2k elements); block: 256 threads;
 // k a multiple of 8. With SiluMul, the gate/up projection's silu_mul too (gemv_norm_silu).
 template <typename T, typename Out>
 __device__ __forceinline__ void gemv_norm_impl(const T* __restrict__ x, const T* __restrict__ y,
@@ -166,22 +146,6 @@ __device__ __forceinline__ void gemv_norm_impl(const T* __restrict__ x, const T*
                                                float eps) {
     extern __shared__ float xs[];
     __shared__ float scratch[32];
-    // The weights do not depend on the row: the first chunks of this warp's first column are
-    // requested now and land while the prologue runs (gemv_rows' first iteration uses them).
-    constexpr int R = Out::R, U = 2;
-    FirstChunks<R, U> pre;
-    {
-        const u32 col = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-        const u32 c = (threadIdx.x & 31) * 8;
-        pre.ok = col < out.cols() && c + (U - 1) * 256 < k;
-        if (pre.ok) {
-#pragma unroll
-            for (int j = 0; j < R; ++j)
-#pragma unroll
-                for (int u = 0; u < U; ++u)
-                    pre.v[j][u] = *(const uint4*)(w + out.row(col, j) * k + c + u * 256);
-        }
-    }
     float ss = 0.0f;
     for (u32 i = threadIdx.x; i < k; i += blockDim.x) {
         float v = to_f(x[i]);
@@ -199,7 +163,7 @@ __device__ __forceinline__ void gemv_norm_impl(const T* __restrict__ x, const T*
     }
     __syncthreads();
     // gemv's loop over the row in shared memory: the same products in the same order.
-    gemv_rows<T, 1, SharedRow, Out, true>(SharedRow{xs}, w, out, k, &pre);
+    gemv_rows<T, 1>(SharedRow{xs}, w, out, k);
 }
 
 #define GEMV(T, NAME, M)                                                                       \

@@ -324,24 +324,13 @@ impl ModelKernels {
             .arg(&n)
             .arg(&k)
             .arg(&eps);
-        // One wave: as many CTAs as the SMs hold at once (registers and the row's shared
-        // memory decide), each striding over columns. Each CTA's prologue reads the row and
-        // the residual (2k elements from L2), so no more CTAs than that. (Four an SM, the
-        // first design, left half the SMs' warps idle: fewer weight loads in flight.)
-        let smem = k * 4;
-        let resident = f
-            .occupancy_max_active_blocks_per_multiprocessor(256, smem as usize, None)
-            .map_err(driver("gemv_norm occupancy"))?
-            .max(1);
+        // Four CTAs an SM at most: each one's prologue reads the row and the residual (2k
+        // elements from L2), so fewer CTAs with more columns each than gemv's grid.
         let mut cfg = grid(
-            (
-                n.div_ceil(8).min(self.multiprocessors * resident).max(1),
-                1,
-                1,
-            ),
+            (n.div_ceil(8).min(self.multiprocessors * 4).max(1), 1, 1),
             256,
         );
-        cfg.shared_mem_bytes = smem;
+        cfg.shared_mem_bytes = k * 4;
         // SAFETY: the arguments are as this function's contract requires.
         unsafe { b.launch(cfg) }.map_err(driver("launch gemv_norm"))?;
         Ok(())
