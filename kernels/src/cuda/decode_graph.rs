@@ -474,21 +474,16 @@ impl DecodeGraphs {
         let qw = s.num_heads * s.head_dim;
         let kvw = s.kv_heads * s.head_dim;
         let gemv = rows as usize <= self.gemv_max_rows;
-        // `y = x @ w^T` (n columns), or with `silu` the gate/up projection's activation (n =
+        // `y = x @ w^T` (n columns), or with `SiluMul` the gate/up projection's activation (n =
         // inter columns, w (2n, kk)).
-        let mm = |x: u64, w: u64, y: u64, n: u32, kk: u32, silu: bool| -> Result<()> {
-            // SAFETY: x holds rows × kk, w n × kk (2n × kk with silu) and y rows × n elements
+        let mm = |x: u64, w: u64, y: u64, n: u32, kk: u32, out: GemvOut| -> Result<()> {
+            // SAFETY: x holds rows × kk, w n × kk (2n × kk with SiluMul) and y rows × n elements
             // (buffers sized for the largest bucket, weights checked in `new`).
             unsafe {
                 if gemv {
-                    let out = if silu {
-                        GemvOut::SiluMul
-                    } else {
-                        GemvOut::Plain
-                    };
                     k.launch_gemv(dt, x, w, y, rows, n, kk, out)
                 } else {
-                    debug_assert!(!silu, "silu_mul is fused only into the GEMV kernel");
+                    debug_assert_eq!(out, GemvOut::Plain, "silu_mul is fused only into GEMVs");
                     k.launch_gemm(dt, x, w, y, rows, n, kk)
                 }
             }
@@ -507,27 +502,23 @@ impl DecodeGraphs {
         // The residual stream's current buffer (fused norms alternate between two).
         let mut res = b.x;
         // `add_rmsnorm(res += y)` with weight `g` (into `normed` unless fused), then
-        // `out = normed @ w^T` (n columns; with `silu`, the activation of n = inter columns).
-        let mut norm_mm = |y: u64, g: u64, normed: u64, w: u64, out: u64, n: u32, silu: bool| {
+        // `out = normed @ w^T` (n columns; with `SiluMul`, the activation of n = inter columns).
+        let mut norm_mm = |y: u64, g: u64, normed: u64, w: u64, out: u64, n: u32, e: GemvOut| {
             if fuse {
                 let next = if res == b.x { b.x2 } else { b.x };
-                let epilogue = if silu {
-                    GemvOut::SiluMul
-                } else {
-                    GemvOut::Plain
-                };
                 // SAFETY: one row of `h` elements in res, y, next and g; w (n, h) ((2n, h) with
-                // silu), out n.
-                unsafe { k.launch_gemv_norm(dt, res, y, g, w, out, next, n, h, d.eps, epilogue) }?;
+                // SiluMul), out n.
+                unsafe { k.launch_gemv_norm(dt, res, y, g, w, out, next, n, h, d.eps, e) }?;
                 res = next;
                 Ok(())
             } else {
                 // SAFETY: as above.
                 unsafe { k.launch_add_rmsnorm(dt, b.x, y, g, normed, rows, h, d.eps) }?;
-                mm(normed, w, out, n, h, silu)
+                mm(normed, w, out, n, h, e)
             }
         };
-        mm(b.h, b.layers[0].qkv, b.qkv, qw + 2 * kvw, h, false)?;
+        use GemvOut::{Plain, SiluMul};
+        mm(b.h, b.layers[0].qkv, b.qkv, qw + 2 * kvw, h, Plain)?;
         for (li, la) in b.layers.iter().enumerate() {
             let rope = RopeLaunch {
                 qkv: b.qkv,
@@ -558,19 +549,19 @@ impl DecodeGraphs {
                 k.launch_rope_kv(dt, &rope, s, li as u32)?;
                 k.launch_decode(dt, &attn, s, li as u32)?;
             }
-            mm(b.attn, la.o, b.o, h, qw, false)?;
+            mm(b.attn, la.o, b.o, h, qw, Plain)?;
             if fuse_silu {
-                norm_mm(b.o, la.ln2, b.h2, la.gate_up, b.act, i, true)?;
+                norm_mm(b.o, la.ln2, b.h2, la.gate_up, b.act, i, SiluMul)?;
             } else {
-                norm_mm(b.o, la.ln2, b.h2, la.gate_up, b.gu, 2 * i, false)?;
+                norm_mm(b.o, la.ln2, b.h2, la.gate_up, b.gu, 2 * i, Plain)?;
                 // SAFETY: as above.
                 unsafe { k.launch_silu_mul(dt, b.gu, b.act, rows, i) }?;
             }
-            mm(b.act, la.down, b.down, h, i, false)?;
+            mm(b.act, la.down, b.down, h, i, Plain)?;
             // The next layer's norm and QKV projection, or the final norm and the LM head.
             match b.layers.get(li + 1) {
-                Some(n) => norm_mm(b.down, n.ln1, b.h, n.qkv, b.qkv, qw + 2 * kvw, false)?,
-                None => norm_mm(b.down, b.norm, b.h, b.lm_head, b.logits, v, false)?,
+                Some(n) => norm_mm(b.down, n.ln1, b.h, n.qkv, b.qkv, qw + 2 * kvw, Plain)?,
+                None => norm_mm(b.down, b.norm, b.h, b.lm_head, b.logits, v, Plain)?,
             }
         }
         if sample {
