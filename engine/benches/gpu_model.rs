@@ -30,7 +30,7 @@ mod mixed;
 use candle_core::{DType, Device, Tensor};
 use std::time::Instant;
 use superinfer_engine::kv::{BlockState, HbmBlock, LogicalBlock};
-use superinfer_engine::model::gpu_llama::{GpuLlama, DEFAULT_DECODE_BUCKETS};
+use superinfer_engine::model::gpu_llama::{GpuLlama, Overlap, DEFAULT_DECODE_BUCKETS};
 use superinfer_engine::model::tiny::RandomLlama;
 use superinfer_engine::runner::gpu::GpuRunner;
 use superinfer_engine::runner::{BatchEntry, ModelRunner, StepBatch};
@@ -161,12 +161,32 @@ enum Launch {
     Eager,
     Direct,
     Graph,
-    /// Graph, with each norm of a one-row step fused into the GEMV after it.
-    GraphFusedNorm,
-    /// Graph, with silu_mul fused into the gate/up GEMV.
-    GraphFusedSilu,
-    /// Graph, with both fusions.
+    /// Graph, with each norm of a one-row step fused into the GEMV after it and silu_mul
+    /// fused into the gate/up GEMV.
     GraphFused,
+    /// Graph, every kernel launched with programmatic dependent launch (no prefetch).
+    GraphPdl,
+    /// GraphPdl, with the GEMVs' L2 prefetch of their first weight rows.
+    GraphPdlPrefetch,
+    /// GraphPdlPrefetch and both fusions.
+    GraphPdlFused,
+}
+
+impl Launch {
+    fn fused(self) -> bool {
+        matches!(self, Launch::GraphFused | Launch::GraphPdlFused)
+    }
+
+    fn overlap(self) -> Overlap {
+        match self {
+            Launch::GraphPdl => Overlap {
+                pdl: true,
+                prefetch: 0,
+            },
+            Launch::GraphPdlPrefetch | Launch::GraphPdlFused => Overlap::PDL,
+            _ => Overlap::default(),
+        }
+    }
 }
 
 fn main() {
@@ -215,7 +235,7 @@ fn main() {
     println!("| batch | matmuls, decode attention, launch | ms/step | roofline ms (weights + KV at {} TB/s) | x roofline | tokens/s | host issue ms |", a.hbm_tbs);
     println!("| --- | --- | --- | --- | --- | --- | --- |");
     use superinfer_kernels::cuda::DecodeKernel::{OnePass, TensorCore, ThreePhase};
-    use Launch::{Direct, Eager, Graph, GraphFused, GraphFusedNorm, GraphFusedSilu};
+    use Launch::{Direct, Eager, Graph, GraphFused, GraphPdl, GraphPdlFused, GraphPdlPrefetch};
     let steps = [
         (1usize, 0usize, OnePass, Eager),
         (1, 1, OnePass, Eager),
@@ -223,9 +243,10 @@ fn main() {
         (1, 1, OnePass, Graph),
         (1, 1, ThreePhase, Eager),
         (1, 1, TensorCore, Graph),
-        (1, 1, TensorCore, GraphFusedNorm),
-        (1, 1, TensorCore, GraphFusedSilu),
         (1, 1, TensorCore, GraphFused),
+        (1, 1, TensorCore, GraphPdl),
+        (1, 1, TensorCore, GraphPdlPrefetch),
+        (1, 1, TensorCore, GraphPdlFused),
         (2, 2, OnePass, Eager),
         (2, 2, OnePass, Graph),
         (8, 0, OnePass, Eager),
@@ -234,17 +255,20 @@ fn main() {
         (8, 8, OnePass, Graph),
         (8, 0, ThreePhase, Eager),
         (8, 0, TensorCore, Graph),
+        (8, 0, TensorCore, GraphPdl),
         (8, 8, TensorCore, Graph),
-        (8, 8, TensorCore, GraphFusedSilu),
+        (8, 8, TensorCore, GraphPdlPrefetch),
         (32, 0, OnePass, Eager),
         (32, 0, OnePass, Graph),
         (32, 0, TensorCore, Graph),
+        (32, 0, TensorCore, GraphPdl),
         (64, 0, OnePass, Eager),
         (64, 0, OnePass, Direct),
         (64, 0, OnePass, Graph),
         (64, 0, ThreePhase, Eager),
         (64, 0, TensorCore, Eager),
         (64, 0, TensorCore, Graph),
+        (64, 0, TensorCore, GraphPdl),
     ];
     for (b, gemv, kernel, launch) in steps.into_iter().filter(|_| a.sections.contains("decode")) {
         runner.model_mut().set_gemv_max_rows(gemv);
@@ -254,16 +278,13 @@ fn main() {
             Direct => runner
                 .model_mut()
                 .set_decode_buckets(&DEFAULT_DECODE_BUCKETS, false),
-            Graph | GraphFusedNorm | GraphFusedSilu | GraphFused => runner
+            _ => runner
                 .model_mut()
                 .set_decode_buckets(&DEFAULT_DECODE_BUCKETS, true),
         }
-        runner
-            .model_mut()
-            .set_decode_fused_norm(matches!(launch, GraphFusedNorm | GraphFused));
-        runner
-            .model_mut()
-            .set_decode_fused_silu(matches!(launch, GraphFusedSilu | GraphFused));
+        runner.model_mut().set_decode_fused_norm(launch.fused());
+        runner.model_mut().set_decode_fused_silu(launch.fused());
+        runner.model_mut().set_decode_overlap(launch.overlap());
         let how = format!(
             "{}, {kernel:?}, {launch:?}",
             if gemv > 0 { "GEMV kernel" } else { "cuBLAS" },
@@ -315,6 +336,9 @@ fn main() {
         .model()
         .kernels()
         .set_decode_kernel(Default::default());
+    runner.model_mut().set_decode_fused_norm(false);
+    runner.model_mut().set_decode_fused_silu(false);
+    runner.model_mut().set_decode_overlap(Overlap::default());
 
     println!("\n## prefill (one sequence, one chunk)");
     println!(

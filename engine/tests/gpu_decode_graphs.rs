@@ -4,7 +4,7 @@
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor};
-use superinfer_engine::model::gpu_llama::{DecodeOut, GpuLlama};
+use superinfer_engine::model::gpu_llama::{DecodeOut, GpuLlama, Overlap};
 use superinfer_engine::model::tiny::RandomLlama;
 use superinfer_engine::model::{KvArena, SeqChunk};
 use superinfer_kernels::attention_plan::decode_split;
@@ -99,40 +99,63 @@ fn fixed_split(kv_heads: u32, lens: &[u32]) -> (u32, u32) {
 }
 
 /// Steps with each norm of a one-row step fused into the GEMV after it (gemv.cu's
-/// `gemv_norm`) and with silu_mul fused into the gate/up GEMV (`gemv_silu`, any GEMV step),
-/// each alone and both, launched directly and replayed from a graph: the same logits, bit for
-/// bit, and the same ids as the separate kernels (`direct`, launched directly with the same
-/// GEMV rows).
-fn fused_matches(
+/// `gemv_norm`), with silu_mul fused into the gate/up GEMV (`gemv_silu`, any GEMV step), each
+/// alone and both, and with every kernel launched by programmatic dependent launch (with and
+/// without the GEMVs' L2 prefetch, alone and with both fusions; with cuBLAS matmuls alone),
+/// launched directly and replayed from a graph: the same logits, bit for bit, and the same ids
+/// as the separate kernels launched one after the other (`direct`, with the same GEMV rows).
+fn variants_match(
     m: &mut GpuLlama,
     s: &Seqs,
     kv: &KvArena,
     steps: &[Vec<(usize, usize)>],
     direct: &[(Vec<f32>, Vec<u32>, Vec<u32>)],
     name: &str,
+    gemv: bool,
 ) {
     let buckets = [1, 2, 4, 8];
     assert!(
         steps.iter().any(|s| s.len() == 1),
         "the steps include a one-row step"
     );
-    for (norm, silu) in [(true, false), (false, true), (true, true)] {
+    let none = Overlap::default();
+    let bare = Overlap {
+        pdl: true,
+        prefetch: 0,
+    };
+    let variants: &[(bool, bool, Overlap)] = if gemv {
+        &[
+            (true, false, none),
+            (false, true, none),
+            (true, true, none),
+            (false, false, bare),
+            (false, false, Overlap::PDL),
+            (true, true, Overlap::PDL),
+        ]
+    } else {
+        &[(false, false, bare), (false, false, Overlap::PDL)]
+    };
+    for &(norm, silu, overlap) in variants {
         m.set_decode_fused_norm(norm);
         m.set_decode_fused_silu(silu);
+        m.set_decode_overlap(overlap);
         for graphs in [false, true] {
             m.set_decode_buckets(&buckets, graphs);
             for round in 0..2 {
                 for (k, step) in steps.iter().enumerate() {
                     let c = decode_chunks(s, step);
                     let (want, greedy, drawn) = &direct[k];
-                    let fused = logits(m, &c, kv);
+                    let got = logits(m, &c, kv);
                     println!(
-                        "{name} step {k} ({} rows), norm {norm} silu {silu}, graphs {graphs}, round {round}: fused vs separate kernels identical: {} ({:.2e})",
+                        "{name} step {k} ({} rows), norm {norm} silu {silu} {overlap:?}, graphs {graphs}, round {round}: vs separate kernels identical: {} ({:.2e})",
                         c.len(),
-                        &fused == want,
-                        rel_err(&fused, want)
+                        &got == want,
+                        rel_err(&got, want)
                     );
-                    assert!(&fused == want, "a fused GEMV changed the logits");
+                    assert!(
+                        &got == want,
+                        "a fused or overlapped step changed the logits"
+                    );
                     assert_eq!(&ids(m, &c, kv, 0.0), greedy, "greedy ids, step {k}");
                     assert_eq!(&ids(m, &c, kv, 1.0), drawn, "drawn ids, step {k}");
                 }
@@ -141,6 +164,7 @@ fn fused_matches(
     }
     m.set_decode_fused_norm(false);
     m.set_decode_fused_silu(false);
+    m.set_decode_overlap(none);
 }
 
 /// Graph replay against direct launches (identical ids and logits) and against the eager
@@ -207,9 +231,7 @@ fn graphs_match(spec: RandomLlama, vocab: usize, name: &str, kernel: DecodeKerne
                 )
             })
             .collect();
-        if gemv_rows > 0 {
-            fused_matches(&mut m, &s, &kv, &steps, &direct, name);
-        }
+        variants_match(&mut m, &s, &kv, &steps, &direct, name, gemv_rows > 0);
         // One decoder with graphs for all steps: the first call of a key runs directly and
         // captures, later ones (other steps of the bucket too) replay.
         m.set_decode_buckets(&buckets, true);

@@ -20,8 +20,8 @@ pub use duplex::{Direction, DuplexConfig, DuplexEngine};
 pub use kernels::{Blocks, Kernels};
 pub use memory::{Arena, DeviceArena, PinnedArena};
 pub use model::{
-    sample_params, DecodeKernel, DecodeLaunch, GpuSample, ModelKernels, RopeLaunch, StepGraph,
-    StepMeta, GEMV_MAX_ROWS,
+    sample_params, DecodeKernel, DecodeLaunch, GpuSample, ModelKernels, Overlap, OverlapGuard,
+    RopeLaunch, StepGraph, StepMeta, GEMV_MAX_ROWS,
 };
 
 use crate::error::Error;

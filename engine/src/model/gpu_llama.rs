@@ -23,7 +23,7 @@ use superinfer_kernels::cuda::{
     GEMV_MAX_ROWS,
 };
 
-pub use superinfer_kernels::cuda::DecodeOut;
+pub use superinfer_kernels::cuda::{DecodeOut, Overlap};
 
 type R<T> = Result<T, EngineError>;
 
@@ -78,11 +78,15 @@ pub struct GpuLlama {
     /// Decode buckets through the GEMV kernel compute silu_mul in the gate/up projection's
     /// epilogue (`SUPERINFER_FUSED_SILU`; off by default: on the H200 the same bits, no faster).
     decode_fused_silu: bool,
+    /// How decode buckets' kernels overlap each other (`SUPERINFER_PDL`: programmatic
+    /// dependent launch with the GEMV weight prefetch).
+    decode_overlap: Overlap,
 }
 
 /// A switch from the environment: `1` on, `0` or unset off; anything else is an error naming
 /// the variable (`SUPERINFER_FUSED_NORM`: [`GpuLlama::set_decode_fused_norm`];
-/// `SUPERINFER_FUSED_SILU`: [`GpuLlama::set_decode_fused_silu`]).
+/// `SUPERINFER_FUSED_SILU`: [`GpuLlama::set_decode_fused_silu`]; `SUPERINFER_PDL`:
+/// [`GpuLlama::set_decode_overlap`] with [`Overlap::PDL`]).
 fn switch_from_env(name: &str) -> R<bool> {
     match std::env::var(name) {
         Err(std::env::VarError::NotPresent) => Ok(false),
@@ -262,6 +266,10 @@ impl GpuLlama {
             decode_equal_splits: false,
             decode_fused_norm: switch_from_env("SUPERINFER_FUSED_NORM")?,
             decode_fused_silu: switch_from_env("SUPERINFER_FUSED_SILU")?,
+            decode_overlap: match switch_from_env("SUPERINFER_PDL")? {
+                true => Overlap::PDL,
+                false => Overlap::default(),
+            },
         })
     }
 
@@ -306,6 +314,14 @@ impl GpuLlama {
     /// engine/tests/gpu_decode_graphs.rs). Off by default.
     pub fn set_decode_fused_silu(&mut self, on: bool) {
         self.decode_fused_silu = on;
+        self.decoder = Mutex::new(None);
+    }
+
+    /// Decode buckets launch each kernel with programmatic dependent launch, so that it
+    /// starts while the kernel before it drains (and the GEMVs ask L2 for their first weight
+    /// rows meanwhile): the same bits, checked by engine/tests/gpu_decode_graphs.rs.
+    pub fn set_decode_overlap(&mut self, o: Overlap) {
+        self.decode_overlap = o;
         self.decoder = Mutex::new(None);
     }
 
@@ -411,6 +427,7 @@ impl GpuLlama {
         d.set_equal_splits(self.decode_equal_splits);
         d.set_fused_norm(self.decode_fused_norm);
         d.set_fused_silu(self.decode_fused_silu);
+        d.set_overlap(self.decode_overlap);
         Ok(d)
     }
 

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor};
 
 use super::model::{
-    sample_params, DecodeLaunch, GemvOut, GpuSample, ModelKernels, RopeLaunch, StepGraph,
+    sample_params, DecodeLaunch, GemvOut, GpuSample, ModelKernels, Overlap, RopeLaunch, StepGraph,
     GEMV_NORM_MAX_K,
 };
 use crate::attention_plan::{AttentionShape, FixedDecodeLayout, SeqSpan, MAX_FIXED_SPLITS};
@@ -149,6 +149,8 @@ pub struct DecodeGraphs {
     fused_norm: bool,
     /// GEMV steps fuse silu_mul into the gate/up projection (`set_fused_silu`).
     fused_silu: bool,
+    /// How the step's kernels overlap each other (`set_overlap`).
+    overlap: Overlap,
 }
 
 fn invalid(what: String) -> Error {
@@ -308,6 +310,7 @@ impl DecodeGraphs {
             equal_splits: false,
             fused_norm: false,
             fused_silu: false,
+            overlap: Overlap::default(),
         })
     }
 
@@ -336,6 +339,14 @@ impl DecodeGraphs {
     /// graphs are dropped.
     pub fn set_fused_silu(&mut self, on: bool) {
         self.fused_silu = on;
+        self.graphs.clear();
+    }
+
+    /// Launches each of the step's kernels with programmatic dependent launch (and the GEMV
+    /// weight prefetch `o` names) so that it overlaps the tail of the kernel before it: the
+    /// same bits, in order. Captured graphs are dropped.
+    pub fn set_overlap(&mut self, o: Overlap) {
+        self.overlap = o;
         self.graphs.clear();
     }
 
@@ -469,6 +480,7 @@ impl DecodeGraphs {
     /// Launches the step of `key` over the fixed buffers (directly, or into a capture).
     fn launch(&self, k: &ModelKernels, key: Key) -> Result<()> {
         let (rows, splits, sample) = key;
+        let _overlap = k.overlap_scope(self.overlap);
         let (b, dt, d, s) = (&self.a, self.dtype, &self.dims, &self.shape);
         let (h, i, v) = (d.hidden as u32, d.inter as u32, d.vocab as u32);
         let qw = s.num_heads * s.head_dim;

@@ -10,6 +10,7 @@
 //! (the KV pool never hands a block with a copy in flight to a step).
 
 mod decode_kernel;
+mod launch;
 mod raw;
 
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use candle_core::cuda_backend::CudaStorageSlice;
 use candle_core::{DType, Device, Storage, Tensor};
 
 pub use decode_kernel::DecodeKernel;
+pub use launch::{Overlap, OverlapGuard};
 pub use raw::{DecodeLaunch, GemvOut, RopeLaunch, StepGraph, GEMV_NORM_MAX_K};
 
 use super::cudarc::cublas::CudaBlas;
@@ -123,6 +125,8 @@ pub struct ModelKernels {
     decode: Arc<super::cudarc::driver::CudaModule>,
     /// The decode attention kernel, a [`DecodeKernel`] as u8.
     decode_kernel: std::sync::atomic::AtomicU8,
+    /// How launches overlap their predecessors (PDL; none unless a scope sets it).
+    overlap: launch::OverlapCell,
     rope_kv: Arc<super::cudarc::driver::CudaModule>,
     norm_act: Arc<super::cudarc::driver::CudaModule>,
     sample: Arc<super::cudarc::driver::CudaModule>,
@@ -171,6 +175,7 @@ impl ModelKernels {
             attention,
             decode,
             decode_kernel: std::sync::atomic::AtomicU8::new(DecodeKernel::from_env()? as u8),
+            overlap: launch::OverlapCell::default(),
             rope_kv,
             norm_act,
             sample,

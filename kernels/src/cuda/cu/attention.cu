@@ -199,6 +199,7 @@ __device__ __forceinline__ void decode_reduce_impl(
         const T* q, const T* kv, T* out, float* ws_acc, float* ws_ml, const u32* seqs,        \
         const u32* tables, u32 num_heads, u32 kv_heads, u32 num_layers, u32 block_size,       \
         u32 layer, float scale_log2, u32 window, u32 num_splits, u32 part) {                   \
+        pdl_enter();                                                                           \
         paged_decode_impl<T, D>(q, kv, out, ws_acc, ws_ml, seqs, tables, num_heads, kv_heads,  \
                                 num_layers, block_size, layer, scale_log2, window,            \
                                 num_splits, part);                                             \
@@ -206,6 +207,7 @@ __device__ __forceinline__ void decode_reduce_impl(
     extern "C" __global__ void decode_reduce_##NAME##_d##D(                                    \
         const float* ws_acc, const float* ws_ml, T* out, const u32* seqs, u32 num_heads,      \
         u32 num_splits) {                                                                      \
+        pdl_enter();                                                                           \
         decode_reduce_impl<T, D>(ws_acc, ws_ml, out, seqs, num_heads, num_splits);             \
     }
 

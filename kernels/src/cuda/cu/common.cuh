@@ -79,6 +79,28 @@ __device__ __forceinline__ void ldsm_x4_t(u32* r, u32 addr) {
 
 #define NEG_INF __int_as_float(0xff800000)
 
+// Programmatic dependent launch (sm_90 and later; elsewhere, and for a kernel launched without
+// the attribute, nothing): waits until the kernel before this one in the stream has finished
+// and its writes are visible, then lets the kernel after this one start placing its CTAs (they
+// run up to their own pdl_enter while this one works). Every kernel raw.rs launches calls it
+// before it reads or writes memory that another kernel writes or reads (only constant data,
+// such as weights, may be touched before).
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Asks L2 for the first `bytes` (at most `len`) of `p` (16-byte aligned), 128-byte lines
+// spread over the warp's lanes.
+__device__ __forceinline__ void prefetch_l2_warp(const void* p, u32 bytes, u32 len) {
+    const u32 lim = bytes < len ? bytes : len;
+    for (u32 off = (threadIdx.x & 31) * 128; off < lim; off += 32 * 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)p + off));
+    }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

@@ -202,6 +202,7 @@ __device__ __forceinline__ void paged_decode_mma_impl(
         const T* q, const T* kv, T* out, float* ws_acc, float* ws_ml, const u32* seqs,        \
         const u32* tables, u32 num_heads, u32 kv_heads, u32 num_layers, u32 block_size,       \
         u32 layer, float scale_log2, u32 window, u32 num_splits, u32 part) {                   \
+        pdl_enter();                                                                           \
         paged_decode_mma_impl<T, D>(q, kv, out, ws_acc, ws_ml, seqs, tables, num_heads,        \
                                     kv_heads, num_layers, block_size, layer, scale_log2,       \
                                     window, num_splits, part);                                 \

@@ -7,6 +7,9 @@
 // k must be a multiple of 8. Grid: any; block: 256 threads. gemv_silu: the gate/up
 // projection's silu_mul in the epilogue (each warp reads the gate and the up row of its
 // column), so the activation is written once and the silu_mul kernel is gone.
+// `prefetch`: bytes of each of the warp's first rows of w asked into L2 before pdl_enter, so
+// that under programmatic dependent launch the weights stream while the kernel before this
+// one finishes (0: none).
 // The rows of x, read from global memory (L1/L2) as gemv's `x` argument.
 template <typename T> struct GlobalRows {
     const T* __restrict__ x;
@@ -124,9 +127,23 @@ __device__ __forceinline__ void gemv_rows(const Rows& xr, const T* __restrict__ 
     }
 }
 
+// The warp's first output column's rows of w into L2 (weights only: before pdl_enter).
+template <typename T, typename Out>
+__device__ __forceinline__ void gemv_prefetch(const T* __restrict__ w, const Out& out, u32 k,
+                                              u32 bytes) {
+    const u32 col = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (bytes == 0 || col >= out.cols()) return;
+#pragma unroll
+    for (int j = 0; j < Out::R; ++j) {
+        prefetch_l2_warp(w + out.row(col, j) * k, bytes, k * (u32)sizeof(T));
+    }
+}
+
 template <typename T, int M, typename Out>
 __device__ __forceinline__ void gemv_impl(const T* __restrict__ x, const T* __restrict__ w,
-                                          const Out& out, u32 k) {
+                                          const Out& out, u32 k, u32 prefetch) {
+    gemv_prefetch(w, out, k, prefetch);
+    pdl_enter();
     gemv_rows<T, M>(GlobalRows<T>{x, k}, w, out, k);
 }
 
@@ -143,9 +160,11 @@ template <typename T, typename Out>
 __device__ __forceinline__ void gemv_norm_impl(const T* __restrict__ x, const T* __restrict__ y,
                                                const T* __restrict__ g, const T* __restrict__ w,
                                                const Out& out, T* __restrict__ x_out, u32 k,
-                                               float eps) {
+                                               float eps, u32 prefetch) {
     extern __shared__ float xs[];
     __shared__ float scratch[32];
+    gemv_prefetch(w, out, k, prefetch);
+    pdl_enter();
     float ss = 0.0f;
     for (u32 i = threadIdx.x; i < k; i += blockDim.x) {
         float v = to_f(x[i]);
@@ -168,12 +187,12 @@ __device__ __forceinline__ void gemv_norm_impl(const T* __restrict__ x, const T*
 
 #define GEMV(T, NAME, M)                                                                       \
     extern "C" __global__ void __launch_bounds__(256) gemv_##NAME##_m##M(                       \
-        const T* x, const T* w, T* y, u32 n, u32 k) {                                          \
-        gemv_impl<T, M>(x, w, Plain<T>{y, n}, k);                                              \
+        const T* x, const T* w, T* y, u32 n, u32 k, u32 prefetch) {                            \
+        gemv_impl<T, M>(x, w, Plain<T>{y, n}, k, prefetch);                                    \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(256) gemv_silu_##NAME##_m##M(                  \
-        const T* x, const T* w, T* y, u32 inter, u32 k) {                                      \
-        gemv_impl<T, M>(x, w, SiluMul<T>{y, inter}, k);                                        \
+        const T* x, const T* w, T* y, u32 inter, u32 k, u32 prefetch) {                        \
+        gemv_impl<T, M>(x, w, SiluMul<T>{y, inter}, k, prefetch);                              \
     }
 #define GEMV_ALL(T, NAME) \
     GEMV(T, NAME, 1) GEMV(T, NAME, 2) GEMV(T, NAME, 3) GEMV(T, NAME, 4) \
@@ -182,13 +201,13 @@ __device__ __forceinline__ void gemv_norm_impl(const T* __restrict__ x, const T*
 #define GEMV_NORM(T, NAME)                                                                     \
     extern "C" __global__ void __launch_bounds__(256) gemv_norm_##NAME(                          \
         const T* x, const T* y, const T* g, const T* w, T* out, T* x_out, u32 n, u32 k,         \
-        float eps) {                                                                           \
-        gemv_norm_impl<T>(x, y, g, w, Plain<T>{out, n}, x_out, k, eps);                        \
+        float eps, u32 prefetch) {                                                             \
+        gemv_norm_impl<T>(x, y, g, w, Plain<T>{out, n}, x_out, k, eps, prefetch);              \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(256) gemv_norm_silu_##NAME(                     \
         const T* x, const T* y, const T* g, const T* w, T* out, T* x_out, u32 inter, u32 k,     \
-        float eps) {                                                                           \
-        gemv_norm_impl<T>(x, y, g, w, SiluMul<T>{out, inter}, x_out, k, eps);                  \
+        float eps, u32 prefetch) {                                                             \
+        gemv_norm_impl<T>(x, y, g, w, SiluMul<T>{out, inter}, x_out, k, eps, prefetch);        \
     }
 
 GEMV_ALL(bf16_t, bf16)

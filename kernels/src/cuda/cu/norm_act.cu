@@ -55,13 +55,16 @@ __device__ __forceinline__ void embed_rows_impl(const T* __restrict__ table,
 #define NORM_ACT(T, NAME)                                                                      \
     extern "C" __global__ void add_rmsnorm_##NAME(T* x, const T* y, const T* w, T* out,       \
                                                   u32 hidden, float eps) {                     \
+        pdl_enter();                                                                           \
         add_rmsnorm_impl<T>(x, y, w, out, hidden, eps);                                        \
     }                                                                                          \
     extern "C" __global__ void silu_mul_##NAME(const T* gu, T* out, u32 tokens, u32 inter) {   \
+        pdl_enter();                                                                           \
         silu_mul_impl<T>(gu, out, tokens, inter);                                              \
     }                                                                                          \
     extern "C" __global__ void embed_rows_##NAME(const T* table, const u32* ids, T* out,      \
                                                  u32 hidden) {                                 \
+        pdl_enter();                                                                           \
         embed_rows_impl<T>(table, ids, out, hidden);                                           \
     }
 

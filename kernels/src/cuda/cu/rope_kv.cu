@@ -44,6 +44,7 @@ __device__ __forceinline__ void rope_kv_impl(
         const T* qkv, const T* bias, T* q_out, T* kv, const float* cos_t, const float* sin_t, \
         const u32* positions, const u32* slots, u32 num_heads, u32 kv_heads, u32 head_dim,    \
         u32 block_size, u32 layer) {                                                          \
+        pdl_enter();                                                                          \
         rope_kv_impl<T>(qkv, bias, q_out, kv, cos_t, sin_t, positions, slots, num_heads,      \
                         kv_heads, head_dim, block_size, layer);                               \
     }

@@ -70,6 +70,7 @@ __device__ __forceinline__ void sample_rows_impl(const T* __restrict__ logits,
 #define SAMPLE(T, NAME)                                                                        \
     extern "C" __global__ void sample_rows_##NAME(const T* logits, const u32* params,         \
                                                   u32* ids, u32 vocab) {                       \
+        pdl_enter();                                                                           \
         sample_rows_impl<T>(logits, params, ids, vocab);                                       \
     }
 

@@ -6,8 +6,9 @@
 use candle_core::{DType, Tensor};
 
 use super::super::cudarc::cublas::{result as blas, sys as blas_sys};
-use super::super::cudarc::driver::{sys, CudaGraph, LaunchConfig, PushKernelArg};
+use super::super::cudarc::driver::{sys, CudaGraph, LaunchConfig};
 use super::super::driver;
+use super::launch::Args;
 use super::{suffix, ModelKernels};
 use crate::attention_plan::AttentionShape;
 use crate::error::{Error, Result};
@@ -190,11 +191,11 @@ impl ModelKernels {
             &self.norm_act,
             format_args!("embed_rows_{}", suffix(dtype)?),
         )?;
-        let mut b = self.stream.launch_builder(&f);
+        let mut b = Args::default();
         b.arg(&table).arg(&ids).arg(&out).arg(&hidden);
         let cfg = grid((rows, 1, 1), 128);
         // SAFETY: the arguments are as this function's contract requires.
-        unsafe { b.launch(cfg) }.map_err(driver("launch embed_rows"))?;
+        unsafe { self.launch(&f, cfg, &mut b, "launch embed_rows") }?;
         Ok(())
     }
 
@@ -218,11 +219,11 @@ impl ModelKernels {
             &self.norm_act,
             format_args!("add_rmsnorm_{}", suffix(dtype)?),
         )?;
-        let mut b = self.stream.launch_builder(&f);
+        let mut b = Args::default();
         b.arg(&x).arg(&y).arg(&w).arg(&out).arg(&hidden).arg(&eps);
         let cfg = grid((rows, 1, 1), 256);
         // SAFETY: the arguments are as this function's contract requires.
-        unsafe { b.launch(cfg) }.map_err(driver("launch add_rmsnorm"))?;
+        unsafe { self.launch(&f, cfg, &mut b, "launch add_rmsnorm") }?;
         Ok(())
     }
 
@@ -239,12 +240,12 @@ impl ModelKernels {
         inter: u32,
     ) -> Result<()> {
         let f = self.func(&self.norm_act, format_args!("silu_mul_{}", suffix(dtype)?))?;
-        let mut b = self.stream.launch_builder(&f);
+        let mut b = Args::default();
         b.arg(&gate_up).arg(&out).arg(&rows).arg(&inter);
         let n = u64::from(rows) * u64::from(inter);
         let cfg = grid((n.div_ceil(256).min(65_535) as u32, 1, 1), 256);
         // SAFETY: the arguments are as this function's contract requires.
-        unsafe { b.launch(cfg) }.map_err(driver("launch silu_mul"))?;
+        unsafe { self.launch(&f, cfg, &mut b, "launch silu_mul") }?;
         Ok(())
     }
 
@@ -268,14 +269,15 @@ impl ModelKernels {
     ) -> Result<()> {
         let name = half_dtype(dtype, "gemv")?;
         let f = self.func(&self.gemv, format_args!("gemv{}_{name}_m{m}", out.infix()))?;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(&x).arg(&w).arg(&y).arg(&n).arg(&k);
+        let mut b = Args::default();
+        let prefetch = self.gemv_prefetch();
+        b.arg(&x).arg(&w).arg(&y).arg(&n).arg(&k).arg(&prefetch);
         let cfg = grid(
             (n.div_ceil(8).min(self.multiprocessors * 16).max(1), 1, 1),
             256,
         );
         // SAFETY: the arguments are as this function's contract requires.
-        unsafe { b.launch(cfg) }.map_err(driver("launch gemv"))?;
+        unsafe { self.launch(&f, cfg, &mut b, "launch gemv") }?;
         Ok(())
     }
 
@@ -314,7 +316,8 @@ impl ModelKernels {
             &self.gemv,
             format_args!("gemv_norm{}_{name}", epilogue.infix()),
         )?;
-        let mut b = self.stream.launch_builder(&f);
+        let prefetch = self.gemv_prefetch();
+        let mut b = Args::default();
         b.arg(&x)
             .arg(&y)
             .arg(&g)
@@ -323,7 +326,8 @@ impl ModelKernels {
             .arg(&x_out)
             .arg(&n)
             .arg(&k)
-            .arg(&eps);
+            .arg(&eps)
+            .arg(&prefetch);
         // Four CTAs an SM at most: each one's prologue reads the row and the residual (2k
         // elements from L2), so fewer CTAs with more columns each than gemv's grid.
         let mut cfg = grid(
@@ -332,7 +336,7 @@ impl ModelKernels {
         );
         cfg.shared_mem_bytes = k * 4;
         // SAFETY: the arguments are as this function's contract requires.
-        unsafe { b.launch(cfg) }.map_err(driver("launch gemv_norm"))?;
+        unsafe { self.launch(&f, cfg, &mut b, "launch gemv_norm") }?;
         Ok(())
     }
 
@@ -408,7 +412,7 @@ impl ModelKernels {
         layer: u32,
     ) -> Result<()> {
         let f = self.func(&self.rope_kv, format_args!("rope_kv_{}", suffix(dtype)?))?;
-        let mut b = self.stream.launch_builder(&f);
+        let mut b = Args::default();
         b.arg(&a.qkv)
             .arg(&a.bias)
             .arg(&a.q)
@@ -424,7 +428,7 @@ impl ModelKernels {
             .arg(&layer);
         let cfg = grid((a.tokens, s.num_heads + 2 * s.kv_heads, 1), s.head_dim / 2);
         // SAFETY: the arguments are as this function's contract requires.
-        unsafe { b.launch(cfg) }.map_err(driver("launch rope_kv"))?;
+        unsafe { self.launch(&f, cfg, &mut b, "launch rope_kv") }?;
         Ok(())
     }
 
@@ -463,7 +467,7 @@ impl ModelKernels {
             }
         };
         let scale = s.scale_log2();
-        let mut b = self.stream.launch_builder(&f);
+        let mut b = Args::default();
         b.arg(&a.q)
             .arg(&a.kv)
             .arg(&a.out)
@@ -482,13 +486,13 @@ impl ModelKernels {
             .arg(&a.part);
         let cfg = grid((a.decodes, s.kv_heads, a.splits), kernel.threads());
         // SAFETY: the arguments are as this function's contract requires.
-        unsafe { b.launch(cfg) }.map_err(driver("launch paged_decode"))?;
+        unsafe { self.launch(&f, cfg, &mut b, "launch paged_decode") }?;
         if a.splits > 1 {
             let f = self.func(
                 &self.attention,
                 format_args!("decode_reduce_{name}_d{}", s.head_dim),
             )?;
-            let mut b = self.stream.launch_builder(&f);
+            let mut b = Args::default();
             b.arg(&a.ws_acc)
                 .arg(&a.ws_ml)
                 .arg(&a.out)
@@ -497,7 +501,7 @@ impl ModelKernels {
                 .arg(&a.splits);
             let cfg = grid((a.decodes, s.num_heads, 1), s.head_dim);
             // SAFETY: the arguments are as this function's contract requires.
-            unsafe { b.launch(cfg) }.map_err(driver("launch decode_reduce"))?;
+            unsafe { self.launch(&f, cfg, &mut b, "launch decode_reduce") }?;
         }
         Ok(())
     }
@@ -517,11 +521,11 @@ impl ModelKernels {
         vocab: u32,
     ) -> Result<()> {
         let f = self.func(&self.sample, format_args!("sample_rows_{}", suffix(dtype)?))?;
-        let mut b = self.stream.launch_builder(&f);
+        let mut b = Args::default();
         b.arg(&logits).arg(&params).arg(&ids).arg(&vocab);
         let cfg = grid((rows, 1, 1), 1024);
         // SAFETY: the arguments are as this function's contract requires.
-        unsafe { b.launch(cfg) }.map_err(driver("launch sample_rows"))?;
+        unsafe { self.launch(&f, cfg, &mut b, "launch sample_rows") }?;
         Ok(())
     }
 }
