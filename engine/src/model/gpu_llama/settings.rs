@@ -1,0 +1,79 @@
+//! The decode buckets' settings of a [`GpuLlama`] (which matmuls go through the GEMV kernel,
+//! the buckets and their graphs, the fusions and launch overlap) and the environment switches
+//! that set them at load. Each setter drops the buckets' buffers and graphs, so the next
+//! decode step builds them with the new setting.
+
+use super::{GpuLlama, Overlap, R};
+use crate::error::EngineError;
+use std::sync::Mutex;
+use superinfer_kernels::cuda::GEMV_MAX_ROWS;
+
+/// A switch from the environment: `1` on, `0` or unset off; anything else is an error naming
+/// the variable (`SUPERINFER_FUSED_NORM`: [`GpuLlama::set_decode_fused_norm`];
+/// `SUPERINFER_FUSED_SILU`: [`GpuLlama::set_decode_fused_silu`]; `SUPERINFER_PDL`:
+/// [`GpuLlama::set_decode_overlap`] with [`Overlap::PDL`]).
+pub(super) fn switch_from_env(name: &str) -> R<bool> {
+    match std::env::var(name) {
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Ok(v) if v.trim() == "0" => Ok(false),
+        Ok(v) if v.trim() == "1" => Ok(true),
+        Ok(v) => Err(EngineError::Config(format!(
+            "{name}={v:?}: expected 0 or 1"
+        ))),
+        Err(e) => Err(EngineError::Config(format!("{name}: {e}"))),
+    }
+}
+
+impl GpuLlama {
+    /// Matmuls of at most `rows` rows (at most 8) go through our GEMV kernel, larger ones
+    /// through cuBLAS; 0 sends everything to cuBLAS (benchmarks compare the two).
+    pub fn set_gemv_max_rows(&mut self, rows: usize) {
+        self.gemv_max_rows = rows.min(GEMV_MAX_ROWS);
+        self.decoder = Mutex::new(None);
+    }
+
+    /// Decode-only steps of at most the largest of `buckets` rows run through fixed buffers
+    /// ([`GpuLlama::decode`]), replayed from CUDA graphs when `graphs` is set; an empty list
+    /// sends them through [`GpuLlama::forward`] as any other step.
+    pub fn set_decode_buckets(&mut self, buckets: &[u32], graphs: bool) {
+        let mut b = buckets.to_vec();
+        b.retain(|&r| r > 0);
+        b.sort_unstable();
+        b.dedup();
+        self.decode_buckets = b;
+        self.decode_graphs = graphs;
+        self.decoder = Mutex::new(None);
+    }
+
+    /// Decode buckets split every sequence's keys into the step's split count (`true`: the
+    /// first design, slower with mixed contexts) or, the default, into the eager plan's keys
+    /// per split: for benchmarks that compare the two.
+    pub fn set_decode_equal_splits(&mut self, on: bool) {
+        self.decode_equal_splits = on;
+        self.decoder = Mutex::new(None);
+    }
+
+    /// One-row decode steps through the GEMV kernel fuse each `add_rmsnorm` after the first
+    /// into the GEMV that consumes it (gemv.cu's `gemv_norm`, two kernels a layer fewer; the
+    /// same bits, checked by engine/tests/gpu_decode_graphs.rs). Off by default.
+    pub fn set_decode_fused_norm(&mut self, on: bool) {
+        self.decode_fused_norm = on;
+        self.decoder = Mutex::new(None);
+    }
+
+    /// Decode steps through the GEMV kernel compute the gate/up projection's `silu_mul` in its
+    /// epilogue (gemv.cu's `gemv_silu`, one kernel a layer fewer; the same bits, checked by
+    /// engine/tests/gpu_decode_graphs.rs). Off by default.
+    pub fn set_decode_fused_silu(&mut self, on: bool) {
+        self.decode_fused_silu = on;
+        self.decoder = Mutex::new(None);
+    }
+
+    /// Decode buckets launch each kernel with programmatic dependent launch, so that it
+    /// starts while the kernel before it drains (and the GEMVs ask L2 for their first weight
+    /// rows meanwhile): the same bits, checked by engine/tests/gpu_decode_graphs.rs.
+    pub fn set_decode_overlap(&mut self, o: Overlap) {
+        self.decode_overlap = o;
+        self.decoder = Mutex::new(None);
+    }
+}
