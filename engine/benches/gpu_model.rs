@@ -36,7 +36,6 @@ use superinfer_engine::runner::gpu::GpuRunner;
 use superinfer_engine::runner::{BatchEntry, ModelRunner, StepBatch};
 use superinfer_engine::SamplingParams;
 use superinfer_kernels::attention_plan::{AttentionPlan, AttentionShape, SeqSpan};
-use superinfer_kernels::cuda::GEMV_MMA_MAX_ROWS;
 use superinfer_policies::RequestId;
 
 struct Args {
@@ -156,10 +155,6 @@ fn batch<'a>(s: &'a [Seq], pos: usize, p: &'a SamplingParams) -> StepBatch<'a> {
     }
 }
 
-/// The decode table's matmul column for "the tensor-core GEMV above one row" (other values:
-/// the rows through the GEMV kernel, the rest through cuBLAS).
-const MMA: usize = usize::MAX;
-
 /// How a decode step is launched.
 #[derive(Clone, Copy, Debug)]
 enum Launch {
@@ -263,15 +258,10 @@ fn main() {
         (8, 0, TensorCore, GraphPdl),
         (8, 8, TensorCore, Graph),
         (8, 8, TensorCore, GraphPdlPrefetch),
-        (8, MMA, TensorCore, Graph),
-        (8, MMA, TensorCore, GraphPdl),
-        (8, MMA, TensorCore, GraphPdlPrefetch),
         (32, 0, OnePass, Eager),
         (32, 0, OnePass, Graph),
         (32, 0, TensorCore, Graph),
         (32, 0, TensorCore, GraphPdl),
-        (32, MMA, TensorCore, Graph),
-        (32, MMA, TensorCore, GraphPdlPrefetch),
         (64, 0, OnePass, Eager),
         (64, 0, OnePass, Direct),
         (64, 0, OnePass, Graph),
@@ -279,18 +269,9 @@ fn main() {
         (64, 0, TensorCore, Eager),
         (64, 0, TensorCore, Graph),
         (64, 0, TensorCore, GraphPdl),
-        (64, MMA, TensorCore, Graph),
-        (64, MMA, TensorCore, GraphPdlPrefetch),
     ];
     for (b, gemv, kernel, launch) in steps.into_iter().filter(|_| a.sections.contains("decode")) {
-        // MMA: the GEMV kernel for one row, the tensor-core GEMV for the rest.
-        let mma = gemv == MMA;
-        runner
-            .model_mut()
-            .set_gemv_max_rows(if mma { 1 } else { gemv });
-        runner
-            .model_mut()
-            .set_gemv_mma_max_rows(if mma { GEMV_MMA_MAX_ROWS } else { 0 });
+        runner.model_mut().set_gemv_max_rows(gemv);
         runner.model().kernels().set_decode_kernel(kernel);
         match launch {
             Eager => runner.model_mut().set_decode_buckets(&[], false),
@@ -306,11 +287,7 @@ fn main() {
         runner.model_mut().set_decode_overlap(launch.overlap());
         let how = format!(
             "{}, {kernel:?}, {launch:?}",
-            match gemv {
-                MMA => "tensor-core GEMV",
-                0 => "cuBLAS",
-                _ => "GEMV kernel",
-            },
+            if gemv > 0 { "GEMV kernel" } else { "cuBLAS" },
         );
         let s = seqs(b, ctx + 1, 0);
         let step = batch(&s, ctx, &greedy);
@@ -362,7 +339,6 @@ fn main() {
     runner.model_mut().set_decode_fused_norm(false);
     runner.model_mut().set_decode_fused_silu(false);
     runner.model_mut().set_decode_overlap(Overlap::default());
-    runner.model_mut().set_gemv_mma_max_rows(0);
 
     println!("\n## prefill (one sequence, one chunk)");
     println!(

@@ -21,7 +21,7 @@ pub use kernels::{Blocks, Kernels};
 pub use memory::{Arena, DeviceArena, PinnedArena};
 pub use model::{
     sample_params, DecodeKernel, DecodeLaunch, GpuSample, ModelKernels, Overlap, OverlapGuard,
-    RopeLaunch, StepGraph, StepMeta, GEMV_MAX_ROWS, GEMV_MMA_MAX_ROWS,
+    RopeLaunch, StepGraph, StepMeta, GEMV_MAX_ROWS,
 };
 
 use crate::error::Error;

@@ -64,9 +64,6 @@ pub struct GpuLlama {
     sin: Tensor,
     /// Matmuls of at most this many rows use our GEMV kernel instead of cuBLAS (0: never).
     gemv_max_rows: usize,
-    /// Decode buckets of more rows and at most this many run their matmuls through the
-    /// tensor-core GEMV instead of cuBLAS (0: never).
-    gemv_mma_max_rows: usize,
     /// Row counts of the decode buckets (ascending; empty: decode steps run as any other).
     decode_buckets: Vec<u32>,
     /// Replay decode buckets from CUDA graphs (else launch the same kernels directly).
@@ -92,9 +89,6 @@ pub const DEFAULT_DECODE_BUCKETS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
 /// Default of [`GpuLlama::set_gemv_max_rows`]: measured on the H200 (docs/BENCHMARKS.md).
 pub const DEFAULT_GEMV_MAX_ROWS: usize = 1;
-
-/// Default of [`GpuLlama::set_gemv_mma_max_rows`].
-pub const DEFAULT_GEMV_MMA_MAX_ROWS: usize = 0;
 
 /// Where weights come from: a name and shape in, a tensor in the model's dtype out.
 type Source<'a> = dyn FnMut(&str, &[usize]) -> R<Tensor> + 'a;
@@ -251,7 +245,6 @@ impl GpuLlama {
             cos,
             sin,
             gemv_max_rows: DEFAULT_GEMV_MAX_ROWS,
-            gemv_mma_max_rows: DEFAULT_GEMV_MMA_MAX_ROWS,
             decode_buckets: DEFAULT_DECODE_BUCKETS.to_vec(),
             decode_graphs: true,
             decoder: Mutex::new(None),
@@ -368,7 +361,6 @@ impl GpuLlama {
         d.set_fused_norm(self.decode_fused_norm);
         d.set_fused_silu(self.decode_fused_silu);
         d.set_overlap(self.decode_overlap);
-        d.set_mma_max_rows(self.gemv_mma_max_rows);
         Ok(d)
     }
 

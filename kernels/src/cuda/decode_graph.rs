@@ -20,7 +20,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::model::{
     sample_params, DecodeLaunch, GemvOut, GpuSample, ModelKernels, Overlap, RopeLaunch, StepGraph,
-    GEMV_MMA_MAX_ROWS, GEMV_NORM_MAX_K,
+    GEMV_NORM_MAX_K,
 };
 use crate::attention_plan::{AttentionShape, FixedDecodeLayout, SeqSpan, MAX_FIXED_SPLITS};
 use crate::error::{Error, Result};
@@ -151,9 +151,6 @@ pub struct DecodeGraphs {
     fused_silu: bool,
     /// How the step's kernels overlap each other (`set_overlap`).
     overlap: Overlap,
-    /// Matmuls of more rows than `gemv_max_rows` and at most this many through the
-    /// tensor-core GEMV (`set_mma_max_rows`; 0: none).
-    mma_max_rows: usize,
 }
 
 fn invalid(what: String) -> Error {
@@ -314,7 +311,6 @@ impl DecodeGraphs {
             fused_norm: false,
             fused_silu: false,
             overlap: Overlap::default(),
-            mma_max_rows: 0,
         })
     }
 
@@ -351,14 +347,6 @@ impl DecodeGraphs {
     /// same bits, in order. Captured graphs are dropped.
     pub fn set_overlap(&mut self, o: Overlap) {
         self.overlap = o;
-        self.graphs.clear();
-    }
-
-    /// Steps of more rows than the GEMV kernel takes and at most `rows` (at most
-    /// [`GEMV_MMA_MAX_ROWS`]) run their matmuls through the tensor-core GEMV (gemv_mma.cu)
-    /// instead of cuBLAS. Captured graphs are dropped.
-    pub fn set_mma_max_rows(&mut self, rows: usize) {
-        self.mma_max_rows = rows.min(GEMV_MMA_MAX_ROWS);
         self.graphs.clear();
     }
 
@@ -498,7 +486,6 @@ impl DecodeGraphs {
         let qw = s.num_heads * s.head_dim;
         let kvw = s.kv_heads * s.head_dim;
         let gemv = rows as usize <= self.gemv_max_rows;
-        let mma = !gemv && rows as usize <= self.mma_max_rows;
         // `y = x @ w^T` (n columns), or with `SiluMul` the gate/up projection's activation (n =
         // inter columns, w (2n, kk)).
         let mm = |x: u64, w: u64, y: u64, n: u32, kk: u32, out: GemvOut| -> Result<()> {
@@ -507,9 +494,6 @@ impl DecodeGraphs {
             unsafe {
                 if gemv {
                     k.launch_gemv(dt, x, w, y, rows, n, kk, out)
-                } else if mma && kk.is_multiple_of(32) {
-                    debug_assert_eq!(out, GemvOut::Plain, "silu_mul is fused only into GEMVs");
-                    k.launch_gemv_mma(dt, x, w, y, rows, n, kk)
                 } else {
                     debug_assert_eq!(out, GemvOut::Plain, "silu_mul is fused only into GEMVs");
                     k.launch_gemm(dt, x, w, y, rows, n, kk)

@@ -21,7 +21,7 @@ use candle_core::{DType, Device, Storage, Tensor};
 
 pub use decode_kernel::DecodeKernel;
 pub use launch::{Overlap, OverlapGuard};
-pub use raw::{DecodeLaunch, GemvOut, RopeLaunch, StepGraph, GEMV_MMA_MAX_ROWS, GEMV_NORM_MAX_K};
+pub use raw::{DecodeLaunch, GemvOut, RopeLaunch, StepGraph, GEMV_NORM_MAX_K};
 
 use super::cudarc::cublas::CudaBlas;
 use super::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, PushKernelArg};
@@ -40,7 +40,6 @@ const ROPE_KV: &str = include_str!("cu/rope_kv.cu");
 const NORM_ACT: &str = include_str!("cu/norm_act.cu");
 const SAMPLE: &str = include_str!("cu/sample.cu");
 const GEMV: &str = include_str!("cu/gemv.cu");
-const GEMV_MMA: &str = include_str!("cu/gemv_mma.cu");
 
 /// Most rows [`ModelKernels::gemv`] takes (its kernels are instantiated for 1 to 8).
 pub const GEMV_MAX_ROWS: usize = 8;
@@ -171,10 +170,7 @@ impl ModelKernels {
         let rope_kv = module("superinfer_rope_kv", &[("rope_kv.cu", ROPE_KV)])?;
         let norm_act = module("superinfer_norm_act", &[("norm_act.cu", NORM_ACT)])?;
         let sample = module("superinfer_sample", &[("sample.cu", SAMPLE)])?;
-        let gemv = module(
-            "superinfer_gemv",
-            &[("gemv.cu", GEMV), ("gemv_mma.cu", GEMV_MMA)],
-        )?;
+        let gemv = module("superinfer_gemv", &[("gemv.cu", GEMV)])?;
         Ok(Self {
             attention,
             decode,
@@ -436,28 +432,6 @@ impl ModelKernels {
                 eps,
             )
         }?;
-        Ok(out)
-    }
-
-    /// `x @ w^T` on tensor cores for `x` `(m, k)` with `m <= GEMV_MMA_MAX_ROWS` and `w`
-    /// `(n, k)`, `k` a multiple of 32 (gemv_mma.cu: 16 output columns per CTA, k split over
-    /// its warps).
-    pub fn gemv_mma(&self, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-        let (m, k) = x.dims2().map_err(candle("gemv_mma input"))?;
-        let (n, kw) = w.dims2().map_err(candle("gemv_mma weight"))?;
-        if k != kw || x.dtype() != w.dtype() {
-            return Err(Error::Invalid(format!(
-                "gemv_mma: x {:?} and w {:?}",
-                x.dims(),
-                w.dims()
-            )));
-        }
-        // Every (row, column) of the output is written by the CTA of its 16 columns.
-        let out = self.output((m, n), x.dtype())?;
-        let st = &self.stream;
-        let (p_x, p_w, p_y) = (ptr(x, st)?, ptr(w, st)?, ptr(&out, st)?);
-        // SAFETY: contiguous tensors of the shapes checked here; the launch checks m and k.
-        unsafe { self.launch_gemv_mma(x.dtype(), p_x, p_w, p_y, m as u32, n as u32, k as u32) }?;
         Ok(out)
     }
 

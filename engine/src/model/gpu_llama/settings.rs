@@ -6,7 +6,7 @@
 use super::{GpuLlama, Overlap, R};
 use crate::error::EngineError;
 use std::sync::Mutex;
-use superinfer_kernels::cuda::{GEMV_MAX_ROWS, GEMV_MMA_MAX_ROWS};
+use superinfer_kernels::cuda::GEMV_MAX_ROWS;
 
 /// A switch from the environment: `1` on, `0` or unset off; anything else is an error naming
 /// the variable (`SUPERINFER_FUSED_NORM`: [`GpuLlama::set_decode_fused_norm`];
@@ -29,14 +29,6 @@ impl GpuLlama {
     /// through cuBLAS; 0 sends everything to cuBLAS (benchmarks compare the two).
     pub fn set_gemv_max_rows(&mut self, rows: usize) {
         self.gemv_max_rows = rows.min(GEMV_MAX_ROWS);
-        self.decoder = Mutex::new(None);
-    }
-
-    /// Decode buckets of more rows than the GEMV kernel takes and at most `rows` (at most
-    /// 64) run their matmuls through the tensor-core GEMV (gemv_mma.cu) instead of cuBLAS;
-    /// 0 sends them all to cuBLAS (benchmarks compare the two).
-    pub fn set_gemv_mma_max_rows(&mut self, rows: usize) {
-        self.gemv_mma_max_rows = rows.min(GEMV_MMA_MAX_ROWS);
         self.decoder = Mutex::new(None);
     }
 

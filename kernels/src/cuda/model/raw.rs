@@ -48,9 +48,6 @@ pub struct RopeLaunch {
     pub tokens: u32,
 }
 
-/// Most rows `launch_gemv_mma` takes (eight tiles of 8).
-pub const GEMV_MMA_MAX_ROWS: usize = 64;
-
 /// The widest row `launch_gemv_norm` takes (its floats in 48 KB of shared memory, less the
 /// reduction's scratch).
 pub const GEMV_NORM_MAX_K: u32 = 12_256;
@@ -281,46 +278,6 @@ impl ModelKernels {
         );
         // SAFETY: the arguments are as this function's contract requires.
         unsafe { self.launch(&f, cfg, &mut b, "launch gemv") }?;
-        Ok(())
-    }
-
-    /// `y = x @ w^T` on tensor cores (gemv_mma.cu): `x` `(m, k)` with `1 <= m <=`
-    /// [`GEMV_MMA_MAX_ROWS`], `w` `(n, k)`, `k` a multiple of 32.
-    ///
-    /// # Safety
-    /// The three addresses hold those shapes in `dtype`.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn launch_gemv_mma(
-        &self,
-        dtype: DType,
-        x: u64,
-        w: u64,
-        y: u64,
-        m: u32,
-        n: u32,
-        k: u32,
-    ) -> Result<()> {
-        if m == 0 || m as usize > GEMV_MMA_MAX_ROWS || n == 0 || !k.is_multiple_of(32) {
-            return Err(Error::Invalid(format!(
-                "gemv_mma: {m} rows (1 to {GEMV_MMA_MAX_ROWS}), n {n}, k {k} (a multiple of 32)"
-            )));
-        }
-        let name = half_dtype(dtype, "gemv_mma")?;
-        // Tiles of 8 rows: 1, 2, 4 or 8 (instances of gemv_mma.cu).
-        let tiles = m.div_ceil(8).next_power_of_two();
-        let f = self.func(&self.gemv, format_args!("gemv_mma_{name}_t{tiles}"))?;
-        let prefetch = self.gemv_prefetch();
-        let mut b = Args::default();
-        b.arg(&x)
-            .arg(&w)
-            .arg(&y)
-            .arg(&m)
-            .arg(&n)
-            .arg(&k)
-            .arg(&prefetch);
-        let cfg = grid((n.div_ceil(16), 1, 1), 256);
-        // SAFETY: the arguments are as this function's contract requires.
-        unsafe { self.launch(&f, cfg, &mut b, "launch gemv_mma") }?;
         Ok(())
     }
 
