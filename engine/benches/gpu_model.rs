@@ -179,11 +179,8 @@ impl Launch {
 
     fn overlap(self) -> Overlap {
         match self {
-            Launch::GraphPdl => Overlap {
-                pdl: true,
-                prefetch: 0,
-            },
-            Launch::GraphPdlPrefetch | Launch::GraphPdlFused => Overlap::PDL,
+            Launch::GraphPdl => Overlap::PDL,
+            Launch::GraphPdlPrefetch | Launch::GraphPdlFused => Overlap::PDL_PREFETCH,
             _ => Overlap::default(),
         }
     }
@@ -255,20 +252,16 @@ fn main() {
         (8, 8, OnePass, Graph),
         (8, 0, ThreePhase, Eager),
         (8, 0, TensorCore, Graph),
-        (8, 0, TensorCore, GraphPdl),
         (8, 8, TensorCore, Graph),
-        (8, 8, TensorCore, GraphPdlPrefetch),
         (32, 0, OnePass, Eager),
         (32, 0, OnePass, Graph),
         (32, 0, TensorCore, Graph),
-        (32, 0, TensorCore, GraphPdl),
         (64, 0, OnePass, Eager),
         (64, 0, OnePass, Direct),
         (64, 0, OnePass, Graph),
         (64, 0, ThreePhase, Eager),
         (64, 0, TensorCore, Eager),
         (64, 0, TensorCore, Graph),
-        (64, 0, TensorCore, GraphPdl),
     ];
     for (b, gemv, kernel, launch) in steps.into_iter().filter(|_| a.sections.contains("decode")) {
         runner.model_mut().set_gemv_max_rows(gemv);
@@ -336,9 +329,10 @@ fn main() {
         .model()
         .kernels()
         .set_decode_kernel(Default::default());
+    // The defaults again (as the server runs).
     runner.model_mut().set_decode_fused_norm(false);
     runner.model_mut().set_decode_fused_silu(false);
-    runner.model_mut().set_decode_overlap(Overlap::default());
+    runner.model_mut().set_decode_overlap(Overlap::PDL);
 
     println!("\n## prefill (one sequence, one chunk)");
     println!(

@@ -79,8 +79,8 @@ pub struct GpuLlama {
     /// Decode buckets through the GEMV kernel compute silu_mul in the gate/up projection's
     /// epilogue (`SUPERINFER_FUSED_SILU`; off by default: on the H200 the same bits, no faster).
     decode_fused_silu: bool,
-    /// How decode buckets' kernels overlap each other (`SUPERINFER_PDL`: programmatic
-    /// dependent launch with the GEMV weight prefetch).
+    /// How the kernels of decode buckets through the GEMV kernel overlap each other
+    /// (programmatic dependent launch unless `SUPERINFER_PDL=0`).
     decode_overlap: Overlap,
 }
 
@@ -249,9 +249,9 @@ impl GpuLlama {
             decode_graphs: true,
             decoder: Mutex::new(None),
             decode_equal_splits: false,
-            decode_fused_norm: settings::switch_from_env("SUPERINFER_FUSED_NORM")?,
-            decode_fused_silu: settings::switch_from_env("SUPERINFER_FUSED_SILU")?,
-            decode_overlap: match settings::switch_from_env("SUPERINFER_PDL")? {
+            decode_fused_norm: settings::switch_from_env("SUPERINFER_FUSED_NORM", false)?,
+            decode_fused_silu: settings::switch_from_env("SUPERINFER_FUSED_SILU", false)?,
+            decode_overlap: match settings::switch_from_env("SUPERINFER_PDL", true)? {
                 true => Overlap::PDL,
                 false => Overlap::default(),
             },

@@ -342,9 +342,10 @@ impl DecodeGraphs {
         self.graphs.clear();
     }
 
-    /// Launches each of the step's kernels with programmatic dependent launch (and the GEMV
-    /// weight prefetch `o` names) so that it overlaps the tail of the kernel before it: the
-    /// same bits, in order. Captured graphs are dropped.
+    /// Launches each kernel of the steps whose matmuls go through the GEMV kernel with
+    /// programmatic dependent launch (and the GEMV weight prefetch `o` names) so that it
+    /// overlaps the tail of the kernel before it: the same bits, in order (steps through
+    /// cuBLAS launch as before). Captured graphs are dropped.
     pub fn set_overlap(&mut self, o: Overlap) {
         self.overlap = o;
         self.graphs.clear();
@@ -480,12 +481,18 @@ impl DecodeGraphs {
     /// Launches the step of `key` over the fixed buffers (directly, or into a capture).
     fn launch(&self, k: &ModelKernels, key: Key) -> Result<()> {
         let (rows, splits, sample) = key;
-        let _overlap = k.overlap_scope(self.overlap);
         let (b, dt, d, s) = (&self.a, self.dtype, &self.dims, &self.shape);
         let (h, i, v) = (d.hidden as u32, d.inter as u32, d.vocab as u32);
         let qw = s.num_heads * s.head_dim;
         let kvw = s.kv_heads * s.head_dim;
         let gemv = rows as usize <= self.gemv_max_rows;
+        // PDL only where every kernel is ours: cuBLAS's kernels neither wait nor trigger, and
+        // steps with them measured no faster with it.
+        let _overlap = k.overlap_scope(if gemv {
+            self.overlap
+        } else {
+            Overlap::default()
+        });
         // `y = x @ w^T` (n columns), or with `SiluMul` the gate/up projection's activation (n =
         // inter columns, w (2n, kk)).
         let mm = |x: u64, w: u64, y: u64, n: u32, kk: u32, out: GemvOut| -> Result<()> {

@@ -8,13 +8,13 @@ use crate::error::EngineError;
 use std::sync::Mutex;
 use superinfer_kernels::cuda::GEMV_MAX_ROWS;
 
-/// A switch from the environment: `1` on, `0` or unset off; anything else is an error naming
-/// the variable (`SUPERINFER_FUSED_NORM`: [`GpuLlama::set_decode_fused_norm`];
+/// A switch from the environment: `1` on, `0` off, unset `default`; anything else is an error
+/// naming the variable (`SUPERINFER_FUSED_NORM`: [`GpuLlama::set_decode_fused_norm`];
 /// `SUPERINFER_FUSED_SILU`: [`GpuLlama::set_decode_fused_silu`]; `SUPERINFER_PDL`:
-/// [`GpuLlama::set_decode_overlap`] with [`Overlap::PDL`]).
-pub(super) fn switch_from_env(name: &str) -> R<bool> {
+/// [`GpuLlama::set_decode_overlap`] with [`Overlap::PDL`], on unless `0`).
+pub(super) fn switch_from_env(name: &str, default: bool) -> R<bool> {
     match std::env::var(name) {
-        Err(std::env::VarError::NotPresent) => Ok(false),
+        Err(std::env::VarError::NotPresent) => Ok(default),
         Ok(v) if v.trim() == "0" => Ok(false),
         Ok(v) if v.trim() == "1" => Ok(true),
         Ok(v) => Err(EngineError::Config(format!(
@@ -69,9 +69,10 @@ impl GpuLlama {
         self.decoder = Mutex::new(None);
     }
 
-    /// Decode buckets launch each kernel with programmatic dependent launch, so that it
-    /// starts while the kernel before it drains (and the GEMVs ask L2 for their first weight
-    /// rows meanwhile): the same bits, checked by engine/tests/gpu_decode_graphs.rs.
+    /// Decode buckets whose matmuls go through the GEMV kernel launch each kernel with
+    /// programmatic dependent launch, so that it starts while the kernel before it drains:
+    /// the same bits, checked by engine/tests/gpu_decode_graphs.rs. [`Overlap::PDL`] by
+    /// default (`SUPERINFER_PDL=0`: none).
     pub fn set_decode_overlap(&mut self, o: Overlap) {
         self.decode_overlap = o;
         self.decoder = Mutex::new(None);

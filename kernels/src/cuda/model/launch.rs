@@ -25,15 +25,21 @@ pub struct Overlap {
 }
 
 impl Overlap {
-    /// PDL with the GEMV prefetch of [`Overlap::DEFAULT_PREFETCH`] bytes.
+    /// PDL without the GEMV prefetch: the decode buckets' default where every matmul is a
+    /// GEMV (on the H200, batch 1: 5.04 ms against 5.11 without PDL and 5.14 with the
+    /// prefetch; docs/BENCHMARKS.md "Programmatic dependent launch").
     pub const PDL: Overlap = Overlap {
         pdl: true,
-        prefetch: Overlap::DEFAULT_PREFETCH,
+        prefetch: 0,
     };
 
-    /// Two KB of each warp's first row: with every resident GEMV warp asking (about 8,000 on
-    /// 132 SMs), ~16 MB, what the HBM delivers in the ~4 µs of a small kernel before it.
-    pub const DEFAULT_PREFETCH: u32 = 2048;
+    /// PDL with each GEMV warp asking L2 for the first 2 KB of its first row before it waits
+    /// (about 16 MB over the resident warps, what the HBM delivers in the ~4 µs of a small
+    /// kernel before it): measured slower than [`Overlap::PDL`], kept to compare.
+    pub const PDL_PREFETCH: Overlap = Overlap {
+        pdl: true,
+        prefetch: 2048,
+    };
 }
 
 /// The current [`Overlap`] of a [`ModelKernels`] (read at every launch).
