@@ -2,6 +2,7 @@
 # The GPU model path in one device call: correctness checks, then step and kernel benchmarks.
 #   here:       scripts/gpu/model.sh build   # stages .gpu-bin/model/ (xz-compressed binaries)
 #   on the GPU: scripts/gpu/model.sh run     # with carry [".gpu-bin/model"]
+# (build-graphs / run-graphs: the CUDA-graph checks alone, carry [".gpu-bin/graphs"].)
 # `run` writes under $OUT: env.txt, hf.log (the transformers reference), checks.log (the
 # ignored GPU tests of engine/tests/gpu_model_path.rs, gpu_engine_path.rs and gpu_decode_graphs.rs), bench.log
 # (benches/gpu_model.rs), torch.log (scripts/gpu/torch_decoder.py: torch.compile'd decoder,
@@ -100,6 +101,30 @@ case "${1:-}" in
       (cd "$dir" && sha256sum -c "$root/.gpu-bin/gguf-$2/sha256")
     fi
     ls -l "$dir" ;;
+  build-graphs)
+    # Only the graph checks (engine/tests/gpu_decode_graphs.rs), ~8 MB: a call that needs
+    # nothing else carries .gpu-bin/graphs instead of .gpu-bin/model.
+    set -e
+    eval "$("${CUDA_TOOLCHAIN_SH:-$root/../shared/cuda-toolchain.sh}")"
+    exe=$(nice -n "${NICE:-10}" cargo test --release -p superinfer-engine --features cuda \
+      --target-dir target-cuda -j "${JOBS:-2}" --test gpu_decode_graphs --no-run \
+      --message-format=json | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+    mkdir -p .gpu-bin/graphs && cp "$exe" .gpu-bin/graphs/gpu_decode_graphs
+    (cd .gpu-bin/graphs && strip gpu_decode_graphs && rm -f bins.tar.xz \
+      && tar cJf bins.tar.xz gpu_decode_graphs && rm gpu_decode_graphs)
+    ls -l .gpu-bin/graphs ;;
+  run-graphs)
+    # On the GPU, with carry [".gpu-bin/graphs"]: the graph checks alone, into $OUT/checks.log.
+    out=${OUT:-$root/out}
+    mkdir -p "$out"
+    export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export SUPERINFER_KERNEL_CACHE=${SUPERINFER_KERNEL_CACHE:-/tmp/superinfer-kernels}
+    bins=/tmp/superinfer-graph-bins
+    mkdir -p "$bins" && tar xJf .gpu-bin/graphs/bins.tar.xz -C "$bins" || exit 1
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null) (+ working tree)" | tee "$out/env.txt"
+    RUST_BACKTRACE=1 "$bins/gpu_decode_graphs" --ignored --nocapture --test-threads 1 2>&1 \
+      | tee "$out/checks.log"
+    exit "${PIPESTATUS[0]}" ;;
   run)
     shift
     out=${OUT:-$root/out}
