@@ -127,6 +127,9 @@ pub struct ModelKernels {
     decode_kernel: std::sync::atomic::AtomicU8,
     /// How launches overlap their predecessors (PDL; none unless a scope sets it).
     overlap: launch::OverlapCell,
+    /// Compute capability 9.0 or later: launches may carry the PDL attribute (older GPUs
+    /// launch as before whatever the overlap says).
+    pdl_capable: bool,
     rope_kv: Arc<super::cudarc::driver::CudaModule>,
     norm_act: Arc<super::cudarc::driver::CudaModule>,
     sample: Arc<super::cudarc::driver::CudaModule>,
@@ -176,6 +179,11 @@ impl ModelKernels {
             decode,
             decode_kernel: std::sync::atomic::AtomicU8::new(DecodeKernel::from_env()? as u8),
             overlap: launch::OverlapCell::default(),
+            pdl_capable: gpu
+                .arch()?
+                .trim_start_matches("sm_")
+                .parse::<u32>()
+                .is_ok_and(|cc| cc >= 90),
             rope_kv,
             norm_act,
             sample,

@@ -101,10 +101,15 @@ impl ModelKernels {
         }
     }
 
+    /// Launches carry the PDL attribute now.
+    fn pdl_now(&self) -> bool {
+        self.pdl_capable && self.overlap.get().pdl
+    }
+
     /// The GEMV prefetch to pass now (0 without PDL: nothing would overlap it).
     pub(super) fn gemv_prefetch(&self) -> u32 {
         let o = self.overlap.get();
-        if o.pdl {
+        if self.pdl_now() {
             o.prefetch
         } else {
             0
@@ -142,7 +147,7 @@ impl ModelKernels {
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: u32::from(self.overlap.get().pdl),
+            numAttrs: u32::from(self.pdl_now()),
         };
         // SAFETY: `conf` and `attr` outlive the call; the parameters as the contract says.
         unsafe {
