@@ -48,6 +48,16 @@ smollm2() {
   fi
   return $status
 }
+# On the GPU: $out (created), the CUDA libraries and kernel cache in the environment, and
+# the staged binaries of folder $1 unpacked into $bins=$2.
+gpu_setup() {
+  out=${OUT:-$root/out}
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export SUPERINFER_KERNEL_CACHE=${SUPERINFER_KERNEL_CACHE:-/tmp/superinfer-kernels}
+  bins=$2
+  mkdir -p "$bins" && tar xJf "$1/bins.tar.xz" -C "$bins" || exit 1
+}
 case "${1:-}" in
   build)
     set -e
@@ -115,24 +125,14 @@ case "${1:-}" in
     ls -l .gpu-bin/graphs ;;
   run-graphs)
     # On the GPU, with carry [".gpu-bin/graphs"]: the graph checks alone, into $OUT/checks.log.
-    out=${OUT:-$root/out}
-    mkdir -p "$out"
-    export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export SUPERINFER_KERNEL_CACHE=${SUPERINFER_KERNEL_CACHE:-/tmp/superinfer-kernels}
-    bins=/tmp/superinfer-graph-bins
-    mkdir -p "$bins" && tar xJf .gpu-bin/graphs/bins.tar.xz -C "$bins" || exit 1
+    gpu_setup .gpu-bin/graphs /tmp/superinfer-graph-bins
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null) (+ working tree)" | tee "$out/env.txt"
     RUST_BACKTRACE=1 "$bins/gpu_decode_graphs" --ignored --nocapture --test-threads 1 2>&1 \
       | tee "$out/checks.log"
     exit "${PIPESTATUS[0]}" ;;
   run)
     shift
-    out=${OUT:-$root/out}
-    mkdir -p "$out"
-    export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export SUPERINFER_KERNEL_CACHE=${SUPERINFER_KERNEL_CACHE:-/tmp/superinfer-kernels}
-    bins=/tmp/superinfer-model-bins
-    mkdir -p "$bins" && tar xJf "$stage/bins.tar.xz" -C "$bins" || exit 1
+    gpu_setup "$stage" /tmp/superinfer-model-bins
     {
       echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1
