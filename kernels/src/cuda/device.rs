@@ -89,11 +89,15 @@ impl Gpu {
 
     /// NVRTC's name of this GPU's architecture, e.g. `sm_90`.
     pub fn arch(&self) -> Result<String> {
-        let (major, minor) = self
-            .ctx
-            .compute_capability()
-            .map_err(driver("cuDeviceGetAttribute"))?;
+        let (major, minor) = self.compute_capability()?;
         Ok(format!("sm_{major}{minor}"))
+    }
+
+    /// The compute capability, (major, minor).
+    pub fn compute_capability(&self) -> Result<(i32, i32)> {
+        self.ctx
+            .compute_capability()
+            .map_err(driver("cuDeviceGetAttribute"))
     }
 
     /// Number of multiprocessors (to size persistent grids).

@@ -179,11 +179,7 @@ impl ModelKernels {
             decode,
             decode_kernel: std::sync::atomic::AtomicU8::new(DecodeKernel::from_env()? as u8),
             overlap: launch::OverlapCell::default(),
-            pdl_capable: gpu
-                .arch()?
-                .trim_start_matches("sm_")
-                .parse::<u32>()
-                .is_ok_and(|cc| cc >= 90),
+            pdl_capable: gpu.compute_capability()?.0 >= 9,
             rope_kv,
             norm_act,
             sample,
