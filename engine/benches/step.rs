@@ -118,7 +118,8 @@ impl Fixture {
     }
 
     /// Aborts the live generation and admits a new one, stepping (untimed) until all of it
-    /// decodes.
+    /// decodes. Never inlined, so that a profile can tell its (untimed) steps from the timed.
+    #[inline(never)]
     fn renew(&mut self) {
         for i in self.first..self.next {
             self.engine.abort(RequestId(i));
