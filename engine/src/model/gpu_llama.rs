@@ -88,7 +88,7 @@ pub struct GpuLlama {
 pub const DEFAULT_DECODE_BUCKETS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
 /// Default of [`GpuLlama::set_gemv_max_rows`]: measured on the H200 (docs/BENCHMARKS.md).
-pub const DEFAULT_GEMV_MAX_ROWS: usize = 1;
+pub const DEFAULT_GEMV_MAX_ROWS: usize = 2;
 
 /// Where weights come from: a name and shape in, a tensor in the model's dtype out.
 type Source<'a> = dyn FnMut(&str, &[usize]) -> R<Tensor> + 'a;
