@@ -58,33 +58,38 @@ gpu_setup() {
   bins=$2
   mkdir -p "$bins" && tar xJf "$1/bins.tar.xz" -C "$bins" || exit 1
 }
+# Here: the executable `cargo ARGS… --no-run` builds with the CUDA feature (its path).
+build() {
+  nice -n "${NICE:-10}" cargo "$@" -p superinfer-engine --features cuda \
+    --target-dir target-cuda -j "${JOBS:-2}" --no-run --message-format=json \
+    | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+}
+# Here: NAME=EXECUTABLE… stripped and packed into folder $1's bins.tar.xz.
+stage_bins() {
+  local dir=$1 names=() pair
+  shift
+  mkdir -p "$dir"
+  for pair in "$@"; do
+    cp "${pair#*=}" "$dir/${pair%%=*}"
+    names+=("${pair%%=*}")
+  done
+  (cd "$dir" && strip "${names[@]}" && rm -f bins.tar.xz \
+    && tar cJf bins.tar.xz "${names[@]}" && rm "${names[@]}")
+  ls -l "$dir"
+}
 case "${1:-}" in
   build)
     set -e
     eval "$("${CUDA_TOOLCHAIN_SH:-$root/../shared/cuda-toolchain.sh}")"
-    build() {  # cargo args... → path of the executable it builds
-      nice -n "${NICE:-10}" cargo "$@" -p superinfer-engine --features cuda \
-        --target-dir target-cuda -j "${JOBS:-2}" --no-run --message-format=json \
-        | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
-    }
     tests=$(build test --release --test gpu_model_path)
     engine_tests=$(build test --release --test gpu_engine_path)
     smol_tests=$(build test --release --test gpu_smollm2)
     graph_tests=$(build test --release --test gpu_decode_graphs)
     bench=$(build bench --bench gpu_model)
     mask_bench=$(build bench --bench grammar_mask)
-    mkdir -p "$stage"
-    cp "$tests" "$stage/gpu_model_path"
-    cp "$engine_tests" "$stage/gpu_engine_path"
-    cp "$smol_tests" "$stage/gpu_smollm2"
-    cp "$graph_tests" "$stage/gpu_decode_graphs"
-    cp "$bench" "$stage/gpu_model_bench"
-    cp "$mask_bench" "$stage/grammar_mask_bench"
-    names=(gpu_model_path gpu_engine_path gpu_smollm2 gpu_decode_graphs gpu_model_bench
-      grammar_mask_bench)
-    (cd "$stage" && strip "${names[@]}" && rm -f bins.tar.xz \
-      && tar cJf bins.tar.xz "${names[@]}" && rm "${names[@]}")
-    ls -l "$stage" ;;
+    stage_bins "$stage" gpu_model_path="$tests" gpu_engine_path="$engine_tests" \
+      gpu_smollm2="$smol_tests" gpu_decode_graphs="$graph_tests" gpu_model_bench="$bench" \
+      grammar_mask_bench="$mask_bench" ;;
   stage-gguf)
     # PARTS [4] pieces of equal size, .gpu-bin/gguf-1 … gguf-N; the last holds the checksum.
     set -e
@@ -116,13 +121,8 @@ case "${1:-}" in
     # nothing else carries .gpu-bin/graphs instead of .gpu-bin/model.
     set -e
     eval "$("${CUDA_TOOLCHAIN_SH:-$root/../shared/cuda-toolchain.sh}")"
-    exe=$(nice -n "${NICE:-10}" cargo test --release -p superinfer-engine --features cuda \
-      --target-dir target-cuda -j "${JOBS:-2}" --test gpu_decode_graphs --no-run \
-      --message-format=json | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
-    mkdir -p .gpu-bin/graphs && cp "$exe" .gpu-bin/graphs/gpu_decode_graphs
-    (cd .gpu-bin/graphs && strip gpu_decode_graphs && rm -f bins.tar.xz \
-      && tar cJf bins.tar.xz gpu_decode_graphs && rm gpu_decode_graphs)
-    ls -l .gpu-bin/graphs ;;
+    graph_tests=$(build test --release --test gpu_decode_graphs)
+    stage_bins .gpu-bin/graphs gpu_decode_graphs="$graph_tests" ;;
   run-graphs)
     # On the GPU, with carry [".gpu-bin/graphs"]: the graph checks alone, into $OUT/checks.log.
     gpu_setup .gpu-bin/graphs /tmp/superinfer-graph-bins
@@ -173,11 +173,7 @@ case "${1:-}" in
   smollm2)
     # Only the SmolLM2 part of `run`, with the binaries of `run`'s stage (or of STAGE, a
     # folder whose bins.tar.xz holds at least gpu_smollm2 and grammar_mask_bench).
-    out=${OUT:-$root/out} && mkdir -p "$out"
-    export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export SUPERINFER_KERNEL_CACHE=${SUPERINFER_KERNEL_CACHE:-/tmp/superinfer-kernels}
-    bins=/tmp/superinfer-model-bins
-    mkdir -p "$bins" && tar xJf "${STAGE:-$stage}/bins.tar.xz" -C "$bins" || exit 1
+    gpu_setup "${STAGE:-$stage}" /tmp/superinfer-model-bins
     smollm2 "$out" "$bins" ;;
   *) echo "usage: $0 build|run|smollm2|stage-gguf|gguf-part N [bench args]" >&2; exit 2 ;;
 esac

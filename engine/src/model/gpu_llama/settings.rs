@@ -25,11 +25,16 @@ pub(super) fn switch_from_env(name: &str, default: bool) -> R<bool> {
 }
 
 impl GpuLlama {
+    /// Drops the buckets' buffers and graphs: the next decode step builds them anew.
+    fn drop_decoder(&mut self) {
+        self.decoder = Mutex::new(None);
+    }
+
     /// Matmuls of at most `rows` rows (at most 8) go through our GEMV kernel, larger ones
     /// through cuBLAS; 0 sends everything to cuBLAS (benchmarks compare the two).
     pub fn set_gemv_max_rows(&mut self, rows: usize) {
         self.gemv_max_rows = rows.min(GEMV_MAX_ROWS);
-        self.decoder = Mutex::new(None);
+        self.drop_decoder();
     }
 
     /// Decode-only steps of at most the largest of `buckets` rows run through fixed buffers
@@ -42,7 +47,7 @@ impl GpuLlama {
         b.dedup();
         self.decode_buckets = b;
         self.decode_graphs = graphs;
-        self.decoder = Mutex::new(None);
+        self.drop_decoder();
     }
 
     /// Decode buckets split every sequence's keys into the step's split count (`true`: the
@@ -50,7 +55,7 @@ impl GpuLlama {
     /// per split: for benchmarks that compare the two.
     pub fn set_decode_equal_splits(&mut self, on: bool) {
         self.decode_equal_splits = on;
-        self.decoder = Mutex::new(None);
+        self.drop_decoder();
     }
 
     /// One-row decode steps through the GEMV kernel fuse each `add_rmsnorm` after the first
@@ -58,7 +63,7 @@ impl GpuLlama {
     /// same bits, checked by engine/tests/gpu_decode_graphs.rs). Off by default.
     pub fn set_decode_fused_norm(&mut self, on: bool) {
         self.decode_fused_norm = on;
-        self.decoder = Mutex::new(None);
+        self.drop_decoder();
     }
 
     /// Decode steps through the GEMV kernel compute the gate/up projection's `silu_mul` in its
@@ -66,7 +71,7 @@ impl GpuLlama {
     /// engine/tests/gpu_decode_graphs.rs). Off by default.
     pub fn set_decode_fused_silu(&mut self, on: bool) {
         self.decode_fused_silu = on;
-        self.decoder = Mutex::new(None);
+        self.drop_decoder();
     }
 
     /// Decode buckets whose matmuls go through the GEMV kernel launch each kernel with
@@ -75,6 +80,6 @@ impl GpuLlama {
     /// default (`SUPERINFER_PDL=0`: none).
     pub fn set_decode_overlap(&mut self, o: Overlap) {
         self.decode_overlap = o;
-        self.decoder = Mutex::new(None);
+        self.drop_decoder();
     }
 }

@@ -101,15 +101,19 @@ impl ModelKernels {
         }
     }
 
-    /// Launches carry the PDL attribute now.
-    fn pdl_now(&self) -> bool {
-        self.pdl_capable && self.overlap.get().pdl
+    /// The overlap launches take now: the scope's, or none on a GPU without PDL.
+    fn overlap_now(&self) -> Overlap {
+        if self.pdl_capable {
+            self.overlap.get()
+        } else {
+            Overlap::default()
+        }
     }
 
     /// The GEMV prefetch to pass now (0 without PDL: nothing would overlap it).
     pub(super) fn gemv_prefetch(&self) -> u32 {
-        let o = self.overlap.get();
-        if self.pdl_now() {
+        let o = self.overlap_now();
+        if o.pdl {
             o.prefetch
         } else {
             0
@@ -147,7 +151,7 @@ impl ModelKernels {
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: u32::from(self.pdl_now()),
+            numAttrs: u32::from(self.overlap_now().pdl),
         };
         // SAFETY: `conf` and `attr` outlive the call; the parameters as the contract says.
         unsafe {
