@@ -21,6 +21,20 @@ fn cuda() -> Device {
     Device::new_cuda(0).expect("a CUDA GPU")
 }
 
+/// The model kernels on the GPU, with its device.
+fn model_kernels() -> (Device, superinfer_kernels::cuda::ModelKernels) {
+    let dev = cuda();
+    let Device::Cuda(cd) = &dev else {
+        unreachable!()
+    };
+    let gpu = superinfer_kernels::cuda::Gpu::from_candle(cd);
+    let cache = superinfer_kernels::compile_cache::CompileCache::new(
+        superinfer_kernels::compile_cache::CompileCache::default_dir(),
+    );
+    let k = superinfer_kernels::cuda::ModelKernels::load(&gpu, &cache).unwrap();
+    (dev, k)
+}
+
 fn prompt(id: u64, n: usize) -> Vec<u32> {
     (0..n as u64)
         .map(|i| ((id * 7919 + i * 104_729) % 1900 + 10) as u32)
@@ -319,15 +333,7 @@ fn gpu_sampling_is_argmax_when_greedy_and_follows_softmax_otherwise() {
 #[ignore = "needs a CUDA GPU"]
 fn attention_kernels_match_a_host_reference() {
     use superinfer_kernels::attention_plan::{AttentionPlan, AttentionShape, SeqSpan};
-    let dev = cuda();
-    let Device::Cuda(cd) = &dev else {
-        unreachable!()
-    };
-    let gpu = superinfer_kernels::cuda::Gpu::from_candle(cd);
-    let cache = superinfer_kernels::compile_cache::CompileCache::new(
-        superinfer_kernels::compile_cache::CompileCache::default_dir(),
-    );
-    let k = superinfer_kernels::cuda::ModelKernels::load(&gpu, &cache).unwrap();
+    let (dev, k) = model_kernels();
     // (pos, end) per sequence: decodes have end = pos + 1.
     let spans_pe: [(u32, u32); 9] = [
         (0, 1),

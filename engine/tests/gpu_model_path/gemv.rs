@@ -1,8 +1,8 @@
 //! The GEMV kernel (gemv.cu) against cuBLAS for 1 to 8 rows, and its fused SwiGLU epilogue
 //! against the separate kernels, bitwise.
 
-use super::{cuda, prompt, rel_err, tables};
-use candle_core::{DType, Device, Tensor};
+use super::{cuda, model_kernels, prompt, rel_err, tables};
+use candle_core::{DType, Tensor};
 use superinfer_engine::model::gpu_llama::{DecodeOut, GpuLlama};
 use superinfer_engine::model::tiny::RandomLlama;
 use superinfer_engine::model::{KvArena, SeqChunk};
@@ -15,15 +15,7 @@ use superinfer_kernels::cuda::DecodeKernel;
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gemv_matches_cublas_for_one_to_eight_rows() {
-    let dev = cuda();
-    let Device::Cuda(cd) = &dev else {
-        unreachable!()
-    };
-    let gpu = superinfer_kernels::cuda::Gpu::from_candle(cd);
-    let cache = superinfer_kernels::compile_cache::CompileCache::new(
-        superinfer_kernels::compile_cache::CompileCache::default_dir(),
-    );
-    let k = superinfer_kernels::cuda::ModelKernels::load(&gpu, &cache).unwrap();
+    let (dev, k) = model_kernels();
     for (n, kk) in [
         (1000usize, 4096usize),
         (4096, 14336),
