@@ -17,7 +17,7 @@
 //! ```text
 //! cargo bench -p superinfer-engine --features cuda --bench gpu_model -- \
 //!     [--model llama-3-8b] [--context 512] [--iters 20] [--hbm-tbs 4.11] [--gemm-tflops 786]
-//!     [--sections decode,prefill,matmul,mixed,engine,attention]
+//!     [--sections decode,prefill,matmul,mixed,engine,attention] [--batches 8,32] [--profile]
 //! ```
 
 #[path = "gpu_model/decode_mixed.rs"]
@@ -47,6 +47,13 @@ struct Args {
     /// Which sections run: any of decode, prefill, matmul, mixed, engine, attention
     /// (comma-separated).
     sections: String,
+    /// Only the decode steps of these batch sizes (comma-separated; empty: all), and without
+    /// the mixed-context steps.
+    batches: Vec<usize>,
+    /// After timing each decode step, one more inside cuProfilerStart/Stop: for
+    /// `ncu --profile-from-start off` (scripts/gpu/model.sh profile), a kernel-by-kernel
+    /// breakdown of exactly one step per configuration.
+    profile: bool,
 }
 
 fn args() -> Args {
@@ -57,6 +64,8 @@ fn args() -> Args {
         hbm_tbs: 4.11,
         gemm_tflops: 786.0,
         sections: "decode,prefill,matmul,mixed,engine,attention".into(),
+        batches: Vec::new(),
+        profile: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -69,6 +78,17 @@ fn args() -> Args {
             "--hbm-tbs" => a.hbm_tbs = v.parse().expect("--hbm-tbs X"),
             "--gemm-tflops" => a.gemm_tflops = v.parse().expect("--gemm-tflops X"),
             "--sections" => a.sections = v,
+            "--batches" => {
+                a.batches = v
+                    .split(',')
+                    .map(|b| b.trim().parse().expect("--batches N,N,…"))
+                    .collect()
+            }
+            "--profile" => {
+                a.profile = true;
+                i += 1;
+                continue;
+            }
             // cargo bench passes --bench; nothing else is expected.
             "--bench" => {
                 i += 1;
@@ -110,6 +130,23 @@ fn time_each(iters: usize, n: usize, dev: &Device, mut f: impl FnMut()) -> f64 {
             f();
         }
     }) / n as f64
+}
+
+/// `f` once between cuProfilerStart and cuProfilerStop (a profiler started with
+/// `--profile-from-start off` sees only this).
+fn profiled(dev: &Device, f: impl FnOnce()) {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    dev.synchronize().unwrap();
+    // SAFETY: no arguments; the context is current on this thread (candle's device).
+    unsafe { sys::cuProfilerStart() }
+        .result()
+        .expect("cuProfilerStart");
+    f();
+    dev.synchronize().unwrap();
+    // SAFETY: as above.
+    unsafe { sys::cuProfilerStop() }
+        .result()
+        .expect("cuProfilerStop");
 }
 
 struct Seq {
@@ -270,7 +307,11 @@ fn main() {
         (64, 0, TensorCore, Eager),
         (64, 0, TensorCore, Graph),
     ];
-    for (b, gemv, kernel, launch) in steps.into_iter().filter(|_| a.sections.contains("decode")) {
+    let chosen = |b: &usize| a.batches.is_empty() || a.batches.contains(b);
+    let decode = steps
+        .into_iter()
+        .filter(|(b, ..)| a.sections.contains("decode") && chosen(b));
+    for (b, gemv, kernel, launch) in decode {
         runner.model_mut().set_gemv_max_rows(gemv);
         runner.model().kernels().set_decode_kernel(kernel);
         match launch {
@@ -294,6 +335,11 @@ fn main() {
         let t = time(a.iters, &dev, || {
             runner.step(&step).expect("decode step");
         });
+        if a.profile {
+            profiled(&dev, || {
+                runner.step(&step).expect("decode step");
+            });
+        }
         let roof = (weights + b as f64 * (ctx + 1) as f64 * kv_per_token) / (a.hbm_tbs * 1e12);
         // Host issue: the eager forward's enqueue, or a decode step's whole host side
         // (uploads, launches or one graph launch; the wait for the sampled ids excluded
@@ -322,7 +368,7 @@ fn main() {
             median(issue) * 1e3
         );
     }
-    if a.sections.contains("decode") {
+    if a.sections.contains("decode") && a.batches.is_empty() {
         decode_mixed::run(&mut runner, &dev, a.iters, shape.kv_heads);
     }
 

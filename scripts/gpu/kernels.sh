@@ -15,6 +15,7 @@
 #   BASE [HEAD]  FILES [prefill.cu decode.cu]  SECTIONS [attention]  ITERS [10]
 #   CHECKS [unset: a filter of the GPU checks to run first, with the tree's sources, e.g.
 #          "attention_kernels graph_replay"]
+#   BENCH_ARGS [none: more arguments of the bench, e.g. "--batches 1,8,32"]
 # Writes under $OUT: env.txt, checks.log (with CHECKS), bench-<variant>.log.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -64,7 +65,8 @@ status=0
 if [ -n "${CHECKS:-}" ]; then
   : > "$out/checks.log"
   for t in gpu_model_path gpu_decode_graphs; do
-    RUST_BACKTRACE=1 "$bins/$t" $CHECKS --ignored --nocapture --test-threads 1 2>&1 \
+    SUPERINFER_CUDA_SOURCES=$root/$src RUST_BACKTRACE=1 "$bins/$t" $CHECKS --ignored \
+      --nocapture --test-threads 1 2>&1 \
       | tee -a "$out/checks.log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
@@ -84,7 +86,7 @@ for v in ${VARIANTS//,/ }; do
   esac
   echo "== variant $v ($dir)" | tee "$out/bench-$v.log"
   SUPERINFER_CUDA_SOURCES=$dir "$bins/gpu_model_bench" --sections "$SECTIONS" --iters "$ITERS" \
-    2>&1 | tee -a "$out/bench-$v.log"
+    ${BENCH_ARGS:-} 2>&1 | tee -a "$out/bench-$v.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 done
 echo "exit $status" | tee -a "$out/env.txt"

@@ -77,6 +77,17 @@ stage_bins() {
     && tar cJf bins.tar.xz "${names[@]}" && rm "${names[@]}")
   ls -l "$dir"
 }
+# On the GPU: the compiled-PyTorch reference (arguments: torch_decoder.py's) into
+# $out/torch.log, and its measured HBM read and GEMM rates as the bench's arguments in rates.
+torch_reference() {
+  local hbm gemm
+  PYTHONUNBUFFERED=1 python3 scripts/gpu/torch_decoder.py "$@" 2>&1 | tee "$out/torch.log"
+  hbm=$(sed -n 's/^RESULT .*"hbm_read_rate", "tb_per_s": \([0-9.]*\).*/\1/p' "$out/torch.log")
+  gemm=$(sed -n 's/^RESULT .*"bf16_gemm_rate", "tflop_per_s": \([0-9.]*\).*/\1/p' "$out/torch.log")
+  rates=()
+  [ -n "$hbm" ] && rates+=(--hbm-tbs "$hbm")
+  [ -n "$gemm" ] && rates+=(--gemm-tflops "$gemm")
+}
 case "${1:-}" in
   build)
     set -e
@@ -158,22 +169,46 @@ case "${1:-}" in
       # The compiled-PyTorch reference first, in the same call; its measured HBM read and
       # GEMM rates are the ones our bench's figures are judged against.
       rates=()
-      if [ -z "${NO_TORCH:-}" ]; then
-        PYTHONUNBUFFERED=1 python3 scripts/gpu/torch_decoder.py 2>&1 | tee "$out/torch.log"
-        hbm=$(sed -n 's/^RESULT .*"hbm_read_rate", "tb_per_s": \([0-9.]*\).*/\1/p' "$out/torch.log")
-        gemm=$(sed -n 's/^RESULT .*"bf16_gemm_rate", "tflop_per_s": \([0-9.]*\).*/\1/p' "$out/torch.log")
-        [ -n "$hbm" ] && rates+=(--hbm-tbs "$hbm")
-        [ -n "$gemm" ] && rates+=(--gemm-tflops "$gemm")
-      fi
+      [ -z "${NO_TORCH:-}" ] && torch_reference
       "$bins/gpu_model_bench" "${rates[@]}" "$@" 2>&1 | tee "$out/bench.log"
       bench=${PIPESTATUS[0]}
     fi
     echo "checks exit $checks, bench exit $bench" | tee -a "$out/checks.log"
     [ "$checks" = 0 ] && { [ "$bench" = 0 ] || [ "$bench" = skipped ]; } ;;
+  profile)
+    # On the GPU, with carry [".gpu-bin/model"]: where the decode steps of BATCHES [8,32] spend
+    # their time, kernel by kernel: torch.compile's (torch.profiler, torch.log) beside ours
+    # (ncu on one profiled step per bench configuration, kernels.md; ncu.log the raw CSV), the
+    # bench's step times at those batches (bench.log), and again with each cuBLAS workspace
+    # of WORKSPACES (MiB, e.g. "0 32": bench-ws0.log, bench-ws32.log). Extra arguments go to
+    # the bench; NO_TORCH=1 leaves torch out.
+    shift
+    gpu_setup "$stage" /tmp/superinfer-model-bins
+    batches=${BATCHES:-8,32}
+    rates=()
+    [ -z "${NO_TORCH:-}" ] && torch_reference --batches "$batches" --profile > /dev/null
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    if [ -n "$ncu" ]; then
+      "$ncu" --profile-from-start off --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum --csv --page raw --log-file "$out/ncu.log" \
+        "$bins/gpu_model_bench" --sections decode --batches "$batches" --iters 3 --profile "$@" \
+        > "$out/bench-ncu.log" 2>&1
+      echo "ncu exit $?"
+    else
+      echo "no ncu here: the kernel tables of our steps are skipped"
+    fi
+    "$bins/gpu_model_bench" "${rates[@]}" --sections decode --batches "$batches" "$@" 2>&1 \
+      | tee "$out/bench.log"
+    [ -f "$out/ncu.log" ] && python3 scripts/gpu/ncu_steps.py "$out/ncu.log" "$out/bench.log" \
+      | tee "$out/kernels.md"
+    for ws in ${WORKSPACES:-}; do
+      SUPERINFER_CUBLAS_WORKSPACE_MB=$ws "$bins/gpu_model_bench" "${rates[@]}" --sections decode \
+        --batches "$batches" "$@" 2>&1 | tee "$out/bench-ws$ws.log"
+    done ;;
   smollm2)
     # Only the SmolLM2 part of `run`, with the binaries of `run`'s stage (or of STAGE, a
     # folder whose bins.tar.xz holds at least gpu_smollm2 and grammar_mask_bench).
     gpu_setup "${STAGE:-$stage}" /tmp/superinfer-model-bins
     smollm2 "$out" "$bins" ;;
-  *) echo "usage: $0 build|run|smollm2|stage-gguf|gguf-part N [bench args]" >&2; exit 2 ;;
+  *) echo "usage: $0 build|run|profile|smollm2|stage-gguf|gguf-part N [bench args]" >&2; exit 2 ;;
 esac

@@ -8,8 +8,11 @@ It also measures the two rates our figures are judged against: the HBM read rate
 reduction over 8 GiB) and the bf16 GEMM rate (8192^3 matmuls).
 
     python3 scripts/gpu/torch_decoder.py [--context 512] [--iters 50] [--batches 1,8,32,64]
+        [--profile]
 
-Prints one JSON line per figure (prefixed "RESULT ") and a markdown table.
+Prints one JSON line per figure (prefixed "RESULT ") and a markdown table. With --profile,
+also each batch's compiled step kernel by kernel (torch.profiler over 10 steps: GPU time per
+step by kernel name), to set beside `ncu` on our bench (scripts/gpu/model.sh profile).
 """
 import argparse
 import json
@@ -134,11 +137,35 @@ class Decoder(torch.nn.Module):
         return logits.argmax(-1)
 
 
+def kernel_table(step, batch, steps=10):
+    """The GPU kernels of `steps` calls of step(), per step, by name (markdown)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    rows = {}
+    for e in prof.events():
+        if e.device_type.name != "CUDA":
+            continue
+        n, t = rows.get(e.name, (0, 0.0))
+        rows[e.name] = (n + 1, t + e.device_time)
+    total = sum(t for _, t in rows.values())
+    print(f"\n### torch.compile batch {batch}: kernels per step ({total / steps / 1e3:.3f} ms of "
+          "kernel time)")
+    print("| kernel | launches | us | share |")
+    print("| --- | --- | --- | --- |")
+    for name, (n, t) in sorted(rows.items(), key=lambda r: -r[1][1]):
+        print(f"| {name[:110]} | {n / steps:.0f} | {t / steps:.1f} | {t / total:.1%} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--batches", default="1,8,32,64")
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
@@ -161,6 +188,8 @@ def main():
         with torch.no_grad():
             t_eager = timed(lambda: model.forward(ids, pos), max(5, args.iters // 5))
             t = timed(lambda: step(ids, pos), args.iters)
+            if args.profile:
+                kernel_table(lambda: step(ids, pos), batch)
         kv = 2 * LAYERS * KV_HEADS * HEAD_DIM * 2 * batch * keys
         roof = (model.weight_bytes() + kv) / hbm
         rows.append((batch, t, t_eager, roof))
