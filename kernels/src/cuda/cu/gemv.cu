@@ -316,21 +316,14 @@ __device__ __forceinline__ void gemv_norm_impl(const T* __restrict__ x, const T*
     __shared__ float scratch[32];
     gemv_prefetch<1>(w, out, k, prefetch);
     pdl_enter();
-    float ss = 0.0f;
-    for (u32 i = threadIdx.x; i < k; i += blockDim.x) {
-        float v = to_f(x[i]);
-        if (y != nullptr) {
-            const T r = from_f<T>(v + to_f(y[i]));
-            if (blockIdx.x == 0) x_out[i] = r;
-            v = to_f(r);
-        }
-        xs[i] = v;
-        ss += v * v;
-    }
-    const float inv = rsqrtf(block_sum(ss, scratch) / (float)k + eps);
-    for (u32 i = threadIdx.x; i < k; i += blockDim.x) {
-        xs[i] = to_f(from_f<T>(xs[i] * inv * to_f(g[i])));
-    }
+    // common.cuh's helper: the same bits as add_rmsnorm.
+    add_rmsnorm_row<T>(
+        x, y, g, k, eps, scratch,
+        [&](u32 i, T r) {
+            if (y != nullptr && blockIdx.x == 0) x_out[i] = r;
+            xs[i] = to_f(r);
+        },
+        [&](u32 i) { return xs[i]; }, [&](u32 i, float v) { xs[i] = to_f(from_f<T>(v)); });
     __syncthreads();
     // gemv's loop over the row in shared memory: the same products in the same order.
     gemv_rows<T, 1>(SharedRow{xs}, w, out, k);

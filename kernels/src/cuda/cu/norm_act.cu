@@ -13,20 +13,13 @@ __device__ __forceinline__ void add_rmsnorm_impl(T* __restrict__ x, const T* __r
     T* xr = x + (size_t)blockIdx.x * hidden;
     const T* yr = y == nullptr ? nullptr : y + (size_t)blockIdx.x * hidden;
     T* orow = out + (size_t)blockIdx.x * hidden;
-    float ss = 0.0f;
-    for (u32 i = threadIdx.x; i < hidden; i += blockDim.x) {
-        float v = to_f(xr[i]);
-        if (yr != nullptr) {
-            const T r = from_f<T>(v + to_f(yr[i]));
-            xr[i] = r;
-            v = to_f(r);
-        }
-        ss += v * v;
-    }
-    const float inv = rsqrtf(block_sum(ss, scratch) / (float)hidden + eps);
-    for (u32 i = threadIdx.x; i < hidden; i += blockDim.x) {
-        orow[i] = from_f<T>(to_f(xr[i]) * inv * to_f(w[i]));
-    }
+    // common.cuh's helper: the same bits as gemv_norm's prologue.
+    add_rmsnorm_row<T>(
+        xr, yr, w, hidden, eps, scratch,
+        [&](u32 i, T r) {
+            if (yr != nullptr) xr[i] = r;
+        },
+        [&](u32 i) { return to_f(xr[i]); }, [&](u32 i, float v) { orow[i] = from_f<T>(v); });
 }
 
 template <typename T>
