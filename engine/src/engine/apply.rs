@@ -155,7 +155,13 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             return false;
         }
         let largest = view.iter().map(|r| r.blocks).max().unwrap_or(0);
-        let b_xfer = self.xfer.budget(largest);
+        let largest_copy_in = view
+            .iter()
+            .filter(|r| r.phase == Phase::Rotary)
+            .map(|r| r.copy_in)
+            .max()
+            .unwrap_or(0);
+        let b_xfer = self.xfer.budget(largest, largest_copy_in);
         // Blocks held by evictions in flight are free as soon as their copy lands: count them,
         // so the policy does not pick more victims for room already on its way. Copies still
         // in flight use up the rotation budget of their direction: B_xfer is what the link

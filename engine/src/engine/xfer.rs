@@ -19,7 +19,12 @@
 //!   would make that request unrotatable (recomputed instead) or, once parked, unrestorable,
 //!   so the budget never drops below it.
 //!
-//! A fixed `b_xfer` overrides all of this.
+//! A fixed `b_xfer` overrides all of this, with one exception: a parked request whose copy
+//! back needs more blocks than the fixed budget raises that iteration's budget to what it
+//! needs. A request holding more HBM blocks than the budget is never rotated out, but a
+//! parked one's copy-in can grow past it (the shared prefix blocks it referenced leave HBM
+//! while it is parked), and a policy that restores it first (EDF, LVF: the oldest request)
+//! would otherwise wait for it forever and admit nothing behind it.
 
 use crate::kv::block::{DramBlock, HbmBlock};
 use crate::transfer::{CopyBatch, D2hCopy, H2dCopy, Transfer};
@@ -79,10 +84,11 @@ impl XferBudget {
     }
 
     /// The budget for this iteration's plan, when the largest live request needs
-    /// `largest_blocks` resident.
-    pub(super) fn budget(&mut self, largest_blocks: u32) -> u32 {
+    /// `largest_blocks` resident and the largest parked one `largest_copy_in` blocks copied
+    /// back (the floor of a fixed budget).
+    pub(super) fn budget(&mut self, largest_blocks: u32, largest_copy_in: u32) -> u32 {
         self.last = match self.fixed {
-            Some(b) => b,
+            Some(b) => b.max(largest_copy_in),
             None => {
                 let t = self.iteration_s().unwrap_or(0.0);
                 let link = (self.share * self.rate * t).round();
@@ -175,23 +181,23 @@ mod tests {
         // 10,000 blocks/s, full share.
         let mut b = XferBudget::new(None, 1.0, 10_000.0);
         assert_eq!(
-            b.budget(40),
+            b.budget(40, 0),
             40,
             "no iteration measured yet: the largest request"
         );
         for _ in 0..WINDOW {
             b.observe(0.05);
         }
-        assert_eq!(b.budget(40), 500);
-        assert_eq!(b.budget(700), 700);
+        assert_eq!(b.budget(40, 0), 500);
+        assert_eq!(b.budget(700, 0), 700);
         // The window forgets: after WINDOW iterations of 10 ms the mean is 10 ms.
         for _ in 0..WINDOW {
             b.observe(0.01);
         }
-        assert_eq!(b.budget(40), 100);
+        assert_eq!(b.budget(40, 0), 100);
         let mut half = XferBudget::new(None, 0.5, 10_000.0);
         half.observe(0.05);
-        assert_eq!(half.budget(1), 250);
+        assert_eq!(half.budget(1, 0), 250);
         assert_eq!(half.last(), 250);
     }
 
@@ -199,7 +205,16 @@ mod tests {
     fn a_fixed_budget_ignores_rate_and_iterations() {
         let mut b = XferBudget::new(Some(512), 1.0, 10_000.0);
         b.observe(1.0);
-        assert_eq!(b.budget(4000), 512);
+        assert_eq!(b.budget(4000, 0), 512);
+        assert_eq!(b.budget(4000, 300), 512);
+    }
+
+    #[test]
+    fn a_fixed_budget_rises_to_let_the_largest_parked_request_back() {
+        let mut b = XferBudget::new(Some(12), 1.0, 10_000.0);
+        assert_eq!(b.budget(13, 13), 13);
+        assert_eq!(b.last(), 13);
+        assert_eq!(b.budget(13, 0), 12, "only a parked request raises it");
     }
 
     #[test]
@@ -209,7 +224,7 @@ mod tests {
         b.observe(-1.0);
         assert_eq!(b.iteration_s(), None);
         b.observe(0.1);
-        assert_eq!(b.budget(0), 100);
+        assert_eq!(b.budget(0, 0), 100);
     }
 
     #[test]
