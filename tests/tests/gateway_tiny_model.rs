@@ -117,3 +117,41 @@ async fn log_probabilities_come_back_per_token() {
     assert!(v["choices"][0]["logprobs"].is_null(), "{v}");
     s.shutdown().await;
 }
+
+/// A streamed token whose text never comes out (here the end-of-text token, generated past
+/// with `ignore_eos` and decoded to nothing, as the last token of the answer) still gets its
+/// log-probability entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_without_text_keeps_its_log_probability_when_streamed() {
+    let s = tiny().await;
+    let tokenizer: Value = serde_json::from_str(
+        &std::fs::read_to_string(s.dir.path().join("model/tokenizer.json")).unwrap(),
+    )
+    .unwrap();
+    let eos = tokenizer["added_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["content"] == "<|end_of_text|>")
+        .and_then(|t| t["id"].as_u64())
+        .expect("the end-of-text token");
+    for max_tokens in [1, 3] {
+        let body = json!({
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens,
+            "ignore_eos": true, "temperature": 0, "logit_bias": {eos.to_string(): 100},
+            "stream": true, "logprobs": true,
+        });
+        let text = s.post_text("/v1/chat/completions", &s.key, &body).await;
+        let entries: usize = sse_events(&text)
+            .iter()
+            .filter(|e| e.as_str() != "[DONE]")
+            .map(|e| serde_json::from_str::<Value>(e).unwrap())
+            .filter_map(|c| {
+                c["choices"][0]["logprobs"]["content"]
+                    .as_array()
+                    .map(Vec::len)
+            })
+            .sum();
+        assert_eq!(entries, max_tokens, "{text}");
+    }
+}

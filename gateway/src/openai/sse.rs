@@ -139,8 +139,15 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
                         Some((b, (State::Running(gen), meta)))
                     }
                     Some(Piece::Done(mut o)) => {
-                        let mut tail = Vec::with_capacity(4);
+                        let mut tail = Vec::with_capacity(5);
                         let usage = Usage::of(&o);
+                        // Tokens whose text never came out (the last token decoded to nothing,
+                        // e.g. end-of-text generated past with `ignore_eos`): their entries,
+                        // with no text.
+                        let lp = gen.take_logprobs();
+                        if !lp.is_empty() {
+                            tail.push(meta.chunk_with(ChunkKind::Text("", &lp), None));
+                        }
                         if let Some(ts) = &meta.tools {
                             let events = ts.borrow_mut().finish();
                             tail.push(tool_chunks(&meta, events, &[], None));
