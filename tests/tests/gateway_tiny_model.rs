@@ -5,6 +5,20 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use superinfer_tests::{sse_events, TestOptions, TestServer};
 
+/// Log-probability entries over a streamed chat answer's chunks.
+fn streamed_logprob_entries(sse: &str) -> usize {
+    sse_events(sse)
+        .iter()
+        .filter(|e| e.as_str() != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|c| {
+            c["choices"][0]["logprobs"]["content"]
+                .as_array()
+                .map(Vec::len)
+        })
+        .sum()
+}
+
 async fn tiny() -> TestServer {
     TestServer::start_with(TestOptions {
         sim_profile: None,
@@ -95,17 +109,7 @@ async fn log_probabilities_come_back_per_token() {
         "stream": true, "logprobs": true, "top_logprobs": 1,
     });
     let text = s.post_text("/v1/chat/completions", &s.key, &body).await;
-    let tokens: usize = sse_events(&text)
-        .iter()
-        .filter(|e| e.as_str() != "[DONE]")
-        .map(|e| serde_json::from_str::<Value>(e).unwrap())
-        .filter_map(|c| {
-            c["choices"][0]["logprobs"]["content"]
-                .as_array()
-                .map(Vec::len)
-        })
-        .sum();
-    assert_eq!(tokens, 4, "{text}");
+    assert_eq!(streamed_logprob_entries(&text), 4, "{text}");
     // Without the flag: `logprobs` is null.
     let v: Value = s
         .post_json(
@@ -142,16 +146,6 @@ async fn a_token_without_text_keeps_its_log_probability_when_streamed() {
             "stream": true, "logprobs": true,
         });
         let text = s.post_text("/v1/chat/completions", &s.key, &body).await;
-        let entries: usize = sse_events(&text)
-            .iter()
-            .filter(|e| e.as_str() != "[DONE]")
-            .map(|e| serde_json::from_str::<Value>(e).unwrap())
-            .filter_map(|c| {
-                c["choices"][0]["logprobs"]["content"]
-                    .as_array()
-                    .map(Vec::len)
-            })
-            .sum();
-        assert_eq!(entries, max_tokens, "{text}");
+        assert_eq!(streamed_logprob_entries(&text), max_tokens, "{text}");
     }
 }
