@@ -63,6 +63,8 @@ struct Inner {
     eos_token: Option<String>,
     eos_ids: Vec<u32>,
     vocab_size: usize,
+    /// Each token's bytes (`token_bytes`), read from the vocabulary on first use.
+    raw_bytes: std::sync::OnceLock<Option<Vec<Vec<u8>>>>,
 }
 
 impl std::fmt::Debug for TextCodec {
@@ -253,6 +255,7 @@ impl TextCodec {
                 eos_token,
                 eos_ids,
                 vocab_size,
+                raw_bytes: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -331,6 +334,36 @@ impl TextCodec {
     /// incomplete UTF-8 sequence at the end becomes U+FFFD.
     pub fn decode(&self, ids: &[u32]) -> String {
         self.inner.tokenizer.decode(ids, true).unwrap_or_default()
+    }
+
+    /// The bytes token `id` stands for, as OpenAI's `logprobs.content[].bytes` reports them:
+    /// a byte-level or byte-fallback token holding part of a multi-byte character is not
+    /// valid UTF-8 alone, so its text (U+FFFD) is not its bytes. Special tokens, and
+    /// vocabularies whose bytes cannot be read (neither byte-level nor byte-fallback), give
+    /// the bytes of the token's text.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        let table = self.inner.raw_bytes.get_or_init(|| self.read_token_bytes());
+        // The reader marks a special token by a first byte 0xFF before its name (a lone 0xFF
+        // is the byte token for 0xFF).
+        let special =
+            |b: &[u8]| b.len() > 1 && b[0] == llguidance::toktrie::TokTrie::SPECIAL_TOKEN_MARKER;
+        match table.as_ref().and_then(|t| t.get(id as usize)) {
+            Some(b) if !b.is_empty() && !special(b) => b.clone(),
+            _ => self.decode(&[id]).into_bytes(),
+        }
+    }
+
+    /// Every token's bytes, from the vocabulary (llguidance's reader, as the grammar compiler
+    /// uses); `None` where it cannot read them (it panics on tokenizer types it lacks).
+    fn read_token_bytes(&self) -> Option<Vec<Vec<u8>>> {
+        let json = self.inner.tokenizer.to_string(false).ok()?;
+        std::panic::catch_unwind(|| {
+            toktrie_hf_tokenizers::ByteTokenizer::from_json_bytes(json.as_bytes())
+                .ok()
+                .map(|t| t.token_bytes())
+        })
+        .ok()
+        .flatten()
     }
 
     /// Text of `ids` with special tokens kept (as `transformers`' `decode` by default).

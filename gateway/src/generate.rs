@@ -34,18 +34,39 @@ pub enum Piece {
 /// One token's log-probability with its most likely alternatives, as text.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TokenLogprob {
-    pub token: String,
+    pub token: TokenText,
     pub logprob: f32,
-    pub top: Vec<(String, f32)>,
+    pub top: Vec<(TokenText, f32)>,
+}
+
+/// A token's text alone, and the bytes it stands for (not the text's where the token holds
+/// part of a multi-byte character: the text is then U+FFFD).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenText {
+    pub text: String,
+    pub bytes: Vec<u8>,
+}
+
+impl TokenText {
+    fn of(d: &Decoder, token: u32) -> TokenText {
+        TokenText {
+            text: d.token_text(token),
+            bytes: d.token_bytes(token),
+        }
+    }
 }
 
 impl TokenLogprob {
     /// The engine's report `lp` for token `token`, with the tokens' texts.
     fn of(d: &Decoder, token: u32, lp: &superinfer_engine::TokenLogprobs) -> TokenLogprob {
         TokenLogprob {
-            token: d.token_text(token),
+            token: TokenText::of(d, token),
             logprob: lp.logprob,
-            top: lp.top.iter().map(|&(t, p)| (d.token_text(t), p)).collect(),
+            top: lp
+                .top
+                .iter()
+                .map(|&(t, p)| (TokenText::of(d, t), p))
+                .collect(),
         }
     }
 }

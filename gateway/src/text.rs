@@ -345,6 +345,15 @@ impl Decoder {
         }
     }
 
+    /// The bytes one token stands for (its text's, unless it holds part of a multi-byte
+    /// character: `TextCodec::token_bytes`).
+    pub fn token_bytes(&self, token: u32) -> Vec<u8> {
+        match &*self.text.inner {
+            Backend::Words => self.token_text(token).into_bytes(),
+            Backend::Model { codec: c, .. } => c.token_bytes(token),
+        }
+    }
+
     /// Whatever is still held back at the end of the answer.
     pub fn finish(&mut self) -> String {
         self.model.as_mut().map(|d| d.finish()).unwrap_or_default()

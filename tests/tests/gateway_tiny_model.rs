@@ -149,3 +149,41 @@ async fn a_token_without_text_keeps_its_log_probability_when_streamed() {
         assert_eq!(streamed_logprob_entries(&text), max_tokens, "{text}");
     }
 }
+
+/// A token holding only part of a multi-byte character reports the bytes it stands for (its
+/// text alone is U+FFFD), so that a client can join the bytes of consecutive tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_character_token_reports_its_own_bytes() {
+    let s = tiny().await;
+    let tokenizer: Value = serde_json::from_str(
+        &std::fs::read_to_string(s.dir.path().join("model/tokenizer.json")).unwrap(),
+    )
+    .unwrap();
+    // The byte-level alphabet's "â" is the byte 0xE2, which opens a three-byte sequence.
+    let id = tokenizer["model"]["vocab"]["â"]
+        .as_u64()
+        .expect("byte 0xE2 in the vocabulary");
+    for stream in [false, true] {
+        let body = json!({
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+            "ignore_eos": true, "temperature": 0, "logit_bias": {id.to_string(): 100},
+            "logprobs": true, "top_logprobs": 2, "stream": stream,
+        });
+        let text = s.post_text("/v1/chat/completions", &s.key, &body).await;
+        let entry = if stream {
+            sse_events(&text)
+                .iter()
+                .filter(|e| e.as_str() != "[DONE]")
+                .map(|e| serde_json::from_str::<Value>(e).unwrap())
+                .find_map(|c| c["choices"][0]["logprobs"]["content"].get(0).cloned())
+                .expect("an entry")
+        } else {
+            serde_json::from_str::<Value>(&text).unwrap()["choices"][0]["logprobs"]["content"][0]
+                .clone()
+        };
+        assert_eq!(entry["bytes"], json!([0xE2]), "{text}");
+        assert_eq!(entry["token"], "\u{FFFD}", "{text}");
+        let top = entry["top_logprobs"].as_array().unwrap();
+        assert_eq!(top[0]["bytes"], json!([0xE2]), "{text}");
+    }
+}

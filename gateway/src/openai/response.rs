@@ -219,11 +219,15 @@ impl ResponseMeta {
                 }
                 for e in entries {
                     offsets.push(self.offset.get());
-                    self.offset.set(self.offset.get() + e.token.chars().count());
-                    tokens.push(&e.token);
+                    self.offset
+                        .set(self.offset.get() + e.token.text.chars().count());
+                    tokens.push(&e.token.text);
                     token_logprobs.push(json!(e.logprob));
                     top_logprobs.push(Value::Object(
-                        e.top.iter().map(|(t, p)| (t.clone(), json!(p))).collect(),
+                        e.top
+                            .iter()
+                            .map(|(t, p)| (t.text.clone(), json!(p)))
+                            .collect(),
                     ));
                 }
                 json!({
@@ -234,8 +238,9 @@ impl ResponseMeta {
                 })
             }
             Endpoint::Chat => {
-                let item =
-                    |t: &str, p: f32| json!({"token": t, "logprob": p, "bytes": t.as_bytes()});
+                // `bytes`: what the token stands for, also where it holds only part of a
+                // multi-byte character (its `token` text is then U+FFFD).
+                let item = |t: &crate::generate::TokenText, p: f32| json!({"token": t.text, "logprob": p, "bytes": t.bytes});
                 json!({"content": entries.iter().map(|e| {
                     let mut v = item(&e.token, e.logprob);
                     v["top_logprobs"] = e.top.iter().map(|(t, p)| item(t, *p)).collect();
