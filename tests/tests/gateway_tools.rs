@@ -116,10 +116,35 @@ async fn required_and_named_answers_are_valid_calls() {
             }
         }
     }
-    // Streamed: the tool-call deltas reassemble to valid calls.
+    // Streamed: the tool-call deltas reassemble to valid calls, and every generated token
+    // has its log-probability entry (those of the call's text go out before the finish).
     let mut body = bodies[0].clone();
     body["stream"] = json!(true);
+    body["logprobs"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
     let text = s.post_text("/v1/chat/completions", &key, &body).await;
+    let chunks: Vec<Value> = sse_events(&text)
+        .iter()
+        .filter(|e| e.as_str() != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let entries: usize = chunks
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]["logprobs"]["content"]
+                .as_array()
+                .map(Vec::len)
+        })
+        .sum();
+    let usage = chunks
+        .iter()
+        .find(|c| c["usage"].is_object())
+        .expect("usage");
+    assert_eq!(
+        entries as u64,
+        usage["usage"]["completion_tokens"].as_u64().unwrap(),
+        "{text}"
+    );
     let (calls, finish, pieces) = reassemble(&text);
     assert_eq!(finish, "tool_calls", "{text}");
     assert!(!calls.is_empty(), "{text}");

@@ -81,6 +81,9 @@ pub struct ResponseMeta {
     pub tools: Option<RefCell<ToolStream>>,
     /// Tool calls sent so far in the stream (the next one's `index`).
     calls_sent: Cell<u32>,
+    /// Streamed chat with tools: log-probability entries of tokens whose text the tool parser
+    /// holds back or turned into a call; they go with the next content, or before the finish.
+    pub held_logprobs: RefCell<Vec<crate::generate::TokenLogprob>>,
 }
 
 #[derive(Serialize)]
@@ -190,6 +193,7 @@ impl ResponseMeta {
             offset: Cell::new(0),
             tools: None,
             calls_sent: Cell::new(0),
+            held_logprobs: RefCell::new(Vec::new()),
         }
     }
 

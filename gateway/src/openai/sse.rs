@@ -133,7 +133,7 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
                             None => meta.chunk_with(ChunkKind::Text(&t, &lp), live),
                             Some(ts) => {
                                 let events = ts.borrow_mut().push(&t);
-                                tool_chunks(&meta, events, &lp, live)
+                                tool_chunks(&meta, events, lp, live)
                             }
                         };
                         Some((b, (State::Running(gen), meta)))
@@ -141,19 +141,22 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
                     Some(Piece::Done(mut o)) => {
                         let mut tail = Vec::with_capacity(5);
                         let usage = Usage::of(&o);
-                        // Tokens whose text never came out (the last token decoded to nothing,
-                        // e.g. end-of-text generated past with `ignore_eos`): their entries,
-                        // with no text.
                         let lp = gen.take_logprobs();
-                        if !lp.is_empty() {
-                            tail.push(meta.chunk_with(ChunkKind::Text("", &lp), None));
-                        }
                         if let Some(ts) = &meta.tools {
                             let events = ts.borrow_mut().finish();
-                            tail.push(tool_chunks(&meta, events, &[], None));
+                            tail.push(tool_chunks(&meta, events, lp, None));
                             if meta.called() && o.error.is_none() {
                                 o.finish_reason = "tool_calls";
                             }
+                        } else {
+                            meta.held_logprobs.borrow_mut().extend(lp);
+                        }
+                        // Tokens whose text never came out (the last token decoded to nothing,
+                        // e.g. end-of-text generated past with `ignore_eos`; with tools, text
+                        // that became calls): their entries, with no text.
+                        let held = std::mem::take(&mut *meta.held_logprobs.borrow_mut());
+                        if !held.is_empty() {
+                            tail.push(meta.chunk_with(ChunkKind::Text("", &held), None));
                         }
                         match o.error.take() {
                             Some(err) => {
@@ -189,21 +192,26 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
 }
 
 /// The chunks of what a tool stream let out (content, calls and their pieces), as one piece of the
-/// body; empty while it holds text back. The log-probabilities go with the first content.
+/// body; empty while it holds text back. The log-probabilities `lp` of the tokens behind it,
+/// with those held from before, go with the first content; without content they stay held
+/// (`ResponseMeta::held_logprobs`).
 fn tool_chunks(
     meta: &ResponseMeta,
     events: Vec<crate::tools::ToolStreamEvent>,
-    lp: &[crate::generate::TokenLogprob],
+    lp: Vec<crate::generate::TokenLogprob>,
     live: Option<Usage>,
 ) -> Bytes {
     use crate::tools::ToolStreamEvent;
     let mut out = Vec::new();
-    let mut lp = Some(lp);
+    let mut held = meta.held_logprobs.borrow_mut();
+    held.extend(lp);
     for e in events {
         let b = match &e {
             ToolStreamEvent::Content(c) if c.is_empty() => continue,
             ToolStreamEvent::Content(c) => {
-                meta.chunk_with(ChunkKind::Text(c, lp.take().unwrap_or(&[])), live)
+                let b = meta.chunk_with(ChunkKind::Text(c, &held), live);
+                held.clear();
+                b
             }
             ToolStreamEvent::Call(call) => meta.chunk_with(ChunkKind::Call(call), live),
             ToolStreamEvent::CallStart(call) => meta.chunk_with(ChunkKind::CallStart(call), live),
