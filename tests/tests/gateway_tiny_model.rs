@@ -19,6 +19,12 @@ fn streamed_logprob_entries(sse: &str) -> usize {
         .sum()
 }
 
+/// The embedded model's `tokenizer.json`, as the server wrote it.
+fn tokenizer_json(s: &TestServer) -> Value {
+    let path = s.dir.path().join("model/tokenizer.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 async fn tiny() -> TestServer {
     TestServer::start_with(TestOptions {
         sim_profile: None,
@@ -128,10 +134,7 @@ async fn log_probabilities_come_back_per_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_without_text_keeps_its_log_probability_when_streamed() {
     let s = tiny().await;
-    let tokenizer: Value = serde_json::from_str(
-        &std::fs::read_to_string(s.dir.path().join("model/tokenizer.json")).unwrap(),
-    )
-    .unwrap();
+    let tokenizer = tokenizer_json(&s);
     let eos = tokenizer["added_tokens"]
         .as_array()
         .unwrap()
@@ -155,10 +158,7 @@ async fn a_token_without_text_keeps_its_log_probability_when_streamed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_character_token_reports_its_own_bytes() {
     let s = tiny().await;
-    let tokenizer: Value = serde_json::from_str(
-        &std::fs::read_to_string(s.dir.path().join("model/tokenizer.json")).unwrap(),
-    )
-    .unwrap();
+    let tokenizer = tokenizer_json(&s);
     // The byte-level alphabet's "â" is the byte 0xE2, which opens a three-byte sequence.
     let id = tokenizer["model"]["vocab"]["â"]
         .as_u64()
