@@ -59,7 +59,11 @@ fn the_tokenizer_and_chat_template_from_the_gguf_match_transformers() {
         // Each token's own bytes, joined, are the text's (special tokens add none, as they
         // add no text), also where one character spans tokens.
         let joined: Vec<u8> = want.iter().flat_map(|&t| codec.token_bytes(t)).collect();
-        assert_eq!(joined, codec.decode(&want).into_bytes(), "token bytes of {c}");
+        assert_eq!(
+            joined,
+            codec.decode(&want).into_bytes(),
+            "token bytes of {c}"
+        );
     }
     let im_end = codec.token_to_id("<|im_end|>").unwrap();
     assert!(
