@@ -111,12 +111,7 @@ impl GrammarCompiler {
     /// a finished grammar allows only them.
     pub fn new(codec: &TextCodec, vocab_size: Option<usize>) -> Result<Self, EngineError> {
         let err = |e: String| EngineError::Text(format!("structured outputs: {e}"));
-        let json = codec
-            .tokenizer()
-            .to_string(false)
-            .map_err(|e| err(format!("serializing the tokenizer: {e}")))?;
-        let mut bt = toktrie_hf_tokenizers::ByteTokenizer::from_json_bytes(json.as_bytes())
-            .map_err(|e| err(format!("reading the tokenizer: {e}")))?;
+        let mut bt = codec.byte_tokenizer().map_err(err)?;
         let n = bt.tokrx_info().vocab_size;
         let eos: Vec<u32> = codec
             .eos_token_ids()

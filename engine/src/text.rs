@@ -336,34 +336,39 @@ impl TextCodec {
         self.inner.tokenizer.decode(ids, true).unwrap_or_default()
     }
 
-    /// The bytes token `id` stands for, as OpenAI's `logprobs.content[].bytes` reports them:
-    /// a byte-level or byte-fallback token holding part of a multi-byte character is not
-    /// valid UTF-8 alone, so its text (U+FFFD) is not its bytes. Special tokens, and
-    /// vocabularies whose bytes cannot be read (neither byte-level nor byte-fallback), give
-    /// the bytes of the token's text.
-    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
-        let table = self.inner.raw_bytes.get_or_init(|| self.read_token_bytes());
+    /// The bytes token `id` stands for, where the vocabulary holds them, as OpenAI's
+    /// `logprobs.content[].bytes` reports them: a byte-level or byte-fallback token holding
+    /// part of a multi-byte character is not valid UTF-8 alone, so its text (U+FFFD) is not
+    /// its bytes. `None` for special tokens, ids outside the vocabulary and vocabularies
+    /// [`TextCodec::byte_tokenizer`] cannot read: the token's text's bytes are then its bytes.
+    /// The table is read on first use.
+    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        let table = self
+            .inner
+            .raw_bytes
+            .get_or_init(|| self.byte_tokenizer().ok().map(|t| t.token_bytes()));
+        let b = table.as_ref()?.get(id as usize)?;
         // The reader marks a special token by a first byte 0xFF before its name (a lone 0xFF
         // is the byte token for 0xFF).
-        let special =
-            |b: &[u8]| b.len() > 1 && b[0] == llguidance::toktrie::TokTrie::SPECIAL_TOKEN_MARKER;
-        match table.as_ref().and_then(|t| t.get(id as usize)) {
-            Some(b) if !b.is_empty() && !special(b) => b.clone(),
-            _ => self.decode(&[id]).into_bytes(),
-        }
+        let special = b.len() > 1 && b[0] == llguidance::toktrie::TokTrie::SPECIAL_TOKEN_MARKER;
+        (!b.is_empty() && !special).then_some(b.as_slice())
     }
 
-    /// Every token's bytes, from the vocabulary (llguidance's reader, as the grammar compiler
-    /// uses); `None` where it cannot read them (it panics on tokenizer types it lacks).
-    fn read_token_bytes(&self) -> Option<Vec<Vec<u8>>> {
-        let json = self.inner.tokenizer.to_string(false).ok()?;
+    /// llguidance's reader of this tokenizer's vocabulary (each token's bytes, the special
+    /// tokens): what structured outputs ([`crate::grammar::GrammarCompiler`]) and
+    /// [`TextCodec::token_bytes`] are built on. It panics on tokenizer types it does not know
+    /// (neither byte-level nor byte-fallback); that is an error here.
+    pub fn byte_tokenizer(&self) -> Result<toktrie_hf_tokenizers::ByteTokenizer, String> {
+        let json = self
+            .inner
+            .tokenizer
+            .to_string(false)
+            .map_err(|e| format!("serializing the tokenizer: {e}"))?;
         std::panic::catch_unwind(|| {
             toktrie_hf_tokenizers::ByteTokenizer::from_json_bytes(json.as_bytes())
-                .ok()
-                .map(|t| t.token_bytes())
         })
-        .ok()
-        .flatten()
+        .map_err(|_| "reading the tokenizer: a tokenizer type llguidance cannot read".to_string())?
+        .map_err(|e| format!("reading the tokenizer: {e}"))
     }
 
     /// Text of `ids` with special tokens kept (as `transformers`' `decode` by default).

@@ -49,10 +49,8 @@ pub struct TokenText {
 
 impl TokenText {
     fn of(d: &Decoder, token: u32) -> TokenText {
-        TokenText {
-            text: d.token_text(token),
-            bytes: d.token_bytes(token),
-        }
+        let (text, bytes) = d.token_text_and_bytes(token);
+        TokenText { text, bytes }
     }
 }
 

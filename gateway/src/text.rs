@@ -345,13 +345,16 @@ impl Decoder {
         }
     }
 
-    /// The bytes one token stands for (its text's, unless it holds part of a multi-byte
-    /// character: `TextCodec::token_bytes`).
-    pub fn token_bytes(&self, token: u32) -> Vec<u8> {
-        match &*self.text.inner {
-            Backend::Words => self.token_text(token).into_bytes(),
-            Backend::Model { codec: c, .. } => c.token_bytes(token),
-        }
+    /// The text of one token alone and the bytes it stands for: its text's, unless it holds
+    /// part of a multi-byte character (`TextCodec::token_bytes`; the text is then U+FFFD).
+    pub fn token_text_and_bytes(&self, token: u32) -> (String, Vec<u8>) {
+        let text = self.token_text(token);
+        let bytes = match &*self.text.inner {
+            Backend::Model { codec: c, .. } => c.token_bytes(token).map(<[u8]>::to_vec),
+            Backend::Words => None,
+        };
+        let bytes = bytes.unwrap_or_else(|| text.as_bytes().to_vec());
+        (text, bytes)
     }
 
     /// Whatever is still held back at the end of the answer.
