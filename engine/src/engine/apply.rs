@@ -154,13 +154,15 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         if view.is_empty() {
             return false;
         }
-        let largest = view.iter().map(|r| r.blocks).max().unwrap_or(0);
-        let largest_copy_in = view
-            .iter()
-            .filter(|r| r.phase == Phase::Rotary)
-            .map(|r| r.copy_in)
-            .max()
-            .unwrap_or(0);
+        // The largest request's blocks, and the largest parked request's copy back.
+        let (largest, largest_copy_in) = view.iter().fold((0, 0), |(b, c), r| {
+            let parked = if r.phase == Phase::Rotary {
+                r.copy_in
+            } else {
+                0
+            };
+            (b.max(r.blocks), c.max(parked))
+        });
         let b_xfer = self.xfer.budget(largest, largest_copy_in);
         // Blocks held by evictions in flight are free as soon as their copy lands: count them,
         // so the policy does not pick more victims for room already on its way. Copies still

@@ -141,20 +141,21 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
                     Some(Piece::Done(mut o)) => {
                         let mut tail = Vec::with_capacity(5);
                         let usage = Usage::of(&o);
+                        // Entries of tokens whose text never came out (the last token decoded
+                        // to nothing, e.g. end-of-text generated past with `ignore_eos`; with
+                        // tools, text that became calls) go out with no text.
                         let lp = gen.take_logprobs();
-                        if let Some(ts) = &meta.tools {
-                            let events = ts.borrow_mut().finish();
-                            tail.push(tool_chunks(&meta, events, lp, None));
-                            if meta.called() && o.error.is_none() {
-                                o.finish_reason = "tool_calls";
+                        let held = match &meta.tools {
+                            None => lp,
+                            Some(ts) => {
+                                let events = ts.borrow_mut().finish();
+                                tail.push(tool_chunks(&meta, events, lp, None));
+                                if meta.called() && o.error.is_none() {
+                                    o.finish_reason = "tool_calls";
+                                }
+                                std::mem::take(&mut *meta.held_logprobs.borrow_mut())
                             }
-                        } else {
-                            meta.held_logprobs.borrow_mut().extend(lp);
-                        }
-                        // Tokens whose text never came out (the last token decoded to nothing,
-                        // e.g. end-of-text generated past with `ignore_eos`; with tools, text
-                        // that became calls): their entries, with no text.
-                        let held = std::mem::take(&mut *meta.held_logprobs.borrow_mut());
+                        };
                         if !held.is_empty() {
                             tail.push(meta.chunk_with(ChunkKind::Text("", &held), None));
                         }
