@@ -178,10 +178,9 @@ case "${1:-}" in
   profile)
     # On the GPU, with carry [".gpu-bin/model"]: where the decode steps of BATCHES [8,32] spend
     # their time, kernel by kernel: torch.compile's (torch.profiler, torch.log) beside ours
-    # (ncu on one profiled step per bench configuration, kernels.md; ncu.log the raw CSV), the
-    # bench's step times at those batches (bench.log), and again with each cuBLAS workspace
-    # of WORKSPACES (MiB, e.g. "0 32": bench-ws0.log, bench-ws32.log). Extra arguments go to
-    # the bench; NO_TORCH=1 leaves torch out.
+    # (ncu on one profiled step per bench configuration, kernels.md; ncu.log the raw CSV) and
+    # the bench's step times at those batches (bench.log). Extra arguments go to the bench;
+    # NO_TORCH=1 leaves torch out.
     shift
     gpu_setup "$stage" /tmp/superinfer-model-bins
     batches=${BATCHES:-8,32}
@@ -200,11 +199,7 @@ case "${1:-}" in
     "$bins/gpu_model_bench" "${rates[@]}" --sections decode --batches "$batches" "$@" 2>&1 \
       | tee "$out/bench.log"
     [ -f "$out/ncu.log" ] && python3 scripts/gpu/ncu_steps.py "$out/ncu.log" "$out/bench.log" \
-      | tee "$out/kernels.md"
-    for ws in ${WORKSPACES:-}; do
-      SUPERINFER_CUBLAS_WORKSPACE_MB=$ws "$bins/gpu_model_bench" "${rates[@]}" --sections decode \
-        --batches "$batches" "$@" 2>&1 | tee "$out/bench-ws$ws.log"
-    done ;;
+      | tee "$out/kernels.md" ;;
   smollm2)
     # Only the SmolLM2 part of `run`, with the binaries of `run`'s stage (or of STAGE, a
     # folder whose bins.tar.xz holds at least gpu_smollm2 and grammar_mask_bench).

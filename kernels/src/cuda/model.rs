@@ -9,7 +9,6 @@
 //! pointers, which is sound because the engine owns both and never reads them concurrently
 //! (the KV pool never hands a block with a copy in flight to a step).
 
-mod blas;
 mod decode_kernel;
 mod launch;
 mod raw;
@@ -24,6 +23,7 @@ pub use decode_kernel::DecodeKernel;
 pub use launch::{Overlap, OverlapGuard};
 pub use raw::{DecodeLaunch, GemvOut, RopeLaunch, StepGraph, GEMV_NORM_MAX_K};
 
+use super::cudarc::cublas::CudaBlas;
 use super::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, PushKernelArg};
 use super::nvrtc::{load_module, Origin};
 use super::{driver, Gpu};
@@ -136,8 +136,8 @@ pub struct ModelKernels {
     gemv: Arc<super::cudarc::driver::CudaModule>,
     multiprocessors: u32,
     stream: Arc<CudaStream>,
-    /// The cuBLAS handle (on the compute stream) for matmuls into given buffers.
-    blas: blas::Blas,
+    /// candle's cuBLAS handle (on the compute stream), for matmuls into given buffers.
+    blas: Arc<CudaBlas>,
     device: Device,
     /// Functions looked up so far, by instance name (`cuModuleGetFunction` once per name, not
     /// once per launch: a decode step launches about 200 kernels).
@@ -186,7 +186,7 @@ impl ModelKernels {
             gemv,
             multiprocessors: gpu.multiprocessors()?,
             stream: gpu.compute_stream().clone(),
-            blas: blas::Blas::new(gpu)?,
+            blas: gpu.candle().cublas_handle(),
             device: Device::Cuda(gpu.candle().clone()),
             funcs: Mutex::new(HashMap::new()),
             origins,

@@ -368,7 +368,7 @@ impl ModelKernels {
         // call, which reads them before it returns (host pointer mode).
         unsafe {
             blas::gemm_strided_batched_ex(
-                *self.blas.handle().handle(),
+                *self.blas.handle(),
                 blas_sys::cublasOperation_t::CUBLAS_OP_T,
                 blas_sys::cublasOperation_t::CUBLAS_OP_N,
                 n,
