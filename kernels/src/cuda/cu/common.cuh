@@ -158,6 +158,37 @@ template <typename T, int N> __device__ __forceinline__ void load_f(const T* p, 
 // all. Longer rows take the loop: r (through keep) and g are read again for the output.
 constexpr u32 NORM_BATCH = 16;
 
+// This thread's NORM_BATCH elements from `base` on, blockDim.x apart: x, y (when not null)
+// and, with WITH_G, g into gv, all loaded before any is used; then r = x + y rounded to T
+// (x itself when y is null), passed to keep(i, r), stored as a float into r[j] and its square
+// added to ss.
+template <bool WITH_G, typename T, typename Keep>
+__device__ __forceinline__ void add_row_batch(const T* __restrict__ x, const T* __restrict__ y,
+                                              const T* __restrict__ g, u32 base, u32 k,
+                                              T (&gv)[NORM_BATCH], float (&r)[NORM_BATCH],
+                                              float& ss, Keep keep) {
+    T xv[NORM_BATCH], yv[NORM_BATCH];
+#pragma unroll
+    for (u32 j = 0; j < NORM_BATCH; ++j) {
+        const u32 i = base + j * blockDim.x;
+        if (i < k) {
+            xv[j] = x[i];
+            if (y != nullptr) yv[j] = y[i];
+            if (WITH_G) gv[j] = g[i];
+        }
+    }
+#pragma unroll
+    for (u32 j = 0; j < NORM_BATCH; ++j) {
+        const u32 i = base + j * blockDim.x;
+        if (i < k) {
+            const T rt = y != nullptr ? from_f<T>(to_f(xv[j]) + to_f(yv[j])) : xv[j];
+            keep(i, rt);
+            r[j] = to_f(rt);
+            ss += r[j] * r[j];
+        }
+    }
+}
+
 // keep(i, r) for each of this thread's elements (add_rmsnorm writes r back to the residual
 // stream), then put(i, v) with v = (r * inv) * g as a float (the caller rounds it); get(i)
 // returns r as a float again on the loop path (from where keep put it).
@@ -168,27 +199,9 @@ __device__ __forceinline__ void add_rmsnorm_row(const T* __restrict__ x,
                                                 float* scratch32, Keep keep, Get get, Put put) {
     float ss = 0.0f;
     if (k <= NORM_BATCH * blockDim.x) {
-        T xv[NORM_BATCH], yv[NORM_BATCH], gv[NORM_BATCH];
+        T gv[NORM_BATCH];
         float r[NORM_BATCH];
-#pragma unroll
-        for (u32 j = 0; j < NORM_BATCH; ++j) {
-            const u32 i = threadIdx.x + j * blockDim.x;
-            if (i < k) {
-                xv[j] = x[i];
-                if (y != nullptr) yv[j] = y[i];
-                gv[j] = g[i];
-            }
-        }
-#pragma unroll
-        for (u32 j = 0; j < NORM_BATCH; ++j) {
-            const u32 i = threadIdx.x + j * blockDim.x;
-            if (i < k) {
-                const T rt = y != nullptr ? from_f<T>(to_f(xv[j]) + to_f(yv[j])) : xv[j];
-                keep(i, rt);
-                r[j] = to_f(rt);
-                ss += r[j] * r[j];
-            }
-        }
+        add_row_batch<true>(x, y, g, threadIdx.x, k, gv, r, ss, keep);
         const float inv = rsqrtf(block_sum(ss, scratch32) / (float)k + eps);
 #pragma unroll
         for (u32 j = 0; j < NORM_BATCH; ++j) {
@@ -198,25 +211,9 @@ __device__ __forceinline__ void add_rmsnorm_row(const T* __restrict__ x,
         return;
     }
     for (u32 base = threadIdx.x; base < k; base += NORM_BATCH * blockDim.x) {
-        T xv[NORM_BATCH], yv[NORM_BATCH];
-#pragma unroll
-        for (u32 j = 0; j < NORM_BATCH; ++j) {
-            const u32 i = base + j * blockDim.x;
-            if (i < k) {
-                xv[j] = x[i];
-                if (y != nullptr) yv[j] = y[i];
-            }
-        }
-#pragma unroll
-        for (u32 j = 0; j < NORM_BATCH; ++j) {
-            const u32 i = base + j * blockDim.x;
-            if (i < k) {
-                const T rt = y != nullptr ? from_f<T>(to_f(xv[j]) + to_f(yv[j])) : xv[j];
-                keep(i, rt);
-                const float v = to_f(rt);
-                ss += v * v;
-            }
-        }
+        T unused[NORM_BATCH];
+        float r[NORM_BATCH];
+        add_row_batch<false>(x, y, g, base, k, unused, r, ss, keep);
     }
     const float inv = rsqrtf(block_sum(ss, scratch32) / (float)k + eps);
     for (u32 base = threadIdx.x; base < k; base += NORM_BATCH * blockDim.x) {
