@@ -366,7 +366,9 @@ impl KvPool {
         let Some(table) = self.tables.get(&id) else {
             return;
         };
-        for i in 0..table.blocks.len() {
+        // Last block first: the entries it leaves are stamped in that order, so the tail of a
+        // history is evicted before the prefix that its next turn starts with.
+        for i in (0..table.blocks.len()).rev() {
             // Shared blocks go back to their entry; synced full blocks stay as cache entries.
             let b = self.block(id, i);
             let trusted = faulty.is_none() || b.inflight != faulty;

@@ -211,6 +211,23 @@ fn an_hbm_only_cache_forgets_what_left_hbm() {
 }
 
 #[test]
+fn a_history_loses_its_tail_before_the_prefix_its_next_turn_starts_with() {
+    // HBM-only, 24 slots: the first prompt leaves six entries; the second takes the 18 free
+    // slots and one more, so exactly one of them is dropped. Its last block goes (released
+    // last to first), so the prompt still hits its first five blocks; were the oldest fill
+    // dropped first, its first block would go and with it every hit after it.
+    let mut e = cache_engine(24, false);
+    run_one(&mut e, asking(1, 0, &chat(), 4));
+    settle(&mut e);
+    let other: Vec<u32> = (0..290).map(|t| 60_000 + t).collect();
+    run_one(&mut e, asking(2, 0, &other, 4));
+    settle(&mut e);
+    let (hit, _, prefill) = run_one(&mut e, asking(3, 0, &chat(), 4));
+    assert_eq!(hit, PrefixHit { hbm: 80, dram: 0 });
+    assert_eq!(prefill, 20);
+}
+
+#[test]
 fn rotating_out_a_request_copies_none_of_the_blocks_others_share() {
     let mut e = cache_engine(256, true);
     run_one(&mut e, asking(1, 0, &chat(), 4));

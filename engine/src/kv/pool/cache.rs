@@ -147,6 +147,18 @@ impl Cache {
         self.update(e, |entry| entry.last_use = tick);
     }
 
+    /// One reference of `e` let go, which counts as a use: a finishing request releases its
+    /// blocks from the last to the first, so that a conversation's tail, not the start its
+    /// next turn would hit, is the first to be evicted.
+    pub fn unref(&mut self, e: EntryId) {
+        self.tick += 1;
+        let tick = self.tick;
+        self.update(e, |entry| {
+            entry.refs -= 1;
+            entry.last_use = tick;
+        });
+    }
+
     /// Whether the index's name `hash` → `e` is current (the slot holds that listed hash).
     fn names(&self, hash: &BlockHash, e: EntryId) -> bool {
         self.slab

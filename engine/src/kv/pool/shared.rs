@@ -309,7 +309,7 @@ impl KvPool {
         if matches!(b.state, BlockState::Shared | BlockState::Restoring) {
             self.unhold(e, id);
         }
-        self.cache.update(e, |entry| entry.refs -= 1);
+        self.cache.unref(e);
         let entry = self.cache.get(e);
         let idle = entry.refs == 0 && entry.inflight.is_none() && !entry.pending;
         if idle && (!entry.listed || (!self.dram_level && entry.hbm.is_none())) {
