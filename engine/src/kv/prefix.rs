@@ -85,30 +85,16 @@ impl CacheScope {
     }
 }
 
-/// Tokens of a block framed on the stack and hashed in one update (a block of the default 16
-/// tokens is 96 bytes): feeding each token's 4 bytes on its own cost the hasher's buffer
-/// bookkeeping 16 times per block, a few percent of a decode step's host time.
-const FRAMED_TOKENS: usize = 64;
-
 /// The hash of a full block holding `tokens`, after the block (or root) `parent`: the same
-/// framing as [`digest`] of the parent's 16 bytes and the tokens' little-endian bytes (it
-/// runs for every block that fills).
+/// framing as [`digest`] of the parent's 16 bytes and the tokens' little-endian bytes, fed to
+/// the hasher without a copy (it runs for every block that fills).
 pub fn chain(parent: BlockHash, tokens: &[u32]) -> BlockHash {
     let mut h = Sha256::new();
-    let mut buf = [0u8; 32 + 4 * FRAMED_TOKENS];
-    buf[..8].copy_from_slice(&16u64.to_le_bytes());
-    buf[8..24].copy_from_slice(&parent.0.to_le_bytes());
-    buf[24..32].copy_from_slice(&(tokens.len() as u64 * 4).to_le_bytes());
-    if tokens.len() <= FRAMED_TOKENS {
-        for (dst, t) in buf[32..].chunks_exact_mut(4).zip(tokens) {
-            dst.copy_from_slice(&t.to_le_bytes());
-        }
-        h.update(&buf[..32 + 4 * tokens.len()]);
-    } else {
-        h.update(&buf[..32]);
-        for t in tokens {
-            h.update(t.to_le_bytes());
-        }
+    h.update(16u64.to_le_bytes());
+    h.update(parent.0.to_le_bytes());
+    h.update((tokens.len() as u64 * 4).to_le_bytes());
+    for t in tokens {
+        h.update(t.to_le_bytes());
     }
     let out = h.finalize();
     BlockHash(u128::from_le_bytes(
@@ -161,8 +147,7 @@ mod tests {
         }
         let t = [1u32, 2, 3, 4];
         assert_eq!(chain(a.root(), &t), chain(a.root(), &t));
-        // The same bytes as the framed digest of the parent and the tokens, for blocks framed
-        // on the stack (up to 64 tokens) and longer ones fed token by token.
+        // The same bytes as the framed digest of the parent and the tokens, at any length.
         for n in [0usize, 4, 16, 64, 65, 200] {
             let t: Vec<u32> = (0..n as u32)
                 .map(|x| x.wrapping_mul(2_654_435_761))
