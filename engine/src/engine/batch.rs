@@ -51,6 +51,8 @@ pub(super) struct Scratch {
     prefills: Vec<usize>,
     /// Per tenant: the weight and the service of the step.
     service: Vec<(TenantId, f64, Service)>,
+    /// The step's sampled tokens, in request order, appended in a pass of their own.
+    appends: Vec<(RequestId, u32)>,
 }
 
 /// An emptied vector's allocation for entries that borrow for another lifetime: collecting
@@ -207,8 +209,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         .peekable();
         let service = &mut scratch.service;
         service.clear();
+        let appends = &mut scratch.appends;
+        appends.clear();
         let mut ends = Vec::new();
         let mut ctx = Advance {
+            appends,
             cfg: &self.cfg,
             pool: &mut self.pool,
             events: &mut self.events,
@@ -251,6 +256,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             }
         }
         debug_assert!(order.next().is_none(), "batch ids are live");
+        append_tokens(&mut self.requests, &scratch.appends);
         for (id, (reason, error)) in ends {
             self.finish_with(id, reason, t, error);
         }
@@ -312,9 +318,36 @@ fn keep_prompt_scores(req: &mut Request, span: Span, scores: Vec<TokenLogprobs>)
     }
 }
 
+/// Appends each sampled token to its request's tokens, in a pass over the requests of its
+/// own. Each append is a store into a vector of its own, on a page of its own: in the walk
+/// that applies the results, every one waited for its page's translation before the walk
+/// went on (a quarter of a 2,000-request decode step's host time, docs/BENCHMARKS.md
+/// "Per-step cost"); in a loop that does nothing else, the stores overlap.
+fn append_tokens(requests: &mut BTreeMap<RequestId, Request>, appends: &[(RequestId, u32)]) {
+    let Some(&(first, _)) = appends.first() else {
+        return;
+    };
+    let mut next = appends.iter().peekable();
+    for (id, req) in requests.range_mut(first..) {
+        let Some(&&(want, tok)) = next.peek() else {
+            break;
+        };
+        if *id == want {
+            req.tokens.push(tok);
+            next.next();
+        }
+    }
+    debug_assert!(
+        next.peek().is_none(),
+        "appended tokens are of live requests"
+    );
+}
+
 /// What applying a step's results needs of the engine besides the request itself (disjoint
 /// fields, so the walk over the requests can hold each one mutably).
 struct Advance<'a> {
+    /// Sampled tokens to append after the walk ([`append_tokens`]).
+    appends: &'a mut Vec<(RequestId, u32)>,
     cfg: &'a EngineConfig,
     pool: &'a mut KvPool,
     events: &'a mut Vec<EngineEvent>,
@@ -357,7 +390,7 @@ impl Advance<'_> {
         let mut finished = None;
         let mut grammar_error = None;
         if let (true, Some(tok)) = (span.sample, token) {
-            req.tokens.push(tok);
+            self.appends.push((span.id, tok));
             req.generated += 1;
             req.run_tokens += 1;
             if req.run_tokens >= progress {
