@@ -294,7 +294,9 @@ fn start_gpu(model: &str, gpu: &GpuOptions, opts: &EngineOptions) -> anyhow::Res
         max_model_len: context_len(&config),
         prompt_logprobs: false,
     };
-    let text = codec.map_or_else(Text::words, Text::model);
+    // A random model has no tokenizer: the word stand-in, inside its vocabulary.
+    let vocab = u32::try_from(config.vocab_size).unwrap_or(u32::MAX);
+    let text = codec.map_or_else(|| Text::words_for_vocab(vocab), Text::model);
     serve_engine(engine, opts, false, text, info)
 }
 

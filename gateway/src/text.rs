@@ -6,10 +6,13 @@
 //! - [`Text::model`]: a model's own tokenizer and chat template ([`TextCodec`] from its
 //!   `tokenizer.json` and `tokenizer_config.json`), with incremental detokenization that
 //!   never splits a character.
-//! - [`Text::words`]: a stand-in for the simulated engine, which has no vocabulary. It counts
-//!   one token per whitespace-separated word (so a prompt of N words is N tokens, as the load
-//!   generator assumes) and renders every token id as a word. The simulated runner always
-//!   samples token 0, so its output reads `"hello hello …"`.
+//! - [`Text::words`]: a stand-in for models without a tokenizer (the simulated engine, and
+//!   `random:NAME` models on the GPU). It counts one token per whitespace-separated word (so a
+//!   prompt of N words is N tokens, as the load generator assumes) and spells every token id
+//!   as a word that reads back as the same id, each after a space as byte-level BPE models'
+//!   tokens are: an answer sent back in the next turn's prompt is the same tokens again, so
+//!   the prefix cache can reuse it as it would with a real tokenizer. The simulated runner
+//!   always samples token 0, so its output reads `" hello hello …"`.
 
 mod pool;
 
@@ -52,7 +55,9 @@ pub struct Text {
 
 #[derive(Debug)]
 enum Backend {
-    Words,
+    /// The stand-in; `vocab`: the model's vocabulary (ids at or past it are never made),
+    /// none for the simulated engine.
+    Words { vocab: Option<u32> },
     Model {
         codec: TextCodec,
         /// Bytes of text one token covers at most (the longest vocabulary entry, UTF-8).
@@ -62,16 +67,67 @@ enum Backend {
     },
 }
 
-/// Words the stand-in renders token ids as (`id % len`).
+/// Words the stand-in spells token ids with ([`spell`]).
 const WORDS: &[&str] = &[
     "hello", "world", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog",
 ];
 
+/// Ids a word the stand-in did not spell maps to stay below this (and below the vocabulary).
+const HASHED_IDS: u32 = 32_000;
+
+/// The stand-in's spelling of token `id`: `WORDS[id % 10]`, followed by `id / 10` unless that
+/// is 0 (`0` → `hello`, `1` → `world`, `4711` → `world471`).
+fn spell(id: u32) -> String {
+    let word = WORDS[id as usize % WORDS.len()];
+    match id / WORDS.len() as u32 {
+        0 => word.to_string(),
+        n => format!("{word}{n}"),
+    }
+}
+
+/// The id [`spell`] spelled as `word`, if it is such a spelling.
+fn spelled_id(word: &str) -> Option<u32> {
+    WORDS.iter().enumerate().find_map(|(k, w)| {
+        let rest = word.strip_prefix(w)?;
+        if rest.is_empty() {
+            return Some(k as u32);
+        }
+        let canonical = !rest.starts_with('0') && rest.bytes().all(|b| b.is_ascii_digit());
+        let n: u32 = rest.parse().ok().filter(|_| canonical)?;
+        n.checked_mul(WORDS.len() as u32)?.checked_add(k as u32)
+    })
+}
+
+/// The stand-in's token id of `word`: the id it spells (when inside `vocab`), else a hash of
+/// the word below [`HASHED_IDS`] and `vocab`.
+fn word_id(word: &str, vocab: Option<u32>) -> u32 {
+    if let Some(id) = spelled_id(word).filter(|&id| vocab.is_none_or(|v| id < v)) {
+        return id;
+    }
+    // FNV-1a: any stable map from words to ids will do for the stand-in.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in word.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % vocab.map_or(HASHED_IDS, |v| v.clamp(1, HASHED_IDS))
+}
+
 impl Text {
-    /// The word-per-token stand-in used with the simulated engine.
+    /// The word-per-token stand-in used with the simulated engine (no vocabulary).
     pub fn words() -> Text {
+        Text::stand_in(None)
+    }
+
+    /// The word-per-token stand-in for a model of `vocab` token ids that has no tokenizer
+    /// (`random:NAME`): token-id prompts are checked against `vocab`, and no word maps past it.
+    pub fn words_for_vocab(vocab: u32) -> Text {
+        Text::stand_in(Some(vocab))
+    }
+
+    fn stand_in(vocab: Option<u32>) -> Text {
         Text {
-            inner: Arc::new(Backend::Words),
+            inner: Arc::new(Backend::Words { vocab }),
             tool_format: None,
         }
     }
@@ -104,7 +160,7 @@ impl Text {
     /// prompt cannot fit and is refused before it is tokenized.
     pub fn max_prompt_bytes(&self, tokens: u32) -> Option<usize> {
         match &*self.inner {
-            Backend::Words => None,
+            Backend::Words { .. } => None,
             Backend::Model {
                 max_token_bytes, ..
             } => Some((tokens as usize).saturating_mul(*max_token_bytes)),
@@ -114,7 +170,10 @@ impl Text {
     /// Token ids of a plain prompt (with the model's special tokens, e.g. BOS).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
         match &*self.inner {
-            Backend::Words => Ok(text.split_whitespace().map(word_id).collect()),
+            Backend::Words { vocab } => Ok(text
+                .split_whitespace()
+                .map(|w| word_id(w, *vocab))
+                .collect()),
             Backend::Model { codec: c, .. } => c.encode(text, true).map_err(|e| e.to_string()),
         }
     }
@@ -123,7 +182,7 @@ impl Text {
     /// has no vocabulary to constrain.
     pub fn grammar_compiler(&self) -> Result<&GrammarCompiler, String> {
         match &*self.inner {
-            Backend::Words => Err(
+            Backend::Words { .. } => Err(
                 "structured outputs need a model's tokenizer; the simulated engine has none".into(),
             ),
             Backend::Model {
@@ -138,7 +197,7 @@ impl Text {
     /// Token ids run past this are out of the vocabulary.
     pub fn vocab_size(&self) -> Option<usize> {
         match &*self.inner {
-            Backend::Words => None,
+            Backend::Words { vocab } => vocab.map(|v| v as usize),
             Backend::Model { codec: c, .. } => Some(c.vocab_size()),
         }
     }
@@ -147,13 +206,13 @@ impl Text {
     /// assistant's turn opened.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, String> {
         match &*self.inner {
-            Backend::Words => {
+            &Backend::Words { vocab } => {
                 let mut ids = Vec::new();
                 for m in messages {
-                    ids.push(word_id(&m.role));
-                    ids.extend(m.content.split_whitespace().map(word_id));
+                    ids.push(word_id(&m.role, vocab));
+                    ids.extend(m.content.split_whitespace().map(|w| word_id(w, vocab)));
                 }
-                ids.push(word_id("assistant"));
+                ids.push(word_id("assistant", vocab));
                 Ok(ids)
             }
             Backend::Model { codec: c, .. } => {
@@ -173,13 +232,13 @@ impl Text {
         tools: &[serde_json::Value],
     ) -> Result<Vec<u32>, String> {
         match &*self.inner {
-            Backend::Words => {
+            &Backend::Words { vocab } => {
                 let mut ids: Vec<u32> = tools
                     .iter()
                     .flat_map(|t| {
                         t.to_string()
                             .split_whitespace()
-                            .map(word_id)
+                            .map(|w| word_id(w, vocab))
                             .collect::<Vec<_>>()
                     })
                     .collect();
@@ -203,7 +262,7 @@ impl Text {
     /// Whether the chat template renders `tools` itself.
     fn template_takes_tools(&self) -> bool {
         match &*self.inner {
-            Backend::Words => false,
+            Backend::Words { .. } => false,
             Backend::Model { codec, .. } => {
                 codec.chat_template().is_some_and(|t| t.contains("tools"))
             }
@@ -222,7 +281,7 @@ impl Text {
             return f;
         }
         match &*self.inner {
-            Backend::Words => crate::tools::ToolFormat::Hermes,
+            Backend::Words { .. } => crate::tools::ToolFormat::Hermes,
             Backend::Model { codec, .. } => crate::tools::ToolFormat::of(codec.chat_template()),
         }
     }
@@ -231,7 +290,7 @@ impl Text {
     /// `add_special_tokens` (`/tokenize`).
     pub fn encode_with(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, String> {
         match &*self.inner {
-            Backend::Words => self.encode(text),
+            Backend::Words { .. } => self.encode(text),
             Backend::Model { codec: c, .. } => c
                 .encode(text, add_special_tokens)
                 .map_err(|e| e.to_string()),
@@ -248,7 +307,7 @@ impl Text {
         add_special_tokens: bool,
     ) -> Result<Vec<u32>, String> {
         match &*self.inner {
-            Backend::Words => {
+            Backend::Words { .. } => {
                 let mut ids = self.encode_chat(messages)?;
                 if !add_generation_prompt {
                     ids.pop();
@@ -270,7 +329,7 @@ impl Text {
     pub fn token_strs(&self, ids: &[u32]) -> Vec<String> {
         ids.iter()
             .map(|&id| match &*self.inner {
-                Backend::Words => WORDS[id as usize % WORDS.len()].to_string(),
+                Backend::Words { .. } => spell(id),
                 Backend::Model { codec: c, .. } => {
                     c.tokenizer().id_to_token(id).unwrap_or_default()
                 }
@@ -281,7 +340,7 @@ impl Text {
     /// The text of a prompt's ids, special tokens skipped (`echo`).
     pub fn prompt_text(&self, ids: &[u32]) -> String {
         match &*self.inner {
-            Backend::Words => self.token_strs(ids).join(" "),
+            Backend::Words { .. } => self.token_strs(ids).join(" "),
             Backend::Model { codec: c, .. } => c.decode(ids),
         }
     }
@@ -289,7 +348,7 @@ impl Text {
     /// The text of `ids`, special tokens included (`/detokenize`).
     pub fn detokenize(&self, ids: &[u32]) -> String {
         match &*self.inner {
-            Backend::Words => self.token_strs(ids).join(" "),
+            Backend::Words { .. } => self.token_strs(ids).join(" "),
             Backend::Model { codec: c, .. } => c.decode_with_special(ids),
         }
     }
@@ -297,13 +356,12 @@ impl Text {
     /// A detokenizer for one response.
     pub fn decoder(&self) -> Decoder {
         let model = match &*self.inner {
-            Backend::Words => None,
+            Backend::Words { .. } => None,
             Backend::Model { codec: c, .. } => Some(c.incremental_decoder()),
         };
         Decoder {
             text: self.clone(),
             model,
-            started: false,
         }
     }
 }
@@ -313,7 +371,6 @@ impl Text {
 pub struct Decoder {
     text: Text,
     model: Option<IncrementalDecoder>,
-    started: bool,
 }
 
 impl Decoder {
@@ -323,16 +380,7 @@ impl Decoder {
             return d.push(token);
         }
         match &*self.text.inner {
-            Backend::Words => {
-                let word = WORDS[token as usize % WORDS.len()];
-                let first = !self.started;
-                self.started = true;
-                if first {
-                    word.to_string()
-                } else {
-                    format!(" {word}")
-                }
-            }
+            Backend::Words { .. } => format!(" {}", spell(token)),
             Backend::Model { .. } => String::new(),
         }
     }
@@ -340,7 +388,7 @@ impl Decoder {
     /// The text of one token alone (for log-probability reports).
     pub fn token_text(&self, token: u32) -> String {
         match &*self.text.inner {
-            Backend::Words => WORDS[token as usize % WORDS.len()].to_string(),
+            Backend::Words { .. } => spell(token),
             Backend::Model { codec: c, .. } => c.decode(&[token]),
         }
     }
@@ -351,7 +399,7 @@ impl Decoder {
         let text = self.token_text(token);
         let bytes = match &*self.text.inner {
             Backend::Model { codec: c, .. } => c.token_bytes(token).map(<[u8]>::to_vec),
-            Backend::Words => None,
+            Backend::Words { .. } => None,
         };
         let bytes = bytes.unwrap_or_else(|| text.as_bytes().to_vec());
         (text, bytes)
@@ -361,16 +409,6 @@ impl Decoder {
     pub fn finish(&mut self) -> String {
         self.model.as_mut().map(|d| d.finish()).unwrap_or_default()
     }
-}
-
-fn word_id(word: &str) -> u32 {
-    // FNV-1a: any stable map from words to ids will do for the stand-in.
-    let mut h: u32 = 0x811c_9dc5;
-    for b in word.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h % 32_000
 }
 
 /// The conversation as the engine's chat template takes it.
@@ -395,8 +433,47 @@ mod tests {
         assert_eq!(t.encode("a b  c\n d").unwrap().len(), 4);
         assert!(t.encode("   ").unwrap().is_empty());
         let mut d = t.decoder();
-        assert_eq!(d.push(0), "hello");
-        assert_eq!(d.push(1), " world");
+        assert_eq!(d.push(0), " hello");
+        assert_eq!(d.push(4711), " world471");
+    }
+
+    #[test]
+    fn an_answer_sent_back_is_the_same_tokens() {
+        let ids: Vec<u32> = (0..200).chain([4711, 10, 99_999, 128_255]).collect();
+        for t in [Text::words(), Text::words_for_vocab(128_256)] {
+            let mut d = t.decoder();
+            let answer: String = ids.iter().map(|&id| d.push(id)).collect();
+            // As a client sends it back: after the prompt's last word, with no space added.
+            let next = t
+                .encode(&format!("Assistant:{answer}\n\nUser: more"))
+                .unwrap();
+            assert_eq!(next[1..=ids.len()], ids[..], "{answer}");
+            assert_eq!(next[0], t.encode("Assistant:").unwrap()[0]);
+            let chat = [
+                ChatMessage::new("user", "hi"),
+                ChatMessage::new("assistant", &answer),
+            ];
+            assert_eq!(t.encode_chat(&chat).unwrap()[3..3 + ids.len()], ids[..]);
+        }
+    }
+
+    #[test]
+    fn words_map_inside_the_vocabulary() {
+        let t = Text::words_for_vocab(2048);
+        assert_eq!(t.vocab_size(), Some(2048));
+        assert_eq!(Text::words().vocab_size(), None);
+        // Spellings past the vocabulary, non-canonical ones and other words are hashed below it.
+        let text = "fox99999999 dog204 hello0 world01 fox3x the Assistant: 42 hello";
+        let ids = t.encode(text).unwrap();
+        assert!(ids.iter().all(|&id| id < 2048), "{ids:?}");
+        assert_eq!((ids[5], ids[8]), (2, 0), "the stand-in's own spellings");
+        // Without a vocabulary a spelling reads back whatever its id.
+        assert_eq!(
+            Text::words().encode("dog204 fox99999999").unwrap(),
+            [2049, 999_999_995]
+        );
+        // A spelling past `u32` is just a word.
+        assert!(Text::words().encode("fox999999999999").unwrap()[0] < HASHED_IDS);
     }
 
     #[test]

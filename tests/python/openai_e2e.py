@@ -63,7 +63,7 @@ def main() -> None:
         )
         if c.choices
     )
-    assert text == "he", repr(text)
+    assert text == " he", repr(text)
 
     # Errors arrive as the package's exceptions.
     try:

@@ -122,10 +122,10 @@ async fn chat_streams_role_then_content_then_finish() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_strings_cut_the_answer() {
     let s = TestServer::start().await;
-    // The simulated engine always samples token 0, which the stand-in renders as "hello".
+    // The simulated engine always samples token 0, which the stand-in renders as " hello".
     let body = json!({"prompt": "x", "max_tokens": 10, "stop": ["llo he"]});
     let v: Value = s.post_json("/v1/completions", &s.key, &body).await;
-    assert_eq!(v["choices"][0]["text"], "he", "{v}");
+    assert_eq!(v["choices"][0]["text"], " he", "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert_eq!(v["usage"]["completion_tokens"], 2);
     s.shutdown().await;

@@ -27,8 +27,13 @@ fn model() -> ModelInfo {
 }
 
 fn check(endpoint: Endpoint, json: &str) -> Result<ValidRequest> {
+    check_with(endpoint, json, &model(), &Text::words())
+}
+
+/// [`check`] against another model or text backend.
+fn check_with(endpoint: Endpoint, json: &str, m: &ModelInfo, text: &Text) -> Result<ValidRequest> {
     let body = parse(json.as_bytes())?;
-    validate(endpoint, body, &tenant(), &model(), &Text::words())
+    validate(endpoint, body, &tenant(), m, text)
 }
 
 fn param_of(r: Result<ValidRequest>) -> String {
@@ -433,16 +438,7 @@ fn echo_with_logprobs_scores_the_prompt_where_the_backend_can_and_not_streamed()
         prompt_logprobs: true,
         ..model()
     };
-    let run = |json: &str| {
-        let body = parse(json.as_bytes()).unwrap();
-        validate(
-            Endpoint::Completions,
-            body,
-            &tenant(),
-            &scoring,
-            &Text::words(),
-        )
-    };
+    let run = |json: &str| check_with(Endpoint::Completions, json, &scoring, &Text::words());
     let v = run(r#"{"prompt":"a b","echo":true,"logprobs":2}"#).unwrap();
     assert_eq!(v.sampling.prompt_logprobs, Some(2));
     assert!(v.echo.is_some());
@@ -461,4 +457,15 @@ fn echo_with_logprobs_scores_the_prompt_where_the_backend_can_and_not_streamed()
         r#"{"prompt":"a","echo":true,"logprobs":1}"#,
     );
     assert_eq!(param_of(e), "echo");
+}
+
+#[test]
+fn token_ids_past_a_random_models_vocabulary_are_refused() {
+    // `random:NAME` models have no tokenizer but a vocabulary: the stand-in knows its size.
+    let text = Text::words_for_vocab(100);
+    let run = |json: &str| check_with(Endpoint::Completions, json, &model(), &text);
+    assert!(run(r#"{"prompt":[0,99]}"#).is_ok());
+    assert_eq!(param_of(run(r#"{"prompt":[0,100]}"#)), "prompt");
+    // The simulated engine's stand-in has no vocabulary to check against.
+    assert!(check(Endpoint::Completions, r#"{"prompt":[0,100]}"#).is_ok());
 }
