@@ -113,6 +113,11 @@ fn word_id(word: &str, vocab: Option<u32>) -> u32 {
     h % vocab.map_or(HASHED_IDS, |v| v.clamp(1, HASHED_IDS))
 }
 
+/// The stand-in's token ids of `text`: one per whitespace-separated word.
+fn word_ids(text: &str, vocab: Option<u32>) -> impl Iterator<Item = u32> + '_ {
+    text.split_whitespace().map(move |w| word_id(w, vocab))
+}
+
 impl Text {
     /// The word-per-token stand-in used with the simulated engine (no vocabulary).
     pub fn words() -> Text {
@@ -170,10 +175,7 @@ impl Text {
     /// Token ids of a plain prompt (with the model's special tokens, e.g. BOS).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
         match &*self.inner {
-            Backend::Words { vocab } => Ok(text
-                .split_whitespace()
-                .map(|w| word_id(w, *vocab))
-                .collect()),
+            &Backend::Words { vocab } => Ok(word_ids(text, vocab).collect()),
             Backend::Model { codec: c, .. } => c.encode(text, true).map_err(|e| e.to_string()),
         }
     }
@@ -210,7 +212,7 @@ impl Text {
                 let mut ids = Vec::new();
                 for m in messages {
                     ids.push(word_id(&m.role, vocab));
-                    ids.extend(m.content.split_whitespace().map(|w| word_id(w, vocab)));
+                    ids.extend(word_ids(&m.content, vocab));
                 }
                 ids.push(word_id("assistant", vocab));
                 Ok(ids)
@@ -235,12 +237,7 @@ impl Text {
             &Backend::Words { vocab } => {
                 let mut ids: Vec<u32> = tools
                     .iter()
-                    .flat_map(|t| {
-                        t.to_string()
-                            .split_whitespace()
-                            .map(|w| word_id(w, vocab))
-                            .collect::<Vec<_>>()
-                    })
+                    .flat_map(|t| word_ids(&t.to_string(), vocab).collect::<Vec<_>>())
                     .collect();
                 ids.extend(self.encode_chat(messages)?);
                 Ok(ids)
