@@ -23,12 +23,19 @@ fn names_are_checked() {
         "acme-corp_1.prod",
         "1a",
         "1.0",
+        "a..b",
+        "a-",
         &"x".repeat(MAX_NAME_CHARS),
     ] {
         NewTenant::named(ok).validate().unwrap();
     }
     for bad in [
         "",
+        ".",
+        "..",
+        ".hidden",
+        "-flag",
+        "_x",
         "has space",
         "slash/",
         "ünï",
@@ -46,6 +53,43 @@ fn names_are_checked() {
     }
     let msg = NewTenant::named("a b").validate().unwrap_err().to_string();
     assert!(msg.contains("`name`") && msg.contains("' '"), "{msg}");
+    let msg = NewTenant::named("..").validate().unwrap_err().to_string();
+    assert!(
+        msg.contains("`name`") && msg.contains("letter or a digit"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn dot_names_are_refused_by_the_store_on_create_and_patch() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::TenantStore::open(dir.path()).unwrap();
+    let (acme, _) = store.create(NewTenant::named("acme")).unwrap();
+    for bad in [".", ".."] {
+        let invalid = |r: Result<Tenant>| match r {
+            Err(TenantError::Invalid { field, .. }) => field,
+            other => panic!("{bad:?}: expected a validation error, got {other:?}"),
+        };
+        assert_eq!(
+            invalid(store.create(NewTenant::named(bad)).map(|(t, _)| t)),
+            "name"
+        );
+        let rename = TenantPatch {
+            name: Some(bad.into()),
+            ..TenantPatch::default()
+        };
+        assert_eq!(invalid(store.patch(acme.id, rename)), "name");
+        let shared = NewTenant {
+            cache_namespace: Some(bad.into()),
+            ..NewTenant::named("beta")
+        };
+        assert_eq!(
+            invalid(store.create(shared).map(|(t, _)| t)),
+            "cache_namespace"
+        );
+    }
+    let names: Vec<String> = store.list().unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["acme"]);
 }
 
 #[test]

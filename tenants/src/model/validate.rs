@@ -17,26 +17,39 @@ pub const MAX_WEIGHT: f64 = 1e6;
 /// Largest request rate accepted, requests per second.
 const MAX_REQUESTS_PER_S: f64 = 1e6;
 
-pub(crate) fn name(name: &str) -> Result<()> {
-    if name.is_empty() {
-        return Err(TenantError::invalid("name", "must not be empty"));
-    }
-    let chars = name.chars().count();
-    if chars > MAX_NAME_CHARS {
+/// 1–`max` characters of `A-Z a-z 0-9 _ . -`, the first a letter or a digit: safe in logs,
+/// metric labels, URLs and file names, and never `.`, `..`, a hidden file or a CLI flag.
+fn plain(field: &'static str, value: &str, max: usize) -> Result<()> {
+    let chars = value.chars().count();
+    if chars > max {
         return Err(TenantError::invalid(
-            "name",
-            format!("is {chars} characters long; at most {MAX_NAME_CHARS} are allowed"),
+            field,
+            format!("is {chars} characters long; at most {max} are allowed"),
         ));
     }
-    if let Some(c) = name
+    if let Some(c) = value
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
     {
         return Err(TenantError::invalid(
-            "name",
+            field,
             format!("contains {c:?}; use only letters A-Z a-z, digits, '_', '.' and '-'"),
         ));
     }
+    if !value.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(TenantError::invalid(
+            field,
+            format!("`{value}` does not start with a letter or a digit"),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(TenantError::invalid("name", "must not be empty"));
+    }
+    plain("name", name, MAX_NAME_CHARS)?;
     if name.bytes().all(|b| b.is_ascii_digit()) {
         // Paths and CLI arguments take an id or a name; all digits is always an id.
         return Err(TenantError::invalid(
@@ -47,8 +60,7 @@ pub(crate) fn name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// A shared prefix-cache namespace: 1–64 characters of `A-Z a-z 0-9 _ . -` (the same set as
-/// tenant names, so it is safe in logs, paths and metric labels).
+/// A shared prefix-cache namespace: the same rule as tenant names but for all digits.
 pub(crate) fn cache_namespace(ns: Option<&str>) -> Result<()> {
     let Some(ns) = ns else { return Ok(()) };
     const FIELD: &str = "cache_namespace";
@@ -58,23 +70,7 @@ pub(crate) fn cache_namespace(ns: Option<&str>) -> Result<()> {
             "must not be empty; use null for the tenant's own namespace",
         ));
     }
-    let chars = ns.chars().count();
-    if chars > MAX_CACHE_NAMESPACE_CHARS {
-        return Err(TenantError::invalid(
-            FIELD,
-            format!("is {chars} characters long; at most {MAX_CACHE_NAMESPACE_CHARS} are allowed"),
-        ));
-    }
-    if let Some(c) = ns
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
-    {
-        return Err(TenantError::invalid(
-            FIELD,
-            format!("contains {c:?}; use only letters A-Z a-z, digits, '_', '.' and '-'"),
-        ));
-    }
-    Ok(())
+    plain(FIELD, ns, MAX_CACHE_NAMESPACE_CHARS)
 }
 
 pub(crate) fn slo(slo: &Slo) -> Result<()> {
