@@ -39,6 +39,7 @@ pub use key::{is_well_formed as is_well_formed_key, ApiKey, KeyHash, KEY_PREFIX}
 pub use model::{
     NewTenant, Quotas, QuotasPatch, Slo, SloPatch, Tenant, TenantId, TenantPatch, TenantRef,
     ValidNewTenant, MAX_CACHE_NAMESPACE_CHARS, MAX_NAME_CHARS, MAX_TBT_MS, MAX_TTFT_MS, MAX_WEIGHT,
+    MIN_WEIGHT,
 };
 pub use sled::Subscriber;
 pub use snapshot::{Auth, Snapshot};

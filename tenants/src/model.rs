@@ -13,7 +13,7 @@ use std::fmt;
 use crate::error::Result;
 
 pub use validate::{
-    MAX_CACHE_NAMESPACE_CHARS, MAX_NAME_CHARS, MAX_TBT_MS, MAX_TTFT_MS, MAX_WEIGHT,
+    MAX_CACHE_NAMESPACE_CHARS, MAX_NAME_CHARS, MAX_TBT_MS, MAX_TTFT_MS, MAX_WEIGHT, MIN_WEIGHT,
 };
 
 /// A tenant's id: allocated from a persistent counter, never reused, the same number as the

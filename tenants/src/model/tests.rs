@@ -93,15 +93,52 @@ fn dot_names_are_refused_by_the_store_on_create_and_patch() {
 }
 
 #[test]
-fn weight_must_be_positive_and_finite() {
-    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 2e6] {
+fn weight_is_finite_and_within_its_range() {
+    for bad in [
+        0.0,
+        -1.0,
+        f64::NAN,
+        f64::INFINITY,
+        1e-30,
+        1e30,
+        MIN_WEIGHT / 2.0,
+        MAX_WEIGHT * 1.5,
+    ] {
         let mut t = NewTenant::named("a");
         t.weight = bad;
         assert_eq!(field_of(t.validate()), "weight", "{bad}");
     }
-    let mut t = NewTenant::named("a");
-    t.weight = 0.01;
-    t.validate().unwrap();
+    let msg = NewTenant {
+        weight: 1e-30,
+        ..NewTenant::named("a")
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        msg.contains("1e-30") && msg.contains("[0.01, 100]"),
+        "{msg}"
+    );
+    for ok in [MIN_WEIGHT, 1.0, MAX_WEIGHT] {
+        let mut t = NewTenant::named("a");
+        t.weight = ok;
+        t.validate().unwrap();
+    }
+    let base = NewTenant::named("a")
+        .validate()
+        .unwrap()
+        .into_tenant(TenantId(1), 0);
+    let patch = TenantPatch {
+        weight: Some(1e30),
+        ..TenantPatch::default()
+    };
+    assert!(matches!(
+        patch.apply(&base),
+        Err(TenantError::Invalid {
+            field: "weight",
+            ..
+        })
+    ));
 }
 
 #[test]

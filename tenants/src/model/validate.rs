@@ -12,8 +12,14 @@ pub const MAX_CACHE_NAMESPACE_CHARS: usize = 64;
 pub const MAX_TTFT_MS: u32 = 3_600_000;
 /// Largest TBT SLO accepted: one minute.
 pub const MAX_TBT_MS: u32 = 60_000;
-/// Largest weight accepted; weights are relative, so this only rules out nonsense.
-pub const MAX_WEIGHT: f64 = 1e6;
+/// Smallest weight accepted. Weights are relative; the range bounds the ratio of two weights
+/// to 1e4. Weighted LVF adds `cost / weight` to a per-tenant f64 counter that grows from zero
+/// at each start, so a counter that grew at the smallest weight must still take a one-token
+/// charge at the largest weight: with this range that holds until about 1e12 tokens were
+/// served at the smallest weight, where 1e-30 beside 1e30 rounds the charge away at once.
+pub const MIN_WEIGHT: f64 = 0.01;
+/// Largest weight accepted (see [`MIN_WEIGHT`]).
+pub const MAX_WEIGHT: f64 = 100.0;
 /// Largest request rate accepted, requests per second.
 const MAX_REQUESTS_PER_S: f64 = 1e6;
 
@@ -79,7 +85,17 @@ pub(crate) fn slo(slo: &Slo) -> Result<()> {
 }
 
 pub(crate) fn weight(weight: f64) -> Result<()> {
-    positive_finite("weight", weight, MAX_WEIGHT)
+    // NaN is in no range, so it is refused here too.
+    if !(MIN_WEIGHT..=MAX_WEIGHT).contains(&weight) {
+        return Err(TenantError::invalid(
+            "weight",
+            format!(
+                "is {weight:?}; it must be a number in [{MIN_WEIGHT}, {MAX_WEIGHT}] (weights \
+                 are relative: 1 is the default)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn quotas(q: &Quotas) -> Result<()> {
