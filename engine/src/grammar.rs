@@ -8,10 +8,12 @@
 //! calls out of text (the gateway's too).
 
 pub mod mask;
+pub mod pool;
 #[cfg(test)]
 mod tests;
 
 pub use mask::{MaskBoard, MaskRef, TokenMask};
+pub use pool::{CompileError, CompilePool};
 
 use crate::error::EngineError;
 use crate::text::TextCodec;
@@ -19,6 +21,15 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Compile threads of a [`GrammarCompiler`] made by [`GrammarCompiler::new`].
+pub const COMPILE_WORKERS: usize = 2;
+/// Compilations waiting for a thread, at most.
+pub const COMPILE_QUEUE: usize = 16;
+/// How long one compilation may take (a JSON schema of a few hundred properties takes tens
+/// of milliseconds).
+pub const COMPILE_BUDGET: Duration = Duration::from_secs(1);
 
 /// What an answer must match.
 #[derive(Clone, Debug, PartialEq)]
@@ -97,6 +108,7 @@ impl GrammarSpec {
 #[derive(Clone)]
 pub struct GrammarCompiler {
     factory: Arc<ParserFactory>,
+    pool: Arc<CompilePool>,
 }
 
 impl std::fmt::Debug for GrammarCompiler {
@@ -130,25 +142,41 @@ impl GrammarCompiler {
         let mut factory =
             ParserFactory::new_simple(&env).map_err(|e| err(format!("parser factory: {e}")))?;
         factory.quiet();
+        // Errors reach clients: they say what is wrong, not the parser's state.
+        factory.limits_mut().verbose_errors = false;
+        let pool = CompilePool::new(COMPILE_WORKERS, COMPILE_QUEUE, COMPILE_BUDGET)
+            .map_err(|e| err(format!("cannot start the compile threads: {e}")))?;
         Ok(GrammarCompiler {
             factory: Arc::new(factory),
+            pool,
         })
     }
 
-    /// Compiles `spec`; the error says what is wrong with it (for a 400 naming the field).
+    /// The same compiler on another pool (its own threads, queue and budget).
+    pub fn with_pool(self, pool: Arc<CompilePool>) -> Self {
+        GrammarCompiler { pool, ..self }
+    }
+
+    /// Compiles `spec` on the compile pool; an invalid grammar's error says what is wrong
+    /// with it (for a 400 naming the field).
     pub fn compile(
         &self,
         spec: &GrammarSpec,
         whitespace_pattern: Option<&str>,
-    ) -> Result<Grammar, String> {
-        let top = spec.to_llguidance(whitespace_pattern)?;
-        let parser = self.factory.create_parser(top).map_err(|e| e.to_string())?;
-        let matcher = Matcher::new(Ok(parser));
-        if let Some(e) = matcher.get_error() {
-            return Err(e);
-        }
-        Ok(Grammar {
-            proto: Arc::new(matcher),
+    ) -> Result<Grammar, CompileError> {
+        let top = spec
+            .to_llguidance(whitespace_pattern)
+            .map_err(CompileError::Invalid)?;
+        let factory = self.factory.clone();
+        self.pool.run(move || {
+            let parser = factory.create_parser(top).map_err(|e| e.to_string())?;
+            let matcher = Matcher::new(Ok(parser));
+            if let Some(e) = matcher.get_error() {
+                return Err(e);
+            }
+            Ok(Grammar {
+                proto: Arc::new(matcher),
+            })
         })
     }
 }

@@ -147,3 +147,58 @@ fn whitespace_pattern_replaces_the_compact_layout() {
         .expect("compiles");
     assert!(feed(&loose, &codec, "{\n\"a\":1}").is_ok());
 }
+
+/// A Lark grammar that is a chain of `n` rules, each one reference deeper.
+fn rule_chain(n: usize) -> String {
+    let mut g = String::from("start: r0\n");
+    for i in 0..n {
+        g.push_str(&format!("r{i}: \"a\" r{}\n", i + 1));
+    }
+    g.push_str(&format!("r{n}: \"b\"\n"));
+    g
+}
+
+/// A JSON schema whose `$ref`s chain through `n` definitions.
+fn ref_chain(n: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..n {
+        let next = format!("#/$defs/d{}", i + 1);
+        defs.insert(
+            format!("d{i}"),
+            json!({"type": "object", "properties": {"x": {"$ref": next}}, "required": ["x"]}),
+        );
+    }
+    defs.insert(format!("d{n}"), json!({"type": "integer"}));
+    json!({"$ref": "#/$defs/d0", "$defs": defs})
+}
+
+/// Grammars as deep as the gateway's limits allow (1,024 rules, 64 `$ref`s) compile on the
+/// compile threads, where they overflowed an ordinary thread's stack and aborted the process.
+#[test]
+fn grammars_at_the_depth_limits_compile_on_the_compile_threads() {
+    let (_d, codec) = codec();
+    let c = GrammarCompiler::new(&codec, None).expect("compiler");
+    let pool = CompilePool::new(1, 4, Duration::from_secs(60)).expect("pool");
+    let c = c.with_pool(pool);
+    let g = c
+        .compile(&GrammarSpec::Lark(rule_chain(1022)), None)
+        .expect("a 1,024-rule chain compiles");
+    assert!(feed(&g, &codec, &format!("{}b", "a".repeat(1022))).is_ok());
+    c.compile(&GrammarSpec::JsonSchema(ref_chain(64)), None)
+        .expect("a 64-deep $ref chain compiles");
+}
+
+/// An invalid grammar's error names the problem, not the parser's internal state.
+#[test]
+fn compile_errors_are_short() {
+    let (_d, codec) = codec();
+    let c = GrammarCompiler::new(&codec, None).expect("compiler");
+    let e = c
+        .compile(&GrammarSpec::Lark("start: undefined_rule\n".into()), None)
+        .expect_err("an undefined rule");
+    let CompileError::Invalid(text) = e else {
+        panic!("not Invalid: {e:?}")
+    };
+    assert!(text.contains("undefined_rule"), "{text}");
+    assert!(text.lines().count() <= 3, "{text}");
+}

@@ -4,7 +4,7 @@
 //! applies the compiled grammar's token masks in sampling.
 
 use serde_json::{Map, Value};
-use superinfer_engine::grammar::{Grammar, GrammarSpec};
+use superinfer_engine::grammar::{CompileError, Grammar, GrammarSpec};
 
 use crate::error::{GatewayError, Result};
 use crate::text::Text;
@@ -85,16 +85,33 @@ pub(super) fn constraint(body: &mut Body) -> Result<(Option<Constraint>, Option<
     Ok((c, whitespace))
 }
 
-/// Compiles the constraint against the served model's tokenizer.
+/// Compiles the constraint against the served model's tokenizer, once it is within the
+/// grammar limits (`limits`), on the compiler's own threads and time budget.
 pub(crate) fn compile(c: &Constraint, whitespace: Option<&str>, text: &Text) -> Result<Grammar> {
+    let field = top_field(&c.field);
+    let field = field.as_str();
+    super::limits::check(field, &c.spec)?;
     let compiler = text
         .grammar_compiler()
-        .map_err(|e| GatewayError::invalid(top_field(&c.field), e))?;
-    compiler.compile(&c.spec, whitespace).map_err(|e| {
-        GatewayError::invalid(
-            top_field(&c.field),
+        .map_err(|e| GatewayError::invalid(field, e))?;
+    compiler.compile(&c.spec, whitespace).map_err(|e| match e {
+        CompileError::Invalid(e) => GatewayError::invalid(
+            field,
             format!("`{}` cannot be compiled to a grammar: {e}", c.field),
-        )
+        ),
+        CompileError::Budget(d) => GatewayError::invalid(
+            field,
+            format!(
+                "`{}` did not compile within the limit of {} ms (grammar compile budget); \
+                 send a smaller grammar",
+                c.field,
+                d.as_millis()
+            ),
+        ),
+        CompileError::Busy => GatewayError::Overloaded {
+            message: "every grammar compiler is busy; retry after the Retry-After seconds".into(),
+            retry_after_s: 1,
+        },
     })
 }
 
