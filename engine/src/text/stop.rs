@@ -12,11 +12,62 @@ pub struct StopCheck {
 }
 
 /// Matches stop strings in streamed text, holding back a tail that could still grow into one.
+///
+/// Each stop string runs a Knuth-Morris-Pratt automaton over the text's bytes, so a piece
+/// costs O(its bytes × stop strings) however long the stream or the stop strings are, and the
+/// tail held back is never longer than the longest stop string. A stop string is found when
+/// its last byte arrives (the first to complete wins; of several completing at the same byte,
+/// the longest).
 #[derive(Clone, Debug)]
 pub struct StopMatcher {
-    stops: Vec<String>,
+    stops: Vec<Pattern>,
     held: String,
     stopped: bool,
+}
+
+/// One stop string's automaton: `state` bytes of it match the end of the text so far.
+#[derive(Clone, Debug)]
+struct Pattern {
+    bytes: Vec<u8>,
+    /// `fail[k]`: the longest proper prefix of `bytes[..=k]` that is also its suffix.
+    fail: Vec<usize>,
+    state: usize,
+}
+
+impl Pattern {
+    fn new(s: &str) -> Pattern {
+        let bytes = s.as_bytes().to_vec();
+        let mut fail = vec![0; bytes.len()];
+        let mut k = 0;
+        for i in 1..bytes.len() {
+            while k > 0 && bytes[i] != bytes[k] {
+                k = fail[k - 1];
+            }
+            if bytes[i] == bytes[k] {
+                k += 1;
+            }
+            fail[i] = k;
+        }
+        Pattern {
+            bytes,
+            fail,
+            state: 0,
+        }
+    }
+
+    /// Feeds one byte; `true` when the whole stop string now ends the text.
+    fn advance(&mut self, b: u8) -> bool {
+        if self.state == self.bytes.len() {
+            self.state = self.fail[self.state - 1];
+        }
+        while self.state > 0 && self.bytes[self.state] != b {
+            self.state = self.fail[self.state - 1];
+        }
+        if self.bytes[self.state] == b {
+            self.state += 1;
+        }
+        self.state == self.bytes.len()
+    }
 }
 
 impl StopMatcher {
@@ -25,8 +76,9 @@ impl StopMatcher {
         StopMatcher {
             stops: stops
                 .iter()
-                .map(|s| s.as_ref().to_owned())
+                .map(AsRef::as_ref)
                 .filter(|s| !s.is_empty())
+                .map(Pattern::new)
                 .collect(),
             held: String::new(),
             stopped: false,
@@ -41,32 +93,31 @@ impl StopMatcher {
                 stopped: true,
             };
         }
+        let base = self.held.len();
         self.held.push_str(piece);
-        let first = self
-            .stops
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min();
-        if let Some(i) = first {
-            self.stopped = true;
-            let text = self.held[..i].to_owned();
-            self.held.clear();
-            return StopCheck {
-                text,
-                stopped: true,
-            };
+        for (i, b) in piece.bytes().enumerate() {
+            let mut found: Option<usize> = None;
+            for p in &mut self.stops {
+                if p.advance(b) {
+                    found = found.max(Some(p.bytes.len()));
+                }
+            }
+            if let Some(len) = found {
+                // The matched bytes are all held: the tail kept is as long as every state.
+                let start = base + i + 1 - len;
+                self.stopped = true;
+                let mut text = std::mem::take(&mut self.held);
+                text.truncate(start);
+                return StopCheck {
+                    text,
+                    stopped: true,
+                };
+            }
         }
-        // Hold back the longest tail that is a proper prefix of a stop string.
-        let keep = self
-            .held
-            .char_indices()
-            .map(|(i, _)| i)
-            .find(|&i| {
-                let tail = &self.held[i..];
-                self.stops.iter().any(|s| s.starts_with(tail))
-            })
-            .unwrap_or(self.held.len());
-        let rest = self.held.split_off(keep);
+        // Hold back the longest tail that is a proper prefix of a stop string. It begins with
+        // a stop string's first byte, so on a character boundary.
+        let keep = self.stops.iter().map(|p| p.state).max().unwrap_or(0);
+        let rest = self.held.split_off(self.held.len() - keep);
         let text = std::mem::replace(&mut self.held, rest);
         StopCheck {
             text,
@@ -76,6 +127,9 @@ impl StopMatcher {
 
     /// The text held back, at the end of the stream (no stop string completed).
     pub fn finish(&mut self) -> String {
+        for p in &mut self.stops {
+            p.state = 0;
+        }
         std::mem::take(&mut self.held)
     }
 
@@ -172,5 +226,26 @@ mod tests {
             ("hel".into(), true)
         );
         assert_eq!(run(&["é!"], &["café", "é", "!"]), ("café".into(), true));
+    }
+
+    #[test]
+    fn overlapping_prefixes_are_found_as_a_naive_search_finds_them() {
+        // KMP's fall-backs: "aab" inside "aaab", "abab" after "ababab".
+        assert_eq!(run(&["aab"], &["a", "a", "a", "b!"]), ("a".into(), true));
+        assert_eq!(run(&["ababc"], &["abababc"]), ("ab".into(), true));
+        assert_eq!(run(&["ababc"], &["ababab", "x"]), ("abababx".into(), false));
+        // Of two stops completing at one byte, the longer (earlier) one cuts.
+        assert_eq!(run(&["c", "abc"], &["xab", "c"]), ("x".into(), true));
+    }
+
+    #[test]
+    fn the_tail_held_back_is_never_longer_than_the_longest_stop() {
+        let mut m = StopMatcher::new(&["xyz"]);
+        let mut sent = 0;
+        for _ in 0..10_000 {
+            sent += m.push("xy").text.len();
+        }
+        assert_eq!(m.finish().len(), 2);
+        assert_eq!(sent, 2 * 10_000 - 2);
     }
 }
