@@ -7,6 +7,7 @@ use superinfer_tenants::Tenant;
 
 mod extras;
 mod fields;
+pub mod limits;
 mod prompt;
 mod strict;
 pub(crate) mod structured;
@@ -83,6 +84,9 @@ pub const DEFAULT_COMPLETION_TOKENS: u32 = 16;
 pub const MAX_PROMPTS: usize = 64;
 /// At most this many stop strings (OpenAI's limit).
 pub const MAX_STOP_STRINGS: usize = 4;
+/// Each stop string has at most this many bytes (UTF-8): stop strings are matched on every
+/// streamed piece, and the text held back while one may still complete is as long as it.
+pub const MAX_STOP_BYTES: usize = 1024;
 
 /// Parses a body, naming the field at fault when a value has the wrong type.
 pub fn parse(bytes: &[u8]) -> Result<Body> {
@@ -567,6 +571,15 @@ fn stop_strings(stop: Option<Stop>) -> Result<Vec<String>> {
         return Err(GatewayError::invalid(
             "stop",
             "`stop` strings must not be empty",
+        ));
+    }
+    if let Some(long) = v.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(GatewayError::invalid(
+            "stop",
+            format!(
+                "a `stop` string has {} bytes; at most {MAX_STOP_BYTES} are allowed",
+                long.len()
+            ),
         ));
     }
     Ok(v)
