@@ -7,6 +7,9 @@ use super::{Endpoint, ModelInfo};
 use crate::error::{GatewayError, Result};
 use crate::text::Text;
 
+#[cfg(test)]
+mod tests;
+
 /// vLLM's `min_tokens`: at most `max_tokens`, not with stop strings; it holds back the
 /// request's `stop_token_ids` too.
 pub(super) fn min_tokens(
@@ -51,17 +54,36 @@ pub(super) fn continuous_usage(
     Ok(on)
 }
 
-/// `logit_bias`: token ids of the vocabulary (as strings) to biases in [-100, 100].
+/// At most this many `logit_bias` entries. OpenAI documents no cap and vLLM has none; every
+/// entry is applied at every sampling step of the request, so the map is bounded like `stop`.
+pub const MAX_LOGIT_BIAS_ENTRIES: usize = 1024;
+
+/// `logit_bias`: at most [`MAX_LOGIT_BIAS_ENTRIES`] token ids of the vocabulary, each written
+/// as a plain decimal number, to biases in [-100, 100]. Only that one spelling per id is
+/// accepted ("01", "+1" or " 1" would name the same token as "1" and add its bias twice).
 pub(super) fn logit_bias(
     bias: Option<std::collections::HashMap<String, f32>>,
     text: &Text,
 ) -> Result<Vec<(u32, f32)>> {
-    let mut out = Vec::new();
-    for (k, b) in bias.unwrap_or_default() {
-        let id: u32 = k.parse().map_err(|_| {
+    let bias = bias.unwrap_or_default();
+    if bias.len() > MAX_LOGIT_BIAS_ENTRIES {
+        return Err(GatewayError::invalid(
+            "logit_bias",
+            format!(
+                "`logit_bias` has {} entries; at most {MAX_LOGIT_BIAS_ENTRIES} are allowed",
+                bias.len()
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(bias.len());
+    for (k, b) in bias {
+        let id = token_id(&k).ok_or_else(|| {
             GatewayError::invalid(
                 "logit_bias",
-                format!("`logit_bias` key {k:?} is not a token id"),
+                format!(
+                    "`logit_bias` key {k:?} is not a token id: write ids as decimal numbers \
+                     without sign, spaces or leading zeros, e.g. \"42\""
+                ),
             )
         })?;
         if text.vocab_size().is_some_and(|v| id as usize >= v) {
@@ -80,6 +102,14 @@ pub(super) fn logit_bias(
     }
     out.sort_by_key(|&(id, _)| id);
     Ok(out)
+}
+
+/// A token id in its one canonical spelling: ASCII digits, no leading zero but in "0", that
+/// fit a `u32`.
+fn token_id(key: &str) -> Option<u32> {
+    let digits = !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit());
+    let canonical = digits && (key == "0" || !key.starts_with('0'));
+    canonical.then(|| key.parse().ok()).flatten()
 }
 
 /// `echo` on completions: the prompt's text before the answer (not with a list of prompts).
