@@ -8,8 +8,60 @@ use superinfer_policies::{RequestId, Slo, TenantId};
 use superinfer_tenants::Tenant;
 
 use crate::error::{GatewayError, Result};
+use crate::quota::{InFlight, Limiter, Refusal};
 use crate::state::AppState;
 use crate::validate::ValidRequest;
+
+/// The engine requests (sequences) a validated request runs: each prompt × `best_of`.
+pub fn sequences(v: &ValidRequest) -> u32 {
+    (1 + v.more_prompts.len() as u32).saturating_mul(v.best_of.max(1))
+}
+
+/// The prompt tokens a request's sequences prefill together (each prompt × `best_of`).
+pub fn fan_out_prompt_tokens(v: &ValidRequest) -> u64 {
+    let prompts: u64 = std::iter::once(&v.prompt)
+        .chain(&v.more_prompts)
+        .map(|p| p.len() as u64)
+        .sum();
+    prompts * u64::from(v.best_of.max(1))
+}
+
+/// Counts a request's fan-out where it costs, before the engine sees it: every sequence
+/// beyond the first (which the quota layer admitted) takes a concurrency seat, and every
+/// sequence's prompt is charged to tokens per minute. A request with more sequences than the
+/// tenant may ever run at once is a 400 naming the field; one whose seats are not free now, a
+/// 429. The seats travel with the request and are freed when its last choice ends.
+pub async fn fan_out(limits: &dyn Limiter, v: &ValidRequest) -> Result<Option<InFlight>> {
+    let seqs = sequences(v);
+    let limit = limits.quotas().max_concurrent;
+    if seqs > limit {
+        let field = if v.best_of > v.n {
+            "best_of"
+        } else if v.n > 1 {
+            "n"
+        } else {
+            "prompt"
+        };
+        return Err(GatewayError::invalid(
+            field,
+            format!(
+                "this request runs {seqs} sequences (prompts × n or best_of); this tenant runs \
+                 at most {limit} at once (max_concurrent): send fewer"
+            ),
+        ));
+    }
+    let seats = match seqs {
+        0 | 1 => None,
+        _ => Some(
+            limits
+                .admit_seats(seqs - 1)
+                .await
+                .map_err(Refusal::into_error)?,
+        ),
+    };
+    limits.charge_tokens(fan_out_prompt_tokens(v));
+    Ok(seats)
+}
 
 /// The prefix-cache namespace of a tenant's request: its shared namespace when the tenant
 /// has one (`cache_namespace`), else its own; salted with the request's `cache_salt`.

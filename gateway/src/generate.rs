@@ -15,10 +15,12 @@ use crate::registry::TenantCtx;
 use crate::text::Decoder;
 use crate::usage::UsageTicket;
 
-/// What the choices of one admitted request share: its concurrency slot (freed when the last
-/// choice ends) and its entry in the usage ledger (recorded once for the request).
+/// What the choices of one admitted request share: its concurrency slot and the seats of its
+/// other sequences (freed when the last choice ends), and its entry in the usage ledger
+/// (recorded once for the request).
 pub struct Admitted {
     pub slot: InFlight,
+    pub seats: Option<InFlight>,
     pub usage: UsageTicket,
 }
 

@@ -89,8 +89,18 @@ async fn generate(
             refuse("text_pool", e)
         })?
         .map_err(|e| refuse("invalid", e))?;
+    let seats = admission::fan_out(ctx.limits.as_ref(), &valid)
+        .await
+        .map_err(|e| {
+            let reason = if e.status() == StatusCode::TOO_MANY_REQUESTS {
+                "concurrency"
+            } else {
+                "invalid"
+            };
+            refuse(reason, e)
+        })?;
     if !valid.more_prompts.is_empty() || valid.best_of > 1 {
-        return several::generate(&state, ctx, slot, valid, started, kill).await;
+        return several::generate(&state, ctx, (slot, seats), valid, started, kill).await;
     }
     let stream =
         admission::submit(&state, &ctx.tenant, &valid).map_err(|e| refuse("overloaded", e))?;
@@ -99,12 +109,11 @@ async fn generate(
     ctx.metrics
         .prompt_tokens
         .increment(u64::from(prompt_tokens));
-    ctx.limits.charge_tokens(u64::from(prompt_tokens));
     let slot = slot
         .take()
         .ok_or_else(|| GatewayError::Internal("the concurrency slot was taken twice".into()))?;
     let usage = UsageTicket::new(state.registry.store().usage().clone(), ctx.tenant.id, 1);
-    let slot = Arc::new(Admitted { slot, usage });
+    let slot = Arc::new(Admitted { slot, seats, usage });
     let gen = Generation::new(
         stream,
         state.text.decoder(),

@@ -42,6 +42,10 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
     /// Admits one request or says why not. The returned guard holds a concurrency slot until
     /// it is dropped (when the response, streamed or not, is complete).
     fn admit(&self) -> BoxFuture<'_, Result<InFlight, Refusal>>;
+    /// Takes `seats` more concurrency seats for the other sequences of a request already
+    /// admitted (its prompts × `best_of`), all or none; the request rate and tokens are not
+    /// checked again. The guard frees them together.
+    fn admit_seats(&self, seats: u32) -> BoxFuture<'_, Result<InFlight, Refusal>>;
     /// Charges `tokens` (prompt at admission, output at the end) against tokens per minute.
     fn charge_tokens(&self, tokens: u64);
     /// Requests of this tenant in flight on this node now.
@@ -63,6 +67,11 @@ pub enum Refusal {
     Concurrency {
         limit: u32,
     },
+    /// A request whose sequences (prompts × `best_of`) need more seats than are free.
+    Seats {
+        limit: u32,
+        asked: u32,
+    },
     /// The shared quota store did not answer and the node fails closed.
     StoreUnavailable,
 }
@@ -73,7 +82,7 @@ impl Refusal {
         match self {
             Refusal::Rate { .. } => "rate",
             Refusal::Tokens { .. } => "tokens",
-            Refusal::Concurrency { .. } => "concurrency",
+            Refusal::Concurrency { .. } | Refusal::Seats { .. } => "concurrency",
             Refusal::StoreUnavailable => "quota_store",
         }
     }
@@ -99,6 +108,14 @@ impl Refusal {
                 format!(
                     "too many requests in flight for this tenant (limit {limit}); wait for one \
                      to finish"
+                ),
+                1,
+            ),
+            Refusal::Seats { limit, asked } => (
+                format!(
+                    "this request runs {asked} sequences (prompts × n or best_of) and this \
+                     tenant's sequences in flight would exceed its limit of {limit} \
+                     (max_concurrent); wait for some to finish or send fewer sequences"
                 ),
                 1,
             ),

@@ -234,3 +234,40 @@ async fn the_scripts_load_again_after_redis_forgets_them() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_fan_out_takes_its_seats_all_or_none() {
+    let r = redis_server::RedisServer::start();
+    let mut c = connect(&r).await;
+    let keys = TenantKeys::new("t:", "seats");
+    let q = quotas(1000.0, 1000, 1_000_000, 8);
+    let first = scripts::admit(&mut c, &keys, &q, "a", TTL, Some(T0))
+        .await
+        .unwrap();
+    assert_eq!(first, Decision::Admitted);
+    let ids = |p: &str, n: usize| (0..n).map(|i| format!("{p}{i}")).collect::<Vec<_>>();
+    // Eight more would make nine: refused whole, nothing taken.
+    assert!(
+        !scripts::seats(&mut c, &keys, 8, &ids("b", 8), TTL, Some(T0))
+            .await
+            .unwrap()
+    );
+    assert_eq!(scripts::leases(&mut c, &keys).await.unwrap(), 1);
+    assert!(
+        scripts::seats(&mut c, &keys, 8, &ids("b", 7), TTL, Some(T0))
+            .await
+            .unwrap()
+    );
+    assert_eq!(scripts::leases(&mut c, &keys).await.unwrap(), 8);
+    let full = scripts::admit(&mut c, &keys, &q, "c", TTL, Some(T0))
+        .await
+        .unwrap();
+    assert_eq!(full, Decision::Refused(Refusal::Concurrency { limit: 8 }));
+    // Seats expire like any lease when their node stops refreshing them.
+    let later = T0 + TTL.as_micros() as u64 + 1;
+    assert!(
+        scripts::seats(&mut c, &keys, 8, &ids("d", 7), TTL, Some(later))
+            .await
+            .unwrap()
+    );
+}

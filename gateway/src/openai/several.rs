@@ -32,7 +32,7 @@ use crate::validate::{Endpoint, ValidRequest};
 pub async fn generate(
     state: &Shared,
     ctx: Arc<TenantCtx>,
-    slot: crate::quota::Slot,
+    (slot, seats): (crate::quota::Slot, Option<crate::quota::InFlight>),
     valid: ValidRequest,
     started: Instant,
     kill: Option<ConnKill>,
@@ -51,7 +51,7 @@ pub async fn generate(
         ctx.tenant.id,
         choices,
     );
-    let slot = Arc::new(Admitted { slot, usage });
+    let slot = Arc::new(Admitted { slot, seats, usage });
     // Choice `p * n + j` is prompt `p`'s `j`-th; a seeded request's choices draw from seeds
     // `seed + j`, so they differ but repeat exactly.
     let choices = prompts
@@ -86,7 +86,6 @@ pub async fn generate(
         let n = one.prompt.len() as u32;
         ctx.stats.admitted(u64::from(n));
         ctx.metrics.prompt_tokens.increment(u64::from(n));
-        ctx.limits.charge_tokens(u64::from(n));
         gens.push(Generation::new(
             stream,
             state.text.decoder(),

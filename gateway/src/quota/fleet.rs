@@ -190,6 +190,39 @@ impl FleetLimiter {
     }
 }
 
+impl FleetLimiter {
+    async fn seats_fleet(&self, seats: u32) -> Result<InFlight, Refusal> {
+        let ids: Vec<String> = (0..seats)
+            .map(|_| {
+                let n = self.inner.next_lease.fetch_add(1, Ordering::Relaxed);
+                format!("{}:{n}", self.inner.node)
+            })
+            .collect();
+        let ttl = self.inner.cfg.lease_ttl;
+        let limit = self.quotas.max_concurrent;
+        let mut c = self.inner.conn.clone();
+        let call = scripts::seats(&mut c, &self.keys, limit, &ids, ttl, None);
+        match self.inner.bounded("seats", call).await {
+            Ok(true) => Ok(InFlight::new(
+                ids.into_iter()
+                    .map(|id| Lease::start(self, id))
+                    .collect::<Vec<_>>(),
+            )),
+            Ok(false) => Err(Refusal::Seats {
+                limit,
+                asked: seats + 1,
+            }),
+            Err(_) => match self.inner.cfg.failure {
+                FailureMode::Open => {
+                    self.inner.health.fallback();
+                    self.local.admit_seats(seats)
+                }
+                FailureMode::Closed => Err(Refusal::StoreUnavailable),
+            },
+        }
+    }
+}
+
 impl Limiter for FleetLimiter {
     fn quotas(&self) -> &Quotas {
         &self.quotas
@@ -197,6 +230,10 @@ impl Limiter for FleetLimiter {
 
     fn admit(&self) -> BoxFuture<'_, Result<InFlight, Refusal>> {
         Box::pin(self.admit_fleet())
+    }
+
+    fn admit_seats(&self, seats: u32) -> BoxFuture<'_, Result<InFlight, Refusal>> {
+        Box::pin(self.seats_fleet(seats))
     }
 
     fn charge_tokens(&self, tokens: u64) {

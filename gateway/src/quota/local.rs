@@ -90,6 +90,27 @@ impl LocalLimiter {
         }
         Ok(InFlight::new(LocalSlot {
             counter: self.in_flight.clone(),
+            seats: 1,
+        }))
+    }
+
+    /// Takes `seats` more concurrency seats, all or none ([`Limiter::admit_seats`]).
+    pub fn admit_seats(&self, seats: u32) -> Result<InFlight, Refusal> {
+        let limit = self.quotas.max_concurrent;
+        let taken = self
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                now.checked_add(seats).filter(|&after| after <= limit)
+            });
+        if taken.is_err() {
+            return Err(Refusal::Seats {
+                limit,
+                asked: seats + 1,
+            });
+        }
+        Ok(InFlight::new(LocalSlot {
+            counter: self.in_flight.clone(),
+            seats,
         }))
     }
 
@@ -124,6 +145,13 @@ impl Limiter for LocalLimiter {
         Box::pin(std::future::ready(LocalLimiter::admit(self)))
     }
 
+    fn admit_seats(
+        &self,
+        seats: u32,
+    ) -> futures_util::future::BoxFuture<'_, Result<InFlight, Refusal>> {
+        Box::pin(std::future::ready(LocalLimiter::admit_seats(self, seats)))
+    }
+
     fn charge_tokens(&self, tokens: u64) {
         LocalLimiter::charge_tokens(self, tokens);
     }
@@ -133,15 +161,16 @@ impl Limiter for LocalLimiter {
     }
 }
 
-/// A local concurrency slot; frees itself on drop.
+/// Local concurrency seats; free themselves on drop.
 #[derive(Debug)]
 struct LocalSlot {
     counter: Arc<AtomicU32>,
+    seats: u32,
 }
 
 impl Drop for LocalSlot {
     fn drop(&mut self) {
-        self.counter.fetch_sub(1, Ordering::AcqRel);
+        self.counter.fetch_sub(self.seats, Ordering::AcqRel);
     }
 }
 
@@ -194,6 +223,25 @@ mod tests {
             max_concurrent: concurrent,
             ..Quotas::default()
         }
+    }
+
+    #[test]
+    fn seats_for_a_fan_out_are_taken_all_or_none_and_freed_together() {
+        let l = LocalLimiter::new(quotas(100.0, 100, 8));
+        let first = l.admit().unwrap();
+        let seven = l.admit_seats(7).unwrap();
+        assert_eq!(l.in_flight(), 8);
+        assert_eq!(l.admit().unwrap_err(), Refusal::Concurrency { limit: 8 });
+        drop(seven);
+        assert_eq!(l.in_flight(), 1);
+        // Eight more would make nine: refused whole, nothing taken.
+        assert_eq!(
+            l.admit_seats(8).unwrap_err(),
+            Refusal::Seats { limit: 8, asked: 9 }
+        );
+        assert_eq!(l.in_flight(), 1);
+        drop(first);
+        assert_eq!(l.in_flight(), 0);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::quota::Refusal;
 
 static ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("admit.lua")));
 static CHARGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("charge.lua")));
+static SEATS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("seats.lua")));
 static REFRESH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("refresh.lua")));
 
 /// The tokens bucket fills from empty in one minute (`tokens_per_min`).
@@ -154,6 +155,27 @@ pub async fn refresh(
         .invoke_async(conn)
         .await?;
     Ok(extended == 1)
+}
+
+/// Takes the leases `ids` at once, all or none (`seats.lua`); `false` when they would
+/// exceed `max_concurrent`.
+pub async fn seats(
+    conn: &mut impl ConnectionLike,
+    keys: &TenantKeys,
+    max_concurrent: u32,
+    ids: &[String],
+    ttl: Duration,
+    now_us: Option<u64>,
+) -> RedisResult<bool> {
+    let mut call = SEATS.key(&keys.leases);
+    call.arg(ttl.as_micros() as u64)
+        .arg(max_concurrent)
+        .arg(now_arg(now_us));
+    for id in ids {
+        call.arg(id);
+    }
+    let taken: i64 = call.invoke_async(conn).await?;
+    Ok(taken == 1)
 }
 
 /// Gives a lease back.
