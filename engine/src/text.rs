@@ -7,6 +7,7 @@
 //! [`TextCodec`] is cheap to clone (shared, immutable) and `Send + Sync`, so a gateway keeps one
 //! and hands clones to its request tasks.
 
+mod chat_encode;
 pub mod gguf;
 mod stop;
 #[cfg(test)]
@@ -65,6 +66,8 @@ struct Inner {
     vocab_size: usize,
     /// Each token's bytes (`token_bytes`), read from the vocabulary on first use.
     raw_bytes: std::sync::OnceLock<Option<Vec<Vec<u8>>>>,
+    /// Special tokens' texts and a tokenizer that reads them as text, made on first use.
+    plain: std::sync::OnceLock<chat_encode::PlainText>,
 }
 
 impl std::fmt::Debug for TextCodec {
@@ -256,6 +259,7 @@ impl TextCodec {
                 eos_ids,
                 vocab_size,
                 raw_bytes: std::sync::OnceLock::new(),
+                plain: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -319,10 +323,16 @@ impl TextCodec {
     }
 
     /// The token ids of a chat prompt: the rendered template, tokenized without adding
-    /// special tokens again.
+    /// special tokens again; special tokens' texts in the messages' content are plain text
+    /// (only the template writes control tokens).
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, EngineError> {
-        let text = self.apply_chat_template(messages)?;
-        self.encode(&text, false)
+        self.encode_chat_content_as_text(messages, None)
+    }
+
+    fn plain_text(&self) -> &chat_encode::PlainText {
+        self.inner
+            .plain
+            .get_or_init(|| chat_encode::PlainText::new(&self.inner.tokenizer))
     }
 
     /// Whether the model has a chat template.

@@ -242,17 +242,14 @@ impl Text {
                 ids.extend(self.encode_chat(messages)?);
                 Ok(ids)
             }
-            Backend::Model { codec: c, .. } => {
-                let text = if self.template_takes_tools() {
-                    let msgs = engine_messages(messages);
-                    c.render_chat_with_tools(&msgs, Some(tools), true)
-                } else {
-                    let msgs = crate::tools::without_template_support(messages, tools);
-                    c.render_chat(&engine_messages(&msgs), true)
-                }
-                .map_err(|e| e.to_string())?;
-                c.encode(&text, false).map_err(|e| e.to_string())
+            Backend::Model { codec: c, .. } => if self.template_takes_tools() {
+                let msgs = engine_messages(messages);
+                c.encode_chat_content_as_text(&msgs, Some(tools))
+            } else {
+                let msgs = crate::tools::without_template_support(messages, tools);
+                c.encode_chat(&engine_messages(&msgs))
             }
+            .map_err(|e| e.to_string()),
         }
     }
 
