@@ -12,8 +12,12 @@
 //! objective not configured is a 400. The fairness id must be the tenant's name, because the
 //! tenant of the API key is the scheduler's only fairness unit: another value would ask for
 //! fairness the engine does not have, so it is a 400, not ignored.
+//!
+//! Either header more than once is a 400 (`DuplicateHeader`) from any peer, before anything
+//! else: which copy counts would be a guess ([`at_most_once`]).
 
 use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -166,9 +170,11 @@ impl ProxyConfig {
 /// an untrusted peer, and applies them from a trusted one.
 pub async fn layer(State(state): State<Shared>, mut req: Request, next: Next) -> Response {
     let h = req.headers();
-    let objective = h.get(OBJECTIVE_HEADER).map(|v| v.to_str().map(str::trim));
-    let fairness = h.get(FAIRNESS_HEADER).map(|v| v.to_str().map(str::trim));
-    if objective.is_none() && fairness.is_none() {
+    let (objective, fairness) = (
+        at_most_once(h, OBJECTIVE_HEADER),
+        at_most_once(h, FAIRNESS_HEADER),
+    );
+    if matches!((&objective, &fairness), (Ok(None), Ok(None))) {
         return next.run(req).await;
     }
     let Some(ctx) = req.extensions().get::<Arc<TenantCtx>>().cloned() else {
@@ -179,6 +185,12 @@ pub async fn layer(State(state): State<Shared>, mut req: Request, next: Next) ->
         state.metrics.rejected(&ctx.tenant.name, reason);
         e.into_response()
     };
+    let (objective, fairness) = match (objective, fairness) {
+        (Ok(o), Ok(f)) => (o, f),
+        (Err(e), _) | (_, Err(e)) => return refuse("duplicate_header", e),
+    };
+    let objective = objective.map(|v| v.to_str().map(str::trim));
+    let fairness = fairness.map(|v| v.to_str().map(str::trim));
     if !state.proxy.trusts(peer) {
         let name = if objective.is_some() {
             OBJECTIVE_HEADER
@@ -244,6 +256,25 @@ pub async fn layer(State(state): State<Shared>, mut req: Request, next: Next) ->
     next.run(req).await
 }
 
+/// The one value of header `name`, if present. A second copy is refused, not resolved: the
+/// header raises a request's priority or names its fairness unit, so two copies are a proxy's
+/// bug or a client's attempt to slip its own value past the proxy, and either choice would be
+/// a guess.
+fn at_most_once<'a>(
+    h: &'a HeaderMap,
+    name: &'static str,
+) -> Result<Option<&'a HeaderValue>, GatewayError> {
+    let mut values = h.get_all(name).iter();
+    let first = values.next();
+    match values.count() {
+        0 => Ok(first),
+        more => Err(GatewayError::DuplicateHeader {
+            name,
+            count: more + 1,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,5 +312,33 @@ mod tests {
         }
         let twice = vec![o.clone(), o];
         assert!(ProxyConfig::new(vec![], twice).is_err());
+    }
+
+    #[test]
+    fn a_repeated_extension_header_is_refused_not_resolved() {
+        for name in [OBJECTIVE_HEADER, FAIRNESS_HEADER] {
+            let mut h = HeaderMap::new();
+            assert_eq!(at_most_once(&h, name).unwrap(), None);
+            h.append(name, HeaderValue::from_static("critical"));
+            assert_eq!(
+                at_most_once(&h, name).unwrap(),
+                Some(&HeaderValue::from_static("critical"))
+            );
+            // The same value twice is refused too: the count, not the values, is the fault.
+            for second in ["sheddable", "critical"] {
+                let mut twice = h.clone();
+                twice.append(name, HeaderValue::from_static(second));
+                let e = at_most_once(&twice, name).unwrap_err();
+                assert!(
+                    matches!(e, GatewayError::DuplicateHeader { name: n, count: 2 } if n == name),
+                    "{e:?}"
+                );
+                assert_eq!(e.status(), 400);
+                assert!(
+                    e.to_string().contains(&format!("2 `{name}` headers")),
+                    "{e}"
+                );
+            }
+        }
     }
 }
