@@ -32,6 +32,10 @@ pub enum TenantError {
     #[error("tenant store at {path} is in use by another process (is the server running?)")]
     Locked { path: String },
 
+    /// [`crate::TenantStore::open_existing`] found no store to open.
+    #[error("no tenant store at {path}")]
+    NoStore { path: String },
+
     /// The data directory was written by a newer release than this one.
     #[error("tenant store schema version {found} is newer than this build supports ({supported})")]
     SchemaTooNew { found: u32, supported: u32 },

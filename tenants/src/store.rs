@@ -62,6 +62,26 @@ impl TenantStore {
         })
     }
 
+    /// Opens the store in directory `path` like [`TenantStore::open`], but only if one is
+    /// there ([`TenantStore::exists`]): `Err(NoStore)` instead of creating an empty store where
+    /// an existing one was meant (a mistyped directory).
+    pub fn open_existing(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        if !Self::exists(path) {
+            return Err(TenantError::NoStore {
+                path: path.display().to_string(),
+            });
+        }
+        Self::open(path)
+    }
+
+    /// Whether directory `path` holds a store (sled's `conf` and `db` files), without opening
+    /// or creating anything.
+    pub fn exists(path: impl AsRef<Path>) -> bool {
+        let path = path.as_ref();
+        ["conf", "db"].iter().all(|f| path.join(f).is_file())
+    }
+
     /// The directory this store lives in.
     pub fn path(&self) -> &Path {
         &self.path

@@ -4,13 +4,16 @@
 //! command to drop a prefix cache: the cache lives only in the running server's memory (it is
 //! empty whenever this CLI can open the store), so `DELETE /admin/v1/tenants/{t}/prefix-cache`
 //! is the way.
+//!
+//! Only `create` and `apply` make a store in a directory that has none (and say so on stderr);
+//! every other command refuses such a directory, so a mistyped `--data-dir` is an error.
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use superinfer_tenants::{
-    NewTenant, Quotas, QuotasPatch, Slo, SloPatch, Tenant, TenantId, TenantPatch, TenantRef,
-    TenantStore, TenantsFile,
+    NewTenant, Quotas, QuotasPatch, Slo, SloPatch, Tenant, TenantError, TenantId, TenantPatch,
+    TenantRef, TenantStore, TenantsFile,
 };
 
 #[derive(Args, Debug)]
@@ -168,9 +171,7 @@ pub fn run(args: TenantsArgs) -> anyhow::Result<()> {
         TenantsCommand::Apply { file, .. } => Some(TenantsFile::load(file)?),
         _ => None,
     };
-    let path = args.data_dir.join("tenants");
-    let store = TenantStore::open(&path)
-        .with_context(|| format!("opening the tenant store in {}", args.data_dir.display()))?;
+    let store = open(&args.data_dir, &args.command)?;
     match args.command {
         TenantsCommand::List => {
             for t in store.list()? {
@@ -239,6 +240,43 @@ pub fn run(args: TenantsArgs) -> anyhow::Result<()> {
     }
     store.flush()?;
     Ok(())
+}
+
+/// Opens the store in `data_dir`. Only the commands that add tenants (`create`, `apply`) may
+/// make a new store, and they say so; every other command refuses a directory without one,
+/// so a mistyped `--data-dir` is an error, not an empty list (nor a store left behind).
+fn open(data_dir: &Path, command: &TenantsCommand) -> anyhow::Result<TenantStore> {
+    let path = data_dir.join("tenants");
+    let creates = matches!(
+        command,
+        TenantsCommand::Create { .. } | TenantsCommand::Apply { .. }
+    );
+    let fresh = !TenantStore::exists(&path);
+    let opened = if creates {
+        TenantStore::open(&path)
+    } else {
+        TenantStore::open_existing(&path)
+    };
+    let store = match opened {
+        Err(TenantError::NoStore { .. }) => {
+            let what = if data_dir.is_dir() {
+                "holds no tenant store"
+            } else {
+                "does not exist"
+            };
+            anyhow::bail!(
+                "the data directory {} {what}; check --data-dir (or SUPERINFER_DATA_DIR). A \
+                 store is made by `superinfer serve` on its first start, or by `superinfer \
+                 tenants create` or `superinfer tenants apply`",
+                data_dir.display()
+            );
+        }
+        r => r.with_context(|| format!("opening the tenant store in {}", data_dir.display()))?,
+    };
+    if fresh {
+        eprintln!("created a new tenant store in {}", data_dir.display());
+    }
+    Ok(store)
 }
 
 /// All digits is an id; anything else a name (names cannot be all digits).

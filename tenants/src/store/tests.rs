@@ -211,6 +211,31 @@ fn a_second_open_of_the_same_directory_is_refused() {
 }
 
 #[test]
+fn open_existing_creates_nothing_where_no_store_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("typo");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for path in [&typo, &empty] {
+        assert!(!TenantStore::exists(path));
+        assert!(matches!(
+            TenantStore::open_existing(path),
+            Err(TenantError::NoStore { .. })
+        ));
+    }
+    assert!(!typo.exists(), "nothing was created");
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+
+    let real = dir.path().join("real");
+    let s = TenantStore::open(&real).unwrap();
+    s.create(new("alpha")).unwrap();
+    drop(s);
+    assert!(TenantStore::exists(&real));
+    let s = TenantStore::open_existing(&real).unwrap();
+    assert_eq!(s.list().unwrap().len(), 1);
+}
+
+#[test]
 fn snapshot_authenticates_in_memory() {
     let (_dir, s) = store();
     let (a, key_a) = s.create(new("alpha")).unwrap();
