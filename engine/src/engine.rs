@@ -73,6 +73,8 @@ pub struct EngineConfig {
     pub prefix_cache_dram: bool,
     /// Seconds a copy batch may take before the engine gives up on it as a fault: the
     /// requests it touches are recomputed and its slots stay quarantined until it lands.
+    /// Only time the engine could see it land counts: a model step longer than this is no
+    /// fault of the copies issued before it (`engine/copy_fault.rs`).
     pub copy_timeout_s: f64,
 }
 
@@ -263,6 +265,8 @@ pub struct Engine<R, T, C> {
     transit: BTreeSet<RequestId>,
     /// Tickets submitted and not yet landed, with their submit time (for the copy timeout).
     outstanding: BTreeMap<crate::transfer::Ticket, f64>,
+    /// Engine time of the latest poll of the copy engine: the copy timeout is judged at it.
+    last_poll: Option<f64>,
     events: Vec<EngineEvent>,
     counters: EngineStats,
     census: Census,
@@ -334,6 +338,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             requests: BTreeMap::new(),
             transit: BTreeSet::new(),
             outstanding: BTreeMap::new(),
+            last_poll: None,
             events: Vec::new(),
             counters: EngineStats::default(),
             census: Census::default(),

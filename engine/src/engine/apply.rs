@@ -15,16 +15,17 @@ use superinfer_policies::{Capacity, Phase, Plan, ReqView, RequestId, Service};
 pub(super) const FOLLOW_STEPS: u32 = 4;
 
 impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
-    /// Copies that landed: evicted requests become rotary, restored ones running.
+    /// Copies that landed: evicted requests become rotary, restored ones running. Then the
+    /// faults: what landed is taken in first, so a batch that completed is never judged late.
     pub(super) fn ingest_copies(&mut self, now: f64) {
         let done = self.transfer.poll(now);
+        for &t in &done {
+            self.outstanding.remove(&t);
+            self.pool.complete(t);
+        }
         self.ingest_faults(now);
         if done.is_empty() {
             return;
-        }
-        for t in done {
-            self.outstanding.remove(&t);
-            self.pool.complete(t);
         }
         let transit: Vec<RequestId> = self.transit.iter().copied().collect();
         for id in transit {

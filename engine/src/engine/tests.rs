@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use superinfer_policies::TenantId;
 use superinfer_policies::{PolicyKind, Slo, WlvfConfig};
 
+mod copy_timeout;
 mod faults;
 mod long_prompts;
 mod prefix;
