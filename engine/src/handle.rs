@@ -1,6 +1,17 @@
 //! Real-clock serving: [`spawn`] runs an [`Engine`] on its own OS thread; an [`EngineHandle`]
 //! (cheap to clone) submits requests and gets one bounded event stream per request. Dropping
 //! a [`RequestStream`] aborts its request; the engine frees its blocks within one iteration.
+//!
+//! Supervision: a panic anywhere in the serving loop (a step, a command, a grammar-mask worker
+//! whose panic the step re-raises) is caught at the engine boundary. The engine is then
+//! failed for good: [`EngineHandle::health`] says [`EngineHealth::Failed`] with the panic's
+//! message, [`EngineHandle::panics`] counts it, every request in flight or still in the inbox
+//! ends with `FinishReason::Error` and [`StreamErrorKind::EngineFailed`], later submits are
+//! refused, one error is logged and the thread ends. The engine is not restarted in the
+//! process: the runner holds the model weights and the KV pool, and its device state after a
+//! panic cannot be trusted. The process should exit non-zero instead, so that its supervisor
+//! (systemd `Restart=`, Kubernetes) starts a fresh one; the gateway does that once its health
+//! endpoints answer 503 and the requests in flight have had their answers.
 
 use crate::clock::Clock;
 use crate::engine::{Engine, EngineEvent, EngineStats};
@@ -11,9 +22,10 @@ use crate::runner::ModelRunner;
 use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
 use std::collections::HashMap;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use superinfer_policies::RequestId;
@@ -62,10 +74,54 @@ pub enum StreamEvent {
         t: f64,
         prompt_tokens: u32,
         completion_tokens: u32,
+        /// With `FinishReason::Error`: what went wrong, for people (logs, the error body).
         error: Option<String>,
+        /// With `FinishReason::Error` (and only then): whose fault it was, for programs, so a
+        /// caller picks its answer without reading `error`.
+        error_kind: Option<StreamErrorKind>,
         /// Prompt tokens found in the prefix cache (`usage.prompt_tokens_details`).
         cached: PrefixHit,
     },
+}
+
+/// Why a request ended with `FinishReason::Error` ([`StreamEvent::Finished`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamErrorKind {
+    /// Something of this request's own: the engine refused it (an empty prompt, one too long
+    /// for HBM, an option the runner lacks), or its model step or grammar failed. The engine
+    /// serves on.
+    Request,
+    /// The engine could not take or finish it for now: its queue was full, it would have
+    /// missed its TTFT SLO, a step failed as a whole, or the engine shut down. The request
+    /// itself was fine; it may be tried again.
+    Unavailable,
+    /// The engine failed (a panic in its loop) and serves nothing more
+    /// ([`EngineHealth::Failed`]). The request itself was fine.
+    EngineFailed,
+}
+
+impl StreamErrorKind {
+    /// The kind of an error with which the engine refused a submitted request.
+    fn of_refusal(e: &EngineError) -> StreamErrorKind {
+        match e {
+            EngineError::QueueFull(_) | EngineError::WouldMissSlo { .. } | EngineError::Stopped => {
+                StreamErrorKind::Unavailable
+            }
+            _ => StreamErrorKind::Request,
+        }
+    }
+}
+
+/// Whether the engine thread serves ([`EngineHandle::health`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EngineHealth {
+    /// Serving: submits are taken.
+    Running,
+    /// Shut down on purpose (or every handle's inbox sender went away).
+    Stopped,
+    /// The serving loop panicked; `message` is the panic's. The engine is not restarted in the
+    /// process (the module docs say why).
+    Failed { message: String },
 }
 
 enum Command {
@@ -79,6 +135,10 @@ struct Shared {
     stats: Mutex<EngineStats>,
     aborts: Mutex<Vec<RequestId>>,
     running: AtomicBool,
+    /// The panic's message once the loop failed; written before `running` turns false.
+    failure: Mutex<Option<String>>,
+    /// Panics caught in the serving loop.
+    panics: AtomicU64,
     next_id: AtomicU64,
     max_tokens_total: u32,
 }
@@ -168,18 +228,33 @@ impl EngineHandle {
         rx.await.map_err(|_| EngineError::Stopped)
     }
 
-    /// Gauges and counters as of the last step.
+    /// Gauges and counters as of the last step. A panic while they were being published
+    /// left them as they were before it, so they are read through the lock's poisoning.
     pub fn stats(&self) -> EngineStats {
-        self.shared
-            .stats
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default()
+        let stats = self.shared.stats.lock();
+        stats.unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Whether the engine thread is serving.
+    /// Whether the engine thread is serving (false once it stopped or failed).
     pub fn is_running(&self) -> bool {
         self.shared.running.load(Ordering::Acquire)
+    }
+
+    /// Whether the engine thread serves, stopped, or failed (and why).
+    pub fn health(&self) -> EngineHealth {
+        if self.is_running() {
+            return EngineHealth::Running;
+        }
+        let failure = self.shared.failure.lock();
+        match failure.unwrap_or_else(PoisonError::into_inner).clone() {
+            Some(message) => EngineHealth::Failed { message },
+            None => EngineHealth::Stopped,
+        }
+    }
+
+    /// Panics caught in the serving loop (the first one fails the engine, so 0 or 1).
+    pub fn panics(&self) -> u64 {
+        self.shared.panics.load(Ordering::Relaxed)
     }
 }
 
@@ -224,6 +299,8 @@ where
         stats: Mutex::new(engine.stats()),
         aborts: Mutex::new(Vec::new()),
         running: AtomicBool::new(true),
+        failure: Mutex::new(None),
+        panics: AtomicU64::new(0),
         next_id: AtomicU64::new(1),
         max_tokens_total: engine
             .config()
@@ -268,55 +345,129 @@ fn serve<R: ModelRunner, T: Transfer, C: Clock>(
         shared,
         events: Vec::new(),
     };
-    'serve: loop {
+    // The engine boundary: a panic in a turn fails the engine (the module docs say why it is
+    // not restarted here). The engine is not touched again after one: its state may be
+    // half-updated, and answering the requests needs only the streams.
+    let panicked = loop {
+        match panic::catch_unwind(AssertUnwindSafe(|| l.turn(&rx, &cfg))) {
+            Ok(true) => {}
+            Ok(false) => break None,
+            Err(payload) => break Some(panic_message(payload.as_ref())),
+        }
+    };
+    match panicked {
+        Some(message) => l.fail_for_good(message, &rx),
+        None => {
+            l.shared.running.store(false, Ordering::Release);
+            l.fail_all("the engine stopped", StreamErrorKind::Unavailable);
+        }
+    }
+}
+
+/// The message of a panic's payload (`panic!` with a literal gives a `&str`, with format
+/// arguments a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// The end of a request that failed, its message `error` and its kind `kind`.
+fn error_end(error: String, kind: StreamErrorKind) -> StreamEvent {
+    StreamEvent::Finished {
+        reason: FinishReason::Error,
+        t: 0.0,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        error: Some(error),
+        error_kind: Some(kind),
+        cached: PrefixHit::default(),
+    }
+}
+
+impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
+    /// One turn of the loop: the commands waiting (blocking briefly when the engine is
+    /// idle), the aborts, one step and its events. `false`: stop serving.
+    fn turn(&mut self, rx: &Receiver<Command>, cfg: &HandleConfig) -> bool {
         // Block only when there is nothing to do.
-        if l.engine.is_empty() {
+        if self.engine.is_empty() {
             match rx.recv_timeout(cfg.idle_wait) {
                 Ok(cmd) => {
-                    if !l.command(cmd) {
-                        break 'serve;
+                    if !self.command(cmd) {
+                        return false;
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break 'serve,
+                Err(RecvTimeoutError::Disconnected) => return false,
             }
         }
         while let Ok(cmd) = rx.try_recv() {
-            if !l.command(cmd) {
-                break 'serve;
+            if !self.command(cmd) {
+                return false;
             }
         }
-        l.aborts();
+        self.aborts();
         let mut pause = Duration::ZERO;
         let mut published = false;
-        if !l.engine.is_empty() {
-            match l.engine.step() {
+        if !self.engine.is_empty() {
+            match self.engine.step() {
                 Ok(report) => {
                     // The gauges first: a client that sees its request finish and then reads
                     // the metrics must not find it still running.
-                    l.publish_stats();
-                    published = !l.route();
+                    self.publish_stats();
+                    published = !self.route();
                     if cfg.pace && report.ran {
                         pause = Duration::from_secs_f64(report.elapsed);
                     } else if !report.ran {
                         pause = Duration::from_micros(200);
                     }
                 }
-                Err(e) => l.fail_all(&e.to_string()),
+                Err(e) => self.fail_all(&e.to_string(), StreamErrorKind::Unavailable),
             }
         }
         if !published {
-            l.publish_stats();
+            self.publish_stats();
         }
         if !pause.is_zero() {
             std::thread::sleep(pause);
         }
+        true
     }
-    l.shared.running.store(false, Ordering::Release);
-    l.fail_all("the engine stopped");
-}
 
-impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
+    /// The loop panicked with `message`: the engine is marked failed (before `running` turns
+    /// false, so a handle that sees it stopped reads why), the panic counted and logged, and
+    /// every request in flight or in the inbox ends with [`StreamErrorKind::EngineFailed`].
+    /// Commands other than submits are dropped (a prefix-cache drop then reads `Stopped`).
+    fn fail_for_good(&mut self, message: String, rx: &Receiver<Command>) {
+        tracing::error!(
+            panic = %message,
+            requests = self.streams.len(),
+            "the engine panicked: it serves nothing more and the process should be restarted"
+        );
+        self.shared.panics.fetch_add(1, Ordering::Relaxed);
+        let error = format!("the engine failed: {message}");
+        *self
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(message);
+        self.shared.running.store(false, Ordering::Release);
+        for (_, (tx, _)) in self.streams.drain() {
+            let _ = tx.try_send(error_end(error.clone(), StreamErrorKind::EngineFailed));
+        }
+        // A submit that saw the engine running just before it failed may still come after
+        // this; the receiver's drop then closes its stream without an end.
+        while let Ok(cmd) = rx.try_recv() {
+            if let Command::Submit(_, tx) = cmd {
+                let _ = tx.try_send(error_end(error.clone(), StreamErrorKind::EngineFailed));
+            }
+        }
+    }
+
     /// The gauges the handle reads (`EngineHandle::stats`), as of now.
     fn publish_stats(&self) {
         if let Ok(mut s) = self.shared.stats.lock() {
@@ -340,14 +491,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                         self.streams.insert(id, (tx, PrefixHit::default()));
                     }
                     Err(e) => {
-                        let _ = tx.try_send(StreamEvent::Finished {
-                            reason: FinishReason::Error,
-                            t: 0.0,
-                            prompt_tokens: 0,
-                            completion_tokens: 0,
-                            error: Some(e.to_string()),
-                            cached: PrefixHit::default(),
-                        });
+                        let kind = StreamErrorKind::of_refusal(&e);
+                        let _ = tx.try_send(error_end(e.to_string(), kind));
                     }
                 }
                 true
@@ -406,12 +551,14 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                 }
                 EngineEvent::Finished { id, t, end } => {
                     if let Some((tx, _)) = self.streams.remove(&id) {
+                        let failed = end.reason == FinishReason::Error;
                         let _ = tx.try_send(StreamEvent::Finished {
                             reason: end.reason,
                             t,
                             prompt_tokens: end.prompt_tokens,
                             completion_tokens: end.completion_tokens,
                             error: end.error,
+                            error_kind: failed.then_some(StreamErrorKind::Request),
                             cached: end.cached,
                         });
                     }
@@ -422,19 +569,13 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
         aborted
     }
 
-    fn fail_all(&mut self, msg: &str) {
+    /// Aborts every live request; each ends with error `msg` of kind `kind`.
+    fn fail_all(&mut self, msg: &str, kind: StreamErrorKind) {
         let ids: Vec<RequestId> = self.streams.keys().copied().collect();
         for id in ids {
             self.engine.abort(id);
             if let Some((tx, _)) = self.streams.remove(&id) {
-                let _ = tx.try_send(StreamEvent::Finished {
-                    reason: FinishReason::Error,
-                    t: 0.0,
-                    prompt_tokens: 0,
-                    completion_tokens: 0,
-                    error: Some(msg.to_string()),
-                    cached: PrefixHit::default(),
-                });
+                let _ = tx.try_send(error_end(msg.to_string(), kind));
             }
         }
         let _ = self.engine.take_events();

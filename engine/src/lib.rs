@@ -41,7 +41,10 @@ pub use engine::{
     Engine, EngineConfig, EngineEvent, EngineStats, RequestEnd, StepReport, TokenExtra,
 };
 pub use error::EngineError;
-pub use handle::{spawn, EngineHandle, EngineThread, HandleConfig, RequestStream, StreamEvent};
+pub use handle::{
+    spawn, EngineHandle, EngineHealth, EngineThread, HandleConfig, RequestStream, StreamErrorKind,
+    StreamEvent,
+};
 pub use kv::{CacheScope, PrefixHit};
 pub use request::{EngineRequest, FinishReason, ReqState};
 pub use sampling::{SamplingParams, TokenLogprobs};

@@ -3,6 +3,7 @@ use crate::clock::RealClock;
 use crate::engine::EngineConfig;
 use crate::profile::Profile;
 use crate::runner::sim::SimRunner;
+use crate::runner::ModelRunner;
 use crate::transfer::sim::SimTransfer;
 use std::time::Instant;
 use superinfer_policies::{PolicyKind, TenantId, WlvfConfig};
@@ -108,9 +109,11 @@ fn a_request_the_engine_refuses_ends_with_an_error() {
         Some(StreamEvent::Finished {
             reason: FinishReason::Error,
             error: Some(msg),
+            error_kind,
             ..
         }) => {
-            assert!(msg.contains("empty"), "{msg}")
+            assert!(msg.contains("empty"), "{msg}");
+            assert_eq!(error_kind, Some(StreamErrorKind::Request));
         }
         other => panic!("{other:?}"),
     }
@@ -147,4 +150,151 @@ fn every_token_of_a_stream_carries_the_prompts_cached_tokens() {
     );
     thread.shutdown();
     drop(h);
+}
+
+/// The simulated runner, panicking in its first step after `fail` is set. Before it panics it
+/// says it is in that step (`entered`) and waits for `go`, so a test can queue submits that
+/// the failure finds in the inbox.
+struct Panicky {
+    inner: SimRunner,
+    fail: Arc<AtomicBool>,
+    entered: mpsc::SyncSender<()>,
+    go: mpsc::Receiver<()>,
+}
+
+impl ModelRunner for Panicky {
+    fn geometry(&self) -> crate::kv::BlockGeometry {
+        self.inner.geometry()
+    }
+
+    fn eos_token_ids(&self) -> &[u32] {
+        self.inner.eos_token_ids()
+    }
+
+    fn step(
+        &mut self,
+        batch: &crate::runner::StepBatch<'_>,
+    ) -> Result<crate::runner::StepOutput, EngineError> {
+        if self.fail.load(Ordering::Acquire) {
+            let _ = self.entered.send(());
+            let _ = self.go.recv();
+            panic!("injected step panic");
+        }
+        self.inner.step(batch)
+    }
+}
+
+/// A paced engine over [`Panicky`]: its trigger, the `entered` receiver and the `go` sender.
+fn start_panicky() -> (
+    EngineHandle,
+    EngineThread,
+    Arc<AtomicBool>,
+    mpsc::Receiver<()>,
+    mpsc::SyncSender<()>,
+) {
+    let profile = Profile::builtin("h200-llama-3-8b").unwrap();
+    let cfg = EngineConfig {
+        hbm_blocks: 256,
+        dram_blocks: 512,
+        ..EngineConfig::default()
+    };
+    let transfer = SimTransfer::new(&profile.hw, profile.model.geometry(16).block_bytes());
+    let fail = Arc::new(AtomicBool::new(false));
+    let (entered_tx, entered) = mpsc::sync_channel(1);
+    let (go, go_rx) = mpsc::sync_channel(1);
+    let runner = Panicky {
+        inner: SimRunner::new(profile, 16),
+        fail: fail.clone(),
+        entered: entered_tx,
+        go: go_rx,
+    };
+    let policy = PolicyKind::Lvf.build(&WlvfConfig::default());
+    let engine = Engine::new(cfg, policy, runner, transfer, RealClock::new()).unwrap();
+    let pace = HandleConfig {
+        pace: true,
+        ..HandleConfig::default()
+    };
+    let (h, thread) = spawn(engine, pace).unwrap();
+    (h, thread, fail, entered, go)
+}
+
+/// Reads `s` to its end, skipping tokens; panics if it closes without one.
+fn end_of(s: &mut RequestStream) -> StreamEvent {
+    loop {
+        match s.blocking_next() {
+            Some(StreamEvent::Token { .. }) => {}
+            Some(end) => return end,
+            None => panic!("request {:?}: the stream closed without an end", s.id),
+        }
+    }
+}
+
+/// Asserts that `end` is the typed end of a request the engine's failure cut short.
+fn assert_engine_failed(end: &StreamEvent) {
+    let StreamEvent::Finished {
+        reason: FinishReason::Error,
+        error: Some(msg),
+        error_kind: Some(StreamErrorKind::EngineFailed),
+        ..
+    } = end
+    else {
+        panic!("not an engine-failure end: {end:?}");
+    };
+    assert!(msg.contains("injected step panic"), "{msg}");
+}
+
+#[test]
+fn a_panicking_step_fails_the_engine_and_ends_every_request_with_a_typed_error() {
+    let (h, thread, fail, entered, go) = start_panicky();
+    assert_eq!(h.health(), EngineHealth::Running);
+    // Paced at the profile's speed, 2,000 tokens are far from done when the panic comes.
+    let mut running: Vec<RequestStream> = (0..2)
+        .map(|i| h.submit(request(30 + i, 2000)).unwrap())
+        .collect();
+    for s in &mut running {
+        assert!(matches!(s.blocking_next(), Some(StreamEvent::Token { .. })));
+    }
+    fail.store(true, Ordering::Release);
+    entered
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the engine steps while requests run");
+    // The loop is inside the failing step: this one waits in the inbox.
+    let mut queued = h.submit(request(12, 5)).unwrap();
+    go.send(()).unwrap();
+    let start = Instant::now();
+    while h.health() == EngineHealth::Running && start.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    match h.health() {
+        EngineHealth::Failed { message } => assert!(message.contains("injected"), "{message}"),
+        other => panic!("not failed within 1 s: {other:?}"),
+    }
+    for s in running.iter_mut().chain([&mut queued]) {
+        assert_engine_failed(&end_of(s));
+        assert_eq!(s.blocking_next(), None, "the end is the last event");
+    }
+    assert!(!h.is_running());
+    assert!(matches!(h.submit(request(5, 5)), Err(EngineError::Stopped)));
+    assert_eq!(h.panics(), 1);
+    thread.shutdown();
+    assert!(matches!(h.health(), EngineHealth::Failed { .. }));
+}
+
+#[test]
+fn a_shut_down_engine_is_stopped_not_failed() {
+    let (h, thread) = start(false);
+    assert_eq!(h.health(), EngineHealth::Running);
+    thread.shutdown();
+    assert_eq!((h.health(), h.panics()), (EngineHealth::Stopped, 0));
+}
+
+#[test]
+fn a_panics_message_is_read_from_str_and_string_payloads() {
+    let of = |f: fn()| panic_message(std::panic::catch_unwind(f).unwrap_err().as_ref());
+    assert_eq!(of(|| panic!("plain")), "plain");
+    assert_eq!(of(|| panic!("formatted {}", 7)), "formatted 7");
+    assert_eq!(
+        of(|| std::panic::panic_any(7_u32)),
+        "a panic without a message"
+    );
 }
