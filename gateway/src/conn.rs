@@ -4,8 +4,12 @@
 //! - hyper closes a connection whose request headers are not complete within
 //!   `header_timeout` (`header_read_timeout`; hyper restarts it for each request, so it is
 //!   also the keep-alive idle time) and answers 431 past its hard header-count limit;
-//! - `half_close`: a client that shuts down its sending side after a complete request still
-//!   gets the answer;
+//! - no half-close: a client whose side of the connection ends (EOF) while its request is
+//!   queued, prefilling or generating is gone, so hyper drops the request's future, which
+//!   aborts it in the engine and frees its seats and KV blocks within one step (without
+//!   this, a request that hung up before its first token was only noticed at its first
+//!   write). As uvicorn (vLLM) does, a client that shuts down only its sending side is
+//!   taken as gone too;
 //! - at most `max_connections` connections at once, and `max_connections_per_ip` from one
 //!   address; a connection over a limit is answered once with 503 (total) or 429 (per
 //!   address) in OpenAI's error shape and closed. At most [`MAX_REFUSING`] such answers are
@@ -170,7 +174,7 @@ fn builder(cfg: &EdgeConfig) -> http1::Builder {
     let mut b = http1::Builder::new();
     b.timer(TokioTimer::new())
         .header_read_timeout(cfg.header_timeout)
-        .half_close(true)
+        .half_close(false)
         // hyper's own limit (431, given an OpenAI body by `head_errors`) sits above ours
         // (`header_limits`), which names the count and the limit.
         .max_headers(cfg.max_headers.saturating_mul(2).max(100));

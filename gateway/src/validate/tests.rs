@@ -218,7 +218,10 @@ fn priority_in_the_body_changes_nothing() {
 
 #[test]
 fn a_stop_string_over_the_byte_limit_is_refused() {
-    let ok = format!(r#"{{"prompt":"a","stop":"{}"}}"#, "x".repeat(MAX_STOP_BYTES));
+    let ok = format!(
+        r#"{{"prompt":"a","stop":"{}"}}"#,
+        "x".repeat(MAX_STOP_BYTES)
+    );
     assert!(check(Endpoint::Completions, &ok).is_ok());
     let long = format!(r#"{{"prompt":"a","stop":["y","{}"]}}"#, "x".repeat(1 << 20));
     assert_eq!(param_of(check(Endpoint::Completions, &long)), "stop");
