@@ -91,10 +91,15 @@ pub enum StreamErrorKind {
     /// for HBM, an option the runner lacks), or its model step or grammar failed. The engine
     /// serves on.
     Request,
-    /// The engine could not take or finish it for now: its queue was full, it would have
-    /// missed its TTFT SLO, a step failed as a whole, or the engine shut down. The request
-    /// itself was fine; it may be tried again.
-    Unavailable,
+    /// The engine's queue was full when the request reached it. The request itself was
+    /// fine; it may be tried again (as may the next three).
+    QueueFull,
+    /// It would have waited past its TTFT SLO (`shed_late`).
+    WouldMissSlo,
+    /// The engine shut down.
+    Stopped,
+    /// A step failed as a whole (every request in it ends so).
+    StepFailed,
     /// The engine failed (a panic in its loop) and serves nothing more
     /// ([`EngineHealth::Failed`]). The request itself was fine.
     EngineFailed,
@@ -104,9 +109,9 @@ impl StreamErrorKind {
     /// The kind of an error with which the engine refused a submitted request.
     fn of_refusal(e: &EngineError) -> StreamErrorKind {
         match e {
-            EngineError::QueueFull(_) | EngineError::WouldMissSlo { .. } | EngineError::Stopped => {
-                StreamErrorKind::Unavailable
-            }
+            EngineError::QueueFull(_) => StreamErrorKind::QueueFull,
+            EngineError::WouldMissSlo { .. } => StreamErrorKind::WouldMissSlo,
+            EngineError::Stopped => StreamErrorKind::Stopped,
             _ => StreamErrorKind::Request,
         }
     }
@@ -359,7 +364,7 @@ fn serve<R: ModelRunner, T: Transfer, C: Clock>(
         Some(message) => l.fail_for_good(message, &rx),
         None => {
             l.shared.running.store(false, Ordering::Release);
-            l.fail_all("the engine stopped", StreamErrorKind::Unavailable);
+            l.fail_all("the engine stopped", StreamErrorKind::Stopped);
         }
     }
 }
@@ -426,7 +431,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                         pause = Duration::from_micros(200);
                     }
                 }
-                Err(e) => self.fail_all(&e.to_string(), StreamErrorKind::Unavailable),
+                Err(e) => self.fail_all(&e.to_string(), StreamErrorKind::StepFailed),
             }
         }
         if !published {

@@ -94,12 +94,52 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             writeln!(out, "(shown once; it is stored only as a hash)")?;
             out.flush()?;
         }
+        println!("serving model {}", server.state.model.id);
         println!("listening on http://{}", server.addr);
         if let Some(m) = server.metrics_addr {
             println!("metrics on http://{m}/metrics");
         }
-        server.run_until(stop).await
+        let engine = server.state.engine.clone();
+        let failed = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let watch = engine_failure(engine, failed.clone());
+        server
+            .run_until(async move {
+                tokio::select! {
+                    () = stop => {}
+                    () = watch => {}
+                }
+            })
+            .await?;
+        // A failed engine is not restarted in this process (its device state cannot be
+        // trusted): the process exits non-zero after the drain, for its supervisor
+        // (systemd's Restart=on-failure, Kubernetes) to start it again.
+        let message = failed.lock().ok().and_then(|f| f.clone());
+        match message {
+            Some(message) => {
+                anyhow::bail!("the engine failed ({message}); exiting for a restart")
+            }
+            None => Ok(()),
+        }
     })
+}
+
+/// Resolves once the engine has failed (a panic on its thread), leaving its message in
+/// `failed`. `/health` and `/readyz` answer 503 from that moment; in-flight requests have
+/// already ended with an error event.
+async fn engine_failure(
+    engine: superinfer_engine::EngineHandle,
+    failed: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+) {
+    loop {
+        if let superinfer_engine::EngineHealth::Failed { message } = engine.health() {
+            tracing::error!(error = %message, "the engine failed; draining and exiting for a restart");
+            if let Ok(mut f) = failed.lock() {
+                *f = Some(message);
+            }
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 fn init_logging() {

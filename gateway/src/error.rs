@@ -72,6 +72,11 @@ pub enum GatewayError {
     /// The engine failed while serving a request.
     #[error("the engine failed: {0}")]
     Engine(String),
+    /// The engine thread failed (a panic): nothing is served until the process restarts.
+    #[error(
+        "{0}; this server is restarting, retry on another replica or after the Retry-After seconds"
+    )]
+    EngineFailed(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -124,7 +129,9 @@ impl GatewayError {
             E::MissingKey | E::InvalidKey | E::AdminUnauthorized => StatusCode::UNAUTHORIZED,
             E::TenantDisabled { .. } | E::AdminDisabled => StatusCode::FORBIDDEN,
             E::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            E::Overloaded { .. } | E::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            E::Overloaded { .. } | E::ShuttingDown | E::EngineFailed(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             E::TooManyConnections { per_address, .. } => {
                 if *per_address {
                     StatusCode::TOO_MANY_REQUESTS
@@ -161,6 +168,7 @@ impl GatewayError {
             E::RateLimited { .. } => ("rate_limit_error", Some("rate_limit_exceeded")),
             E::Overloaded { .. } => ("overloaded_error", Some("overloaded")),
             E::ShuttingDown => ("overloaded_error", Some("shutting_down")),
+            E::EngineFailed(_) => ("server_error", Some("engine_failed")),
             E::TooManyConnections {
                 per_address: true, ..
             } => ("rate_limit_error", Some("too_many_connections")),
@@ -192,7 +200,9 @@ impl GatewayError {
         match self {
             GatewayError::RateLimited { retry_after_s, .. }
             | GatewayError::Overloaded { retry_after_s, .. } => Some((*retry_after_s).max(1)),
-            GatewayError::ShuttingDown | GatewayError::TooManyConnections { .. } => Some(1),
+            GatewayError::ShuttingDown
+            | GatewayError::TooManyConnections { .. }
+            | GatewayError::EngineFailed(_) => Some(1),
             _ => None,
         }
     }

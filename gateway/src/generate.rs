@@ -8,7 +8,7 @@ pub use superinfer_engine::text::StopMatcher;
 use std::sync::Arc;
 use std::time::Instant;
 use superinfer_engine::kv::PrefixHit;
-use superinfer_engine::{FinishReason, RequestStream, StreamEvent};
+use superinfer_engine::{FinishReason, RequestStream, StreamErrorKind, StreamEvent};
 
 use crate::quota::InFlight;
 use crate::registry::TenantCtx;
@@ -79,9 +79,17 @@ pub struct Outcome {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
     /// Set when the engine failed or refused the request.
-    pub error: Option<String>,
+    pub error: Option<EndError>,
     /// Prompt tokens found in the prefix cache, by tier.
     pub cached: PrefixHit,
+}
+
+/// Why a request ended in an error: whose fault (typed, for the HTTP answer) and what
+/// happened (for people).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EndError {
+    pub kind: StreamErrorKind,
+    pub message: String,
 }
 
 /// Streams one request's text.
@@ -200,6 +208,7 @@ impl Generation {
                     prompt_tokens,
                     completion_tokens,
                     error,
+                    error_kind,
                     cached,
                     ..
                 }) => {
@@ -211,6 +220,10 @@ impl Generation {
                         self.prompt_tokens = prompt_tokens;
                     }
                     self.tokens = self.tokens.max(completion_tokens);
+                    let error = error.map(|message| EndError {
+                        kind: error_kind.unwrap_or(StreamErrorKind::StepFailed),
+                        message,
+                    });
                     let mut done = self.outcome(finish_reason(reason), error);
                     let tail = self.decoder.finish();
                     let cut = self.stop.push(&tail);
@@ -224,7 +237,11 @@ impl Generation {
                 }
                 None => {
                     self.stream = None;
-                    let done = self.outcome("error", Some("the engine stopped".into()));
+                    let stopped = EndError {
+                        kind: StreamErrorKind::Stopped,
+                        message: "the engine stopped".into(),
+                    };
+                    let done = self.outcome("error", Some(stopped));
                     return Some(self.emit_then(String::new(), done));
                 }
             }
@@ -261,7 +278,7 @@ impl Generation {
         }
     }
 
-    fn outcome(&self, finish_reason: &'static str, error: Option<String>) -> Outcome {
+    fn outcome(&self, finish_reason: &'static str, error: Option<EndError>) -> Outcome {
         Outcome {
             finish_reason,
             prompt_tokens: self.prompt_tokens,

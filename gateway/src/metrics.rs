@@ -199,6 +199,10 @@ impl Metrics {
             ),
             ("superinfer_rotations_total", "Requests rotated out of HBM."),
             (
+                "superinfer_engine_failures_total",
+                "Panics that failed the engine thread (the process then exits for a restart).",
+            ),
+            (
                 "superinfer_recomputes_total",
                 "Requests whose KV was dropped to be prefilled again.",
             ),
@@ -295,6 +299,11 @@ impl Metrics {
             w.counts.clear();
             w.since = now;
         }
+    }
+
+    /// Records the engine thread's failures (panics) so far.
+    pub fn engine_failures(&self, failures: u64) {
+        self.with(|| metrics::counter!("superinfer_engine_failures_total").absolute(failures));
     }
 
     /// Counts a stream the gateway aborted (`slow_reader`: its client stopped reading).

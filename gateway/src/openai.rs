@@ -23,7 +23,7 @@ use std::time::Instant;
 use crate::admission;
 use crate::conn::ConnKill;
 use crate::error::{GatewayError, Result};
-use crate::generate::{Admitted, Generation, Piece, StopMatcher};
+use crate::generate::{Admitted, EndError, Generation, Piece, StopMatcher};
 use crate::metrics::Metrics;
 use crate::quota::Slot;
 use crate::registry::TenantCtx;
@@ -31,6 +31,7 @@ use crate::state::Shared;
 use crate::usage::UsageTicket;
 use crate::validate::{self, Endpoint};
 use response::{ResponseMeta, Usage};
+use superinfer_engine::StreamErrorKind;
 
 pub async fn completions(
     State(state): State<Shared>,
@@ -180,26 +181,31 @@ async fn collect(mut gen: Generation, meta: ResponseMeta, metrics: &Metrics) -> 
     ))
 }
 
-/// The engine refused or failed a request after admission. A full queue discovered by the
-/// engine thread itself, or a request refused because it would miss its TTFT SLO, is
-/// overload (503 with Retry-After, counted as shed), not a fault.
-pub fn engine_failure(err: String, tokens: u32, metrics: &Metrics) -> GatewayError {
-    let shed = match () {
-        _ if tokens > 0 => None,
-        _ if err.contains("queue is full") => Some("queue_full"),
-        _ if err.contains("would miss its TTFT SLO") => Some("slo"),
-        _ => None,
-    };
-    if let Some(reason) = shed {
-        metrics.shed(reason);
+/// The engine refused or failed a request after admission, by the error's kind (never by
+/// its text): the request's own fault (its grammar failed at run time) is a 400; a full
+/// queue, a request that would miss its TTFT SLO or a failed step is overload (503 with
+/// Retry-After; the first two counted as shed); a stopped engine is a shutdown (503); a
+/// failed engine, 503 while the process exits for its supervisor to restart it.
+pub fn engine_failure(err: EndError, tokens: u32, metrics: &Metrics) -> GatewayError {
+    let overloaded = |reason: Option<&'static str>| {
+        if let (Some(reason), 0) = (reason, tokens) {
+            metrics.shed(reason);
+        }
         GatewayError::Overloaded {
-            message: format!("{err}; retry after the Retry-After seconds"),
+            message: format!("{}; retry after the Retry-After seconds", err.message),
             retry_after_s: 1,
         }
-    } else if err.contains("stopped") {
-        GatewayError::ShuttingDown
-    } else {
-        GatewayError::Engine(err)
+    };
+    match err.kind {
+        StreamErrorKind::Request => {
+            tracing::warn!(error = %err.message, "a request failed in the engine");
+            GatewayError::bad_request(err.message)
+        }
+        StreamErrorKind::QueueFull => overloaded(Some("queue_full")),
+        StreamErrorKind::WouldMissSlo => overloaded(Some("slo")),
+        StreamErrorKind::StepFailed => overloaded(None),
+        StreamErrorKind::Stopped => GatewayError::ShuttingDown,
+        StreamErrorKind::EngineFailed => GatewayError::EngineFailed(err.message),
     }
 }
 
@@ -247,9 +253,15 @@ static SALT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 mod tests {
     use super::engine_failure;
     use crate::error::GatewayError;
+    use crate::generate::EndError;
     use crate::metrics::{Metrics, SHED};
     use superinfer_engine::EngineError;
+    use superinfer_engine::StreamErrorKind;
     use superinfer_policies::RequestId;
+
+    fn end(kind: StreamErrorKind, message: String) -> EndError {
+        EndError { kind, message }
+    }
 
     #[test]
     fn a_request_refused_for_its_slo_is_overload_not_a_fault() {
@@ -259,17 +271,33 @@ mod tests {
         };
         let m = Metrics::new();
         assert!(matches!(
-            engine_failure(refused.to_string(), 0, &m),
+            engine_failure(
+                end(StreamErrorKind::WouldMissSlo, refused.to_string()),
+                0,
+                &m
+            ),
             GatewayError::Overloaded { .. }
         ));
+        let full = EngineError::QueueFull(3).to_string();
         assert!(matches!(
-            engine_failure(EngineError::QueueFull(3).to_string(), 0, &m),
+            engine_failure(end(StreamErrorKind::QueueFull, full), 0, &m),
             GatewayError::Overloaded { .. }
         ));
+        // The kind decides, not the words.
+        let grammar = end(
+            StreamErrorKind::Request,
+            "structured output: stopped".into(),
+        );
         assert!(matches!(
-            engine_failure("model runner: boom".into(), 0, &m),
-            GatewayError::Engine(_)
+            engine_failure(grammar, 0, &m),
+            GatewayError::InvalidRequest { .. }
         ));
+        let failed = end(
+            StreamErrorKind::EngineFailed,
+            "the engine failed: boom".into(),
+        );
+        let e = engine_failure(failed, 0, &m);
+        assert_eq!(e.status(), 503);
         let text = m.render(&Default::default(), "m");
         assert!(
             text.contains(&format!("{SHED}{{reason=\"slo\"}} 1")),

@@ -327,6 +327,7 @@ async fn readyz(State(state): State<Shared>) -> Response {
 }
 
 async fn metrics_text(State(state): State<Shared>) -> Response {
+    state.metrics.engine_failures(state.engine.panics());
     let body = state.metrics.render(&state.engine.stats(), &state.model.id);
     (
         [(
