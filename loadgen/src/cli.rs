@@ -11,6 +11,7 @@ use crate::record::RequestRecord;
 use crate::report::{ReportConfig, ReportMeta, ReportWriter, RunInput, RunSummary, Summary};
 use crate::target::sim::{SimTarget, SimTargetConfig};
 use crate::target::Target;
+use crate::workload::prefix_ideal::{ideal_hits, IdealHits};
 use crate::workload::{LengthSpec, RequestSpec};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -22,10 +23,12 @@ use superinfer_engine::EngineConfig;
 use superinfer_policies::{PolicyKind, VltConfig, WaitCapScope, WlvfConfig};
 
 mod http;
+mod replay;
 mod workload;
 
 use http::run_http;
 pub use http::HttpArgs;
+pub use replay::ReplayFlags;
 pub use workload::{prepare_workload, ConversationFlags, Load, Sweep, WorkloadFlags};
 
 #[derive(Parser, Debug)]
@@ -174,6 +177,8 @@ pub struct SimArgs {
     pub prefix_cache_hbm_only: bool,
     #[command(flatten)]
     pub conversation: ConversationFlags,
+    #[command(flatten)]
+    pub replay: ReplayFlags,
     /// Bootstrap resamples for the attainment confidence intervals.
     #[arg(long, default_value_t = 1000)]
     pub bootstrap_resamples: usize,
@@ -264,6 +269,20 @@ pub fn execute(
 ) -> anyhow::Result<Summary> {
     let mut writer = ReportWriter::create(out, cfg)?;
     let total = (sweep.policies.len() * sweep.loads.len()) as u64;
+    // The prefix-cache hits a replayed trace allows, at the target's block size and capacity
+    // (16-token blocks where the target does not say: this project's server's).
+    let (block_size, capacity) = target
+        .cache_blocks()
+        .map_or((16, None), |(b, c)| (b, Some(c)));
+    let ideals: Vec<Option<IdealHits>> = sweep
+        .loads
+        .iter()
+        .map(|l| {
+            l.replay
+                .as_ref()
+                .map(|_| ideal_hits(&l.requests, block_size, capacity))
+        })
+        .collect();
     let bar = if progress {
         ProgressBar::new(total)
     } else {
@@ -274,9 +293,9 @@ pub fn execute(
             .expect("the template is a valid constant"),
     );
     for &policy in &sweep.policies {
-        for load in &sweep.loads {
+        for (load, ideal) in sweep.loads.iter().zip(&ideals) {
             bar.set_message(format!("{policy} at {:.2} rps", load.rps));
-            let records = target.run(policy, &load.tenants, &load.requests, sweep.duration_s)?;
+            let records = target.run(policy, &load.tenants, &load.requests, load.duration_s)?;
             check_records(&load.requests, &records)
                 .map_err(|e| anyhow::anyhow!("{policy} at {} rps: {e}", load.rps))?;
             let summary = writer.add_run(&RunInput {
@@ -284,8 +303,9 @@ pub fn execute(
                 rps: load.rps,
                 tenants: &load.tenants,
                 records: &records,
-                duration_s: sweep.duration_s,
+                duration_s: load.duration_s,
                 target: target.last_stats(),
+                replay: load.replay.as_deref().zip(*ideal),
             })?;
             if progress {
                 bar.println(one_line(summary));
@@ -357,13 +377,19 @@ impl<'a> From<&'a SimArgs> for WorkloadFlags<'a> {
             ttft_slo_s: a.ttft_slo_s,
             tbt_slo_s: a.tbt_slo_s,
             conversation: &a.conversation,
+            replay: &a.replay,
         }
     }
 }
 
-/// Checks the flags, reads the tenants file and generates every load's requests.
+/// Checks the flags, reads the workload file and builds every load's requests; a replay's
+/// prompts are capped at the twin's HBM KV tier by default.
 pub fn prepare(args: &SimArgs) -> Result<Sweep, Error> {
-    prepare_workload(args.into())
+    prepare_workload(args.into(), || {
+        SimTarget::new(sim_target_config(args))
+            .ok()
+            .map(|t| t.context_tokens())
+    })
 }
 
 fn meta(args: &SimArgs, target: &SimTarget, command: String) -> ReportMeta {
@@ -480,18 +506,18 @@ pub(crate) fn report_settings(
 }
 
 fn run_sim(args: &SimArgs, command: String) -> ExitCode {
-    let sweep = match prepare(args) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
     // An unknown profile or KV tiers that do not fit are bad input too.
     let mut target = match SimTarget::new(sim_target_config(args)) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let sweep = match prepare_workload(args.into(), || Some(target.context_tokens())) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };

@@ -34,6 +34,10 @@ pub struct RequestRecord {
     pub conversation: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
+    /// The target refused the request when it was submitted, with this HTTP status (the
+    /// twin: 400 for a request the node can never hold, 503 for a full queue or a shed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<u16>,
 }
 
 impl RequestRecord {
@@ -54,6 +58,7 @@ impl RequestRecord {
             cached_dram_tokens: None,
             conversation: spec.turn.map(|t| t.conversation),
             turn: spec.turn.map(|t| t.index),
+            refused: None,
         }
     }
 

@@ -9,19 +9,24 @@
 pub mod cache;
 pub mod markdown;
 pub mod plots;
+pub mod replay;
 pub mod stats;
 pub mod writer;
 
 pub use cache::CacheSummary;
+pub use replay::ReplaySummary;
 pub use stats::Ci95;
 pub use writer::{ReportMeta, ReportWriter};
 
 use crate::error::Error;
 use crate::record::RequestRecord;
 use crate::target::TargetStats;
+use crate::workload::prefix_ideal::IdealHits;
+use crate::workload::replay::ReplayInfo;
 use crate::workload::TenantSpec;
 use serde::{Deserialize, Serialize};
 use stats::Outcome;
+use std::collections::BTreeMap;
 
 /// One run of one policy at one load.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -71,6 +76,12 @@ pub struct RunSummary {
     /// can see it (the twin).
     #[serde(default)]
     pub prefill_tokens_computed: Option<u64>,
+    /// Requests the target refused at submission, by HTTP status.
+    #[serde(default)]
+    pub refused: BTreeMap<String, u64>,
+    /// A replayed trace: what it is, what was left out, the ideal and achieved cache hits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplaySummary>,
     pub tenants: Vec<TenantSummary>,
 }
 
@@ -93,6 +104,8 @@ pub struct TenantSummary {
     /// Its requests' prefix-cache statistics.
     #[serde(default)]
     pub cache: CacheSummary,
+    /// Requests the target refused at submission.
+    pub refused: u64,
 }
 
 /// `summary.json`.
@@ -112,6 +125,8 @@ pub struct RunInput<'a> {
     pub duration_s: f64,
     /// What the target measured inside the server, if it can.
     pub target: Option<TargetStats>,
+    /// A replayed trace and the prefix-cache hits its requests allow.
+    pub replay: Option<(&'a ReplayInfo, IdealHits)>,
 }
 
 /// Knobs of the statistics.
@@ -225,10 +240,23 @@ pub(crate) fn analyze(
         max_stall_s: max(|o| o.max_stall_s),
         preemptions: outcomes.iter().map(|o| u64::from(o.preemptions)).sum(),
         cache: CacheSummary::of(input.records.iter()),
+        refused: refusals(input.records.iter()),
+        replay: input.replay.map(|(info, ideal)| {
+            ReplaySummary::new(info, ideal, &CacheSummary::of(input.records.iter()))
+        }),
         prefill_tokens_computed: input.target.map(|t| t.prefill_tokens_computed),
         tenants,
     };
     Ok((summary, outcomes))
+}
+
+/// Refusals at submission by HTTP status.
+fn refusals<'a>(records: impl Iterator<Item = &'a RequestRecord>) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    for s in records.filter_map(|r| r.refused) {
+        *m.entry(s.to_string()).or_default() += 1;
+    }
+    m
 }
 
 fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
@@ -279,6 +307,10 @@ fn tenant_summaries(
                     0.0
                 },
                 cache: CacheSummary::of(records.iter().filter(|r| r.tenant == i)),
+                refused: records
+                    .iter()
+                    .filter(|r| r.tenant == i && r.refused.is_some())
+                    .count() as u64,
             }
         })
         .collect()

@@ -21,6 +21,11 @@ pub trait Target {
         None
     }
 
+    /// The prefix cache's block size in tokens and its capacity in blocks, where known.
+    fn cache_blocks(&self) -> Option<(u32, u64)> {
+        None
+    }
+
     /// Serves `requests` (sorted by arrival; `tenant` indexes `tenants`) for a run of
     /// `duration_s` seconds and reports what each one experienced.
     fn run(

@@ -6,16 +6,24 @@
 //! - [`tenants`]: the tenant spec and its TOML file.
 //! - [`conversation`]: multi-turn conversations, system prompts, and the content that
 //!   repeats across them.
+//! - [`trace`] and [`replay`]: production traces in their publishers' formats, replayed row by
+//!   row; [`prefix_ideal`]: the prefix-cache hits their content allows.
 
 pub mod arrivals;
 pub mod conversation;
 pub mod lengths;
+pub mod prefix_ideal;
+pub mod replay;
 pub mod tenants;
+pub mod trace;
 
 pub use arrivals::ArrivalSpec;
 pub use conversation::{ConversationSpec, Turn};
 pub use lengths::{LengthLimits, LengthSampler, LengthSpec, TokenLognormal};
-pub use tenants::{load_tenants, parse_tenants, validate_tenants, TenantSpec};
+pub use tenants::{
+    load_tenants, load_workload, parse_tenants, parse_workload, validate_tenants, TenantSpec,
+    WorkloadFile,
+};
 
 use crate::error::Error;
 use rand::{Rng, SeedableRng};
@@ -23,7 +31,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 /// One request to send: who, when, how long, and what it says.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RequestSpec {
     /// 0.. in order of `arrival_s`.
     pub id: u64,
@@ -45,6 +53,9 @@ pub struct RequestSpec {
     pub content_seed: u64,
     /// Place in a multi-turn conversation; `None`: a single request.
     pub turn: Option<Turn>,
+    /// A replayed trace row's prompt blocks; `None`: the content comes from the seeds.
+    #[serde(skip)]
+    pub blocks: Option<replay::TraceBlocks>,
 }
 
 /// ChaCha stream for a tenant's arrival times.
@@ -147,6 +158,7 @@ impl TenantGen<'_> {
             message_tokens: msg,
             content_seed: self.content.random(),
             turn: None,
+            blocks: None,
         }
     }
 

@@ -35,6 +35,7 @@ fn run(
         records: &records,
         duration_s: DURATION_S,
         target: None,
+        replay: None,
     };
     (
         summarize(&input, &ReportConfig::default()).unwrap(),

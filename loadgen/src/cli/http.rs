@@ -3,7 +3,7 @@
 
 use super::{
     execute, finish, parse_non_negative, parse_positive, parse_rps, prepare_workload,
-    report_settings, ConversationFlags, WorkloadFlags,
+    report_settings, ConversationFlags, ReplayFlags, WorkloadFlags,
 };
 use crate::report::ReportMeta;
 use crate::target::http::{HttpTarget, HttpTargetConfig};
@@ -56,6 +56,8 @@ pub struct HttpArgs {
     pub drain_s: f64,
     #[command(flatten)]
     pub conversation: ConversationFlags,
+    #[command(flatten)]
+    pub replay: ReplayFlags,
     /// Bootstrap resamples for the attainment confidence intervals.
     #[arg(long, default_value_t = 1000)]
     pub bootstrap_resamples: usize,
@@ -76,18 +78,12 @@ impl<'a> From<&'a HttpArgs> for WorkloadFlags<'a> {
             ttft_slo_s: a.ttft_slo_s,
             tbt_slo_s: a.tbt_slo_s,
             conversation: &a.conversation,
+            replay: &a.replay,
         }
     }
 }
 
 pub(super) fn run_http(args: &HttpArgs, command: String) -> ExitCode {
-    let sweep = match prepare_workload(args.into()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let target = HttpTarget::new(HttpTargetConfig {
         base_url: args.target.clone(),
         model: args.model.clone(),
@@ -98,6 +94,14 @@ pub(super) fn run_http(args: &HttpArgs, command: String) -> ExitCode {
         Ok(t) => t,
         Err(e) => {
             eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    // A replay's prompts are capped at the served model's context by default.
+    let sweep = match prepare_workload(args.into(), || target.context_tokens()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };

@@ -2,12 +2,15 @@
 //! the single default tenant), the conversation and system-prompt overrides, and every
 //! load's requests.
 
+use super::replay::{prepare_replay, ReplayFlags};
 use crate::error::Error;
+use crate::workload::replay::{ReplayInfo, ReplaySpec};
 use crate::workload::{
-    self, load_tenants, ArrivalSpec, ConversationSpec, LengthSpec, RequestSpec, TenantSpec,
+    self, load_workload, ArrivalSpec, ConversationSpec, LengthSpec, RequestSpec, TenantSpec,
 };
 use clap::Args;
 use std::path::Path;
+use std::sync::Arc;
 use superinfer_policies::PolicyKind;
 
 /// Flags that make a workload multi-turn or give it system prompts. Each one given applies to
@@ -52,6 +55,19 @@ impl ConversationFlags {
         Ok(())
     }
 
+    /// The first flag given, if any.
+    pub(super) fn given(&self) -> Option<&'static str> {
+        if self.turns.is_some() {
+            Some("--turns")
+        } else if self.think_time_s.is_some() {
+            Some("--think-time-s")
+        } else if self.system_prompt_tokens.is_some() {
+            Some("--system-prompt-tokens")
+        } else {
+            None
+        }
+    }
+
     /// What the flags set, for the report's header (empty when none was given).
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
@@ -71,10 +87,14 @@ impl ConversationFlags {
 /// One offered load: the tenants at that load and the requests they send.
 #[derive(Clone, Debug)]
 pub struct Load {
-    /// Sum of the tenants' mean arrival rates.
+    /// Sum of the tenants' mean arrival rates (a replay: requests sent over the run).
     pub rps: f64,
     pub tenants: Vec<TenantSpec>,
     pub requests: Vec<RequestSpec>,
+    /// Seconds of arrivals (a replay: the window after scaling).
+    pub duration_s: f64,
+    /// The trace replayed, and what of it was left out.
+    pub replay: Option<Arc<ReplayInfo>>,
 }
 
 /// A checked sweep: every run it will make, with its requests already generated.
@@ -97,10 +117,15 @@ pub struct WorkloadFlags<'a> {
     pub ttft_slo_s: f64,
     pub tbt_slo_s: f64,
     pub conversation: &'a ConversationFlags,
+    pub replay: &'a ReplayFlags,
 }
 
-/// [`prepare`] for any command's workload flags.
-pub fn prepare_workload(args: WorkloadFlags<'_>) -> Result<Sweep, Error> {
+/// [`prepare`] for any command's workload flags. `context`: the target's context in tokens
+/// (the default cap on a replayed trace's prompts), asked only for a replay.
+pub fn prepare_workload(
+    args: WorkloadFlags<'_>,
+    context: impl FnOnce() -> Option<u32>,
+) -> Result<Sweep, Error> {
     if let Some(p) = first_duplicate(args.policies.iter()) {
         return Err(usage(format!("--policies lists '{p}' twice")));
     }
@@ -110,8 +135,18 @@ pub fn prepare_workload(args: WorkloadFlags<'_>) -> Result<Sweep, Error> {
     if let Some(r) = first_duplicate(args.rps.iter().map(|r| r.to_bits())) {
         return Err(usage(format!("--rps lists {} twice", f64::from_bits(r))));
     }
-    let base = match args.tenants {
-        Some(path) => load_tenants(path)?,
+    let file = args.tenants.map(load_workload).transpose()?;
+    let replay_spec = match (&args.replay.trace, &file) {
+        (Some(path), _) => Some(ReplaySpec::new(path)),
+        (None, Some(f)) => f.replay.clone(),
+        (None, None) => None,
+    };
+    if let Some(spec) = replay_spec {
+        return prepare_replay(&args, spec, file.map(|f| f.tenants), context());
+    }
+    args.replay.check_unused()?;
+    let base = match file {
+        Some(f) => f.tenants,
         None => {
             if args.rps.is_empty() {
                 return Err(usage(
@@ -156,6 +191,8 @@ pub fn prepare_workload(args: WorkloadFlags<'_>) -> Result<Sweep, Error> {
                 rps,
                 tenants,
                 requests,
+                duration_s: args.duration,
+                replay: None,
             })
         })
         .collect::<Result<Vec<_>, Error>>()?;

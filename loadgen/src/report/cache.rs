@@ -69,6 +69,7 @@ mod tests {
             message_tokens: prompt,
             content_seed: 0,
             turn: None,
+            blocks: None,
         };
         RequestRecord {
             cached_tokens: cached.map(|c| c.0),

@@ -35,10 +35,44 @@ pub fn render(summary: &Summary, meta: &ReportMeta) -> String {
         run_row(&mut s, r);
     }
     cache_table(&mut s, summary);
+    replay_section(&mut s, summary);
     for r in &summary.runs {
         tenant_table(&mut s, r);
     }
     s
+}
+
+/// A replayed trace: the file, what was left out, offered / refused / completed and the
+/// ideal against the achieved prefix-hit rate, per run.
+fn replay_section(s: &mut String, summary: &Summary) {
+    for r in &summary.runs {
+        let Some(rp) = &r.replay else { continue };
+        let _ = writeln!(
+            s,
+            "
+## {} at {:.2} RPS: the trace
+",
+            r.policy, r.rps
+        );
+        s.push_str(&rp.markdown());
+        let refused: Vec<String> = r
+            .refused
+            .iter()
+            .map(|(k, v)| format!("{v} × {k}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "- requests: {} offered, {} refused at submission ({}), {} completed",
+            r.submitted,
+            r.refused.values().sum::<u64>(),
+            if refused.is_empty() {
+                "none".into()
+            } else {
+                refused.join(", ")
+            },
+            r.finished,
+        );
+    }
 }
 
 /// An optional count or rate as text: `?` when not known.
@@ -120,13 +154,13 @@ fn tenant_table(s: &mut String, r: &RunSummary) {
     let _ = writeln!(s, "\n## {} at {:.2} RPS: tenants\n", r.policy, r.rps);
     s.push_str(
         "| tenant | weight | weight share | served tokens | share | TTFT att. | TBT att. \
-         | p99 TTFT (s) | finished/submitted | prompt tokens | cached | hit rate |\n",
+         | p99 TTFT (s) | finished/submitted | refused | prompt tokens | cached | hit rate |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for t in &r.tenants {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {}/{} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {}/{} | {} | {} | {} | {} |",
             t.name,
             t.weight,
             pct(t.weight_share),
@@ -137,6 +171,7 @@ fn tenant_table(s: &mut String, r: &RunSummary) {
             t.p99_ttft_s,
             t.finished,
             t.submitted,
+            t.refused,
             t.cache.prompt_tokens,
             t.cache.cached_tokens,
             known(t.cache.hit_rate, pct),

@@ -42,6 +42,7 @@ fn rec(
         cached_dram_tokens: None,
         conversation: None,
         turn: None,
+        refused: None,
     }
 }
 
@@ -69,6 +70,7 @@ fn run(tenants: &[TenantSpec], records: &[RequestRecord]) -> RunSummary {
             records,
             duration_s: 10.0,
             target: None,
+            replay: None,
         },
         &ReportConfig::default(),
     )
@@ -200,6 +202,7 @@ fn records_of_unknown_tenants_are_rejected() {
             records: &recs,
             duration_s: 10.0,
             target: None,
+            replay: None,
         },
         &ReportConfig::default(),
     )
@@ -221,6 +224,7 @@ fn the_writer_produces_every_output() {
             records: &recs,
             duration_s: 10.0,
             target: None,
+            replay: None,
         })
         .unwrap();
     }

@@ -171,6 +171,7 @@ fn to_microseconds(r: &RequestRecord) -> RequestRecord {
         cached_dram_tokens: r.cached_dram_tokens,
         conversation: r.conversation,
         turn: r.turn,
+        refused: r.refused,
     }
 }
 

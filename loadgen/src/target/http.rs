@@ -81,6 +81,24 @@ impl HttpTarget {
         })
     }
 
+    /// The served model's context (`max_model_len` of GET /v1/models, as this project's
+    /// server and vLLM give it); `None` when the server does not say.
+    pub fn context_tokens(&self) -> Option<u32> {
+        let mut req = self.client.get(format!("{}/v1/models", self.cfg.base_url));
+        if let Some(k) = &self.cfg.default_api_key {
+            req = req.bearer_auth(k);
+        }
+        self.runtime.block_on(async {
+            let body: Value = req.send().await.ok()?.json().await.ok()?;
+            let models = body["data"].as_array()?;
+            let model = match &self.cfg.model {
+                Some(m) => models.iter().find(|v| v["id"].as_str() == Some(m))?,
+                None => models.first()?,
+            };
+            u32::try_from(model["max_model_len"].as_u64()?).ok()
+        })
+    }
+
     async fn model(&self, key: Option<&str>) -> anyhow::Result<String> {
         if let Some(m) = &self.cfg.model {
             return Ok(m.clone());
@@ -141,7 +159,7 @@ struct Send<'a> {
 
 /// Sends one request at `at` (seconds on the run's clock) with `prompt` and records what the
 /// client saw.
-async fn one(s: &Send<'_>, spec: &RequestSpec, at: f64, prompt: &str) -> Reply {
+async fn one(s: &Send<'_>, spec: &RequestSpec, at: f64, prompt: Value) -> Reply {
     let mut rec = RequestRecord::unserved(spec);
     rec.arrival_s = at;
     let mut text = String::new();
@@ -169,8 +187,9 @@ async fn one(s: &Send<'_>, spec: &RequestSpec, at: f64, prompt: &str) -> Reply {
         Ok(Ok(r)) => r,
     };
     if !resp.status().is_success() {
-        let why = format!("HTTP {}", resp.status().as_u16());
-        return fail(rec, text, &why);
+        let status = resp.status().as_u16();
+        rec.refused = Some(status);
+        return fail(rec, text, &format!("HTTP {status}"));
     }
     let mut bytes = resp.bytes_stream();
     let mut buf = Vec::new();
@@ -260,14 +279,20 @@ async fn chain(s: Send<'_>, requests: Vec<RequestSpec>, system: (u64, u32)) -> V
                 next_prompt_text(&prompt, &prev.text, spec.content_seed, spec.message_tokens)
             }
         };
+        // A replayed trace row is sent as token ids, so the server never re-tokenizes it.
+        let body = match &spec.blocks {
+            Some(b) => json!(b.prompt_ids(spec.content_seed, spec.prompt_tokens)),
+            None => Value::String(prompt.clone()),
+        };
         if s.keep_prompts {
+            let kept = body.as_str().map_or_else(|| body.to_string(), String::from);
             s.prompts
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(spec.id, prompt.clone());
+                .insert(spec.id, kept);
         }
         debug_assert!(k == 0 || spec.turn.is_some());
-        replies.push(one(&s, spec, at, &prompt).await);
+        replies.push(one(&s, spec, at, body).await);
     }
     replies
 }
@@ -284,12 +309,12 @@ fn chains(requests: &[RequestSpec]) -> Vec<Vec<RequestSpec>> {
             .and_then(|prev| by_id.get(&prev).copied())
         {
             Some(g) => {
-                groups[g].push(*r);
+                groups[g].push(r.clone());
                 by_id.insert(r.id, g);
             }
             None => {
                 by_id.insert(r.id, groups.len());
-                groups.push(vec![*r]);
+                groups.push(vec![r.clone()]);
             }
         }
     }
@@ -382,7 +407,8 @@ mod tests {
             2.0,
             1,
         )
-        .unwrap()[0];
+        .unwrap()[0]
+            .clone();
         let mut rec = RequestRecord::unserved(&spec);
         apply_usage(
             &mut rec,

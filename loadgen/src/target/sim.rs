@@ -147,6 +147,11 @@ impl SimTarget {
         &self.engine
     }
 
+    /// The longest sequence the node can ever hold: its HBM KV tier, in tokens.
+    pub fn context_tokens(&self) -> u32 {
+        self.engine.hbm_blocks.saturating_mul(BLOCK_SIZE)
+    }
+
     /// Bytes of one KV block of the profile's model.
     pub fn block_bytes(&self) -> u64 {
         self.profile.model.geometry(BLOCK_SIZE).block_bytes()
@@ -225,6 +230,16 @@ pub fn kv_blocks(profile: &Profile, cfg: &SimTargetConfig) -> anyhow::Result<(u3
 }
 
 impl Target for SimTarget {
+    fn cache_blocks(&self) -> Option<(u32, u64)> {
+        let e = &self.engine;
+        let blocks = match (e.prefix_cache, e.prefix_cache_dram) {
+            (false, _) => 0,
+            (true, false) => u64::from(e.hbm_blocks),
+            (true, true) => u64::from(e.hbm_blocks) + u64::from(e.dram_blocks),
+        };
+        Some((e.block_size, blocks))
+    }
+
     fn run(
         &mut self,
         policy: PolicyKind,

@@ -41,6 +41,10 @@ pub enum ArrivalSpec {
         #[serde(default = "one")]
         time_scale: f64,
     },
+    /// The arrivals of a replayed trace's rows (a replay workload's tenants; not written in a
+    /// tenants file): `rps` is the tenant's mean rate in the replay.
+    #[serde(skip)]
+    Replay { rps: f64 },
 }
 
 fn one() -> f64 {
@@ -48,6 +52,15 @@ fn one() -> f64 {
 }
 
 impl ArrivalSpec {
+    /// A replay tenant's arrivals, before the replay sets its rate.
+    pub(crate) fn replay() -> ArrivalSpec {
+        ArrivalSpec::Replay { rps: 0.0 }
+    }
+
+    pub fn is_replay(&self) -> bool {
+        matches!(self, ArrivalSpec::Replay { .. })
+    }
+
     /// The process's name as written in `kind`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -56,6 +69,7 @@ impl ArrivalSpec {
             ArrivalSpec::Hawkes { .. } => "hawkes",
             ArrivalSpec::OnOff { .. } => "onoff",
             ArrivalSpec::Trace { .. } => "trace",
+            ArrivalSpec::Replay { .. } => "replay",
         }
     }
 
@@ -103,6 +117,7 @@ impl ArrivalSpec {
                 Ok(())
             }
             ArrivalSpec::Trace { time_scale, .. } => positive(kind, "time_scale", time_scale),
+            ArrivalSpec::Replay { .. } => Ok(()),
         }
     }
 
@@ -130,6 +145,7 @@ impl ArrivalSpec {
                 }
                 times.len() as f64 / last
             }
+            ArrivalSpec::Replay { rps } => *rps,
         })
     }
 
@@ -164,6 +180,7 @@ impl ArrivalSpec {
                 path,
                 time_scale: time_scale * factor,
             },
+            ArrivalSpec::Replay { rps } => ArrivalSpec::Replay { rps: rps * factor },
         }
     }
 
@@ -215,6 +232,12 @@ impl ArrivalSpec {
                 .map(|t| t / time_scale)
                 .take_while(|&t| t < duration_s)
                 .collect(),
+            ArrivalSpec::Replay { .. } => {
+                return Err(Error::Arrivals {
+                    kind: "replay",
+                    problem: "a replayed trace's arrivals are its rows, not drawn".into(),
+                })
+            }
         })
     }
 }

@@ -85,6 +85,10 @@ pub enum LengthSpec {
     /// Samples (with replacement) from a JSONL file of
     /// `{"prompt_tokens": <n>, "output_tokens": <n>}` lines.
     Trace { path: PathBuf },
+    /// The lengths of a replayed trace's rows (a replay workload's tenants; not written in a
+    /// tenants file).
+    #[serde(skip)]
+    Replay,
 }
 
 /// Clipping bounds: prompts to `1..=max_prompt_tokens`, outputs to `1..=max_output_tokens`.
@@ -104,6 +108,10 @@ impl Default for LengthLimits {
 }
 
 impl LengthSpec {
+    pub fn is_replay(&self) -> bool {
+        matches!(self, LengthSpec::Replay)
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             LengthSpec::Sharegpt => "sharegpt",
@@ -111,6 +119,7 @@ impl LengthSpec {
             LengthSpec::Fixed { .. } => "fixed",
             LengthSpec::Lognormal { .. } => "lognormal",
             LengthSpec::Trace { .. } => "trace",
+            LengthSpec::Replay => "replay",
         }
     }
 
@@ -139,6 +148,12 @@ impl LengthSpec {
                 Source::Fixed(*prompt, *output)
             }
             LengthSpec::Trace { path } => Source::Trace(read_length_trace(path)?),
+            LengthSpec::Replay => {
+                return Err(Error::Lengths {
+                    kind,
+                    problem: "a replayed trace's lengths are its rows', not drawn".into(),
+                })
+            }
         };
         Ok(LengthSampler { source, limits })
     }

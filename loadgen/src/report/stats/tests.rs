@@ -16,6 +16,7 @@ fn rec(arrival: f64, tokens: &[f64], output_tokens: u32, finish: Option<f64>) ->
         cached_dram_tokens: None,
         conversation: None,
         turn: None,
+        refused: None,
     }
 }
 

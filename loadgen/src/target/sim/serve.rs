@@ -14,7 +14,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use superinfer_engine::clock::Clock;
 use superinfer_engine::sim::SimEngine;
-use superinfer_engine::{EngineEvent, EngineRequest, FinishReason, RequestEnd};
+use superinfer_engine::{EngineError, EngineEvent, EngineRequest, FinishReason, RequestEnd};
 use superinfer_policies::{RequestId, Slo, TenantId};
 
 /// What a run sent and generated, beyond the records.
@@ -94,6 +94,14 @@ impl Run<'_> {
     }
 }
 
+/// The HTTP status a server answers for an engine's refusal at submission.
+fn refusal_status(e: &EngineError) -> u16 {
+    match e {
+        EngineError::QueueFull(_) | EngineError::WouldMissSlo { .. } => 503,
+        _ => 400,
+    }
+}
+
 impl<'a> Live<'a> {
     fn new(run: &'a Run<'a>) -> Live<'a> {
         let mut next_turn = HashMap::new();
@@ -152,12 +160,15 @@ impl<'a> Live<'a> {
                 }
                 p
             }
-            None => first_prompt_ids(
-                tenant.system_seed(),
-                spec.system_tokens,
-                spec.content_seed,
-                spec.message_tokens,
-            ),
+            None => match &spec.blocks {
+                Some(b) => b.prompt_ids(spec.content_seed, spec.prompt_tokens),
+                None => first_prompt_ids(
+                    tenant.system_seed(),
+                    spec.system_tokens,
+                    spec.content_seed,
+                    spec.message_tokens,
+                ),
+            },
         };
         let mut rec = RequestRecord::unserved(spec);
         rec.arrival_s = t;
@@ -182,9 +193,13 @@ impl<'a> Live<'a> {
             self.prompts.insert(spec.id, prompt);
             self.answers.insert(spec.id, Vec::new());
         }
-        // A request the node can never hold stays unserved (a miss), as a server would
-        // refuse it; its conversation ends there.
-        let _ = engine.submit(request);
+        // A refused request stays unserved (a miss) with the status a server would answer;
+        // its conversation ends there.
+        if let Err(e) = engine.submit(request) {
+            if let Some(r) = self.records.get_mut(&spec.id) {
+                r.refused = Some(refusal_status(&e));
+            }
+        }
     }
 
     fn record(&mut self, events: impl Iterator<Item = EngineEvent>) {
