@@ -15,7 +15,9 @@
 #   DATASET [sharegpt]  SEED [42]  DRAIN [60]  MAX_ROTATIONS [unset: the server's 1; weighted
 #   LVF's cap on consecutive rotations of one request]  PROGRESS_TOKENS [unset: the server's
 #   32; tokens of one running period that reset the count]  WORKLOAD [unset: a loadgen
-#   tenants file, e.g. loadgen/workloads/noisy-neighbour.toml; with RPS=file its own rates]
+#   tenants file, e.g. loadgen/workloads/noisy-neighbour.toml; with RPS=file its own rates;
+#   a replay workload, e.g. loadgen/workloads/replay/mooncake-1-2-4.toml, with RPS=file and
+#   RATE_SCALE (default 1)]
 # Writes under $OUT (at most 8 files come back from a device call): env.txt, summary.md (all
 # runs' summary tables), attainment.tsv (each run's attainments unrounded, from its
 # summary.json) and runs.tar.xz (per run POLICY-rpsR: the load generator's report folder,
@@ -129,6 +131,9 @@ PY
         fi
         rps_args=(--rps "$rps")
         [ "$rps" = file ] && rps_args=()
+        # A replay workload ([replay] in WORKLOAD, RPS=file): its rows set the rate, scaled by
+        # RATE_SCALE.
+        [ -n "${RATE_SCALE:-}" ] && rps_args=(--rate-scale "$RATE_SCALE")
         port=$((port + 1))
         "$bins/superinfer" serve --device cuda --model "$MODEL" --policy "$policy" \
           --hbm-kv-gb "$HBM_KV_GB" --dram-kv-gb "$DRAM_KV_GB" --max-batched-tokens "$MBT" \
