@@ -139,16 +139,21 @@ fn serve_slowly(lag: bool, hang: bool) -> (SlowEngine, HashMap<u64, (FinishReaso
     (e, done)
 }
 
+/// All 24 requests ended once, each at its full 40 tokens.
+fn assert_every_request_ends_once(lag: bool, done: &HashMap<u64, (FinishReason, u32)>) {
+    assert_eq!(done.len(), 24, "lag {lag}: every request ends once");
+    assert!(
+        done.values()
+            .all(|&(r, n)| r == FinishReason::Length && n == 40),
+        "lag {lag}: {done:?}"
+    );
+}
+
 #[test]
 fn copies_issued_before_a_step_longer_than_the_timeout_are_not_faults() {
     for lag in [false, true] {
         let (e, done) = serve_slowly(lag, false);
-        assert_eq!(done.len(), 24, "lag {lag}: every request ends once");
-        assert!(
-            done.values()
-                .all(|&(r, n)| r == FinishReason::Length && n == 40),
-            "lag {lag}: {done:?}"
-        );
+        assert_every_request_ends_once(lag, &done);
         let s = e.stats();
         assert!(s.rotations_out > 0 && s.bytes_d2h > 0, "lag {lag}: {s:?}");
         if lag {
@@ -162,12 +167,7 @@ fn copies_issued_before_a_step_longer_than_the_timeout_are_not_faults() {
 fn a_copy_that_never_lands_is_a_fault_even_when_every_step_is_longer_than_the_timeout() {
     for lag in [false, true] {
         let (e, done) = serve_slowly(lag, true);
-        assert_eq!(done.len(), 24, "lag {lag}: every request ends once");
-        assert!(
-            done.values()
-                .all(|&(r, n)| r == FinishReason::Length && n == 40),
-            "lag {lag}: {done:?}"
-        );
+        assert_every_request_ends_once(lag, &done);
         let s = e.stats();
         assert!((1..=2).contains(&s.copy_faults), "lag {lag}: {s:?}");
     }
