@@ -336,6 +336,8 @@ struct Loop<R, T, C> {
     shared: Arc<Shared>,
     /// The events buffer handed back and forth with the engine (`Engine::swap_events`).
     events: Vec<EngineEvent>,
+    #[cfg(feature = "fault-injection")]
+    fault: fault::Fault,
 }
 
 fn serve<R: ModelRunner, T: Transfer, C: Clock>(
@@ -349,6 +351,8 @@ fn serve<R: ModelRunner, T: Transfer, C: Clock>(
         streams: HashMap::new(),
         shared,
         events: Vec::new(),
+        #[cfg(feature = "fault-injection")]
+        fault: fault::Fault::from_env(),
     };
     // The engine boundary: a panic in a turn fails the engine (the module docs say why it is
     // not restarted here). The engine is not touched again after one: its state may be
@@ -419,6 +423,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
         let mut pause = Duration::ZERO;
         let mut published = false;
         if !self.engine.is_empty() {
+            #[cfg(feature = "fault-injection")]
+            self.fault.before_step();
             match self.engine.step() {
                 Ok(report) => {
                     // The gauges first: a client that sees its request finish and then reads
@@ -587,5 +593,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
     }
 }
 
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 #[cfg(test)]
 mod tests;

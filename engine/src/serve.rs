@@ -103,6 +103,9 @@ pub struct EngineOptions {
     pub prefix_cache: bool,
     /// Let cached blocks live in DRAM only (`EngineConfig::prefix_cache_dram`).
     pub prefix_cache_dram: bool,
+    /// A copy batch not landed within this much time the engine watched for it is a fault
+    /// (`EngineConfig::copy_timeout_s`).
+    pub copy_timeout_s: f64,
 }
 
 impl Default for EngineOptions {
@@ -126,6 +129,7 @@ impl Default for EngineOptions {
             warm_up: true,
             prefix_cache: true,
             prefix_cache_dram: true,
+            copy_timeout_s: EngineConfig::default().copy_timeout_s,
         }
     }
 }
@@ -145,6 +149,7 @@ impl EngineOptions {
             shed_late: self.shed_late,
             prefix_cache: self.prefix_cache,
             prefix_cache_dram: self.prefix_cache_dram,
+            copy_timeout_s: self.copy_timeout_s,
             ..EngineConfig::default()
         }
     }

@@ -83,7 +83,7 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = self.child.kill();
-        panic!("the server did not exit within 30 s of SIGTERM");
+        panic!("the server did not exit within 30 s");
     }
 }
 
@@ -223,6 +223,44 @@ async fn sigterm_stops_accepting_and_drains_in_flight_streams() {
     assert_eq!(tokens, 150);
     let status = tokio::task::spawn_blocking(move || s.wait()).await.unwrap();
     assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_panic_ends_the_stream_with_503_and_the_process_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_superinfer"));
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--sim-profile",
+        "h200-llama-3-8b",
+    ])
+    .arg("--data-dir")
+    .arg(dir.path())
+    .args(["--admin-token", ADMIN, "--drain-timeout-s", "20"])
+    // `superinfer_engine::handle::fault` (a dev-only feature of this build).
+    .env("SUPERINFER_FAULT_PANIC_AT_STEP", "30");
+    let s = Server::spawn(cmd);
+    let key = s.default_key.clone().unwrap();
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/completions", s.base))
+        .bearer_auth(&key)
+        .json(&json!({"prompt": "hi", "max_tokens": 2000, "stream": true, "ignore_eos": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.bytes_stream();
+    let mut text = String::new();
+    while let Some(chunk) = body.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+    }
+    assert!(text.contains("\"code\":\"engine_failed\""), "{text}");
+    assert!(text.contains("injected fault"), "{text}");
+    // The server drains and exits non-zero for its supervisor to restart it.
+    let status = tokio::task::spawn_blocking(move || s.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(1), "{status:?}");
 }
 
 #[test]

@@ -164,8 +164,14 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 ..Default::default()
             });
         }
-        let (out, entries) = step_with_masks(&mut self.runner, &mut self.constraints, entries);
+        let (out, entries, mask_failed) =
+            step_with_masks(&mut self.runner, &mut self.constraints, entries);
         scratch.entries = recycle(entries);
+        // A failed matcher is not fed again (after a panic its state is unknown).
+        for (id, _) in &mask_failed {
+            self.constraints.remove(id);
+        }
+        let mut mask_failed: BTreeMap<RequestId, String> = mask_failed.into_iter().collect();
         self.transfer.step_issued();
         let out = match out {
             Ok(out) if out.tokens.len() == spans.len() => out,
@@ -219,6 +225,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             events: &mut self.events,
             writeback_due: &mut self.writeback_due,
             constraints: &mut self.constraints,
+            mask_failed: &mut mask_failed,
             // Borrowed beside the requests (disjoint fields): no copy per step.
             eos: self.runner.eos_token_ids(),
             t,
@@ -353,6 +360,8 @@ struct Advance<'a> {
     events: &'a mut Vec<EngineEvent>,
     writeback_due: &'a mut BTreeSet<RequestId>,
     constraints: &'a mut BTreeMap<RequestId, Matcher>,
+    /// Requests whose grammar mask failed this step, with why: they end with that error.
+    mask_failed: &'a mut BTreeMap<RequestId, String>,
     eos: &'a [u32],
     /// Engine time at the end of the step.
     t: f64,
@@ -390,6 +399,10 @@ impl Advance<'_> {
         let mut finished = None;
         let mut grammar_error = None;
         if let (true, Some(tok)) = (span.sample, token) {
+            if let Some(e) = self.mask_failed.remove(&span.id) {
+                // Sampled without its mask: not emitted.
+                return (charge, Some((FinishReason::Error, Some(e))));
+            }
             self.appends.push((span.id, tok));
             req.generated += 1;
             req.run_tokens += 1;
@@ -445,12 +458,14 @@ impl Advance<'_> {
 }
 
 /// Runs the batch; when some of its sampling rows have a grammar, their masks are computed
-/// on a worker thread while the runner runs the model (`grammar::mask`).
+/// on a worker thread while the runner runs the model (`grammar::mask`). Also returns the
+/// requests whose mask failed (their token was sampled without it: the engine ends them
+/// with the error instead of emitting it).
 fn step_with_masks<'e, R: ModelRunner>(
     runner: &mut R,
     constraints: &mut BTreeMap<RequestId, Matcher>,
     entries: Vec<BatchEntry<'e>>,
-) -> (Result<StepOutput, EngineError>, Vec<BatchEntry<'e>>) {
+) -> StepWithMasks<'e> {
     let mut rows: Vec<Option<&mut Matcher>> = Vec::new();
     if !constraints.is_empty() {
         let mut by_id: BTreeMap<RequestId, &mut Matcher> =
@@ -462,9 +477,10 @@ fn step_with_masks<'e, R: ModelRunner>(
     }
     if rows.iter().all(Option::is_none) {
         let batch = StepBatch { entries };
-        return (runner.step(&batch), batch.entries);
+        return (runner.step(&batch), batch.entries, Vec::new());
     }
     let (board, tx) = MaskBoard::new();
+    let mut constrained = Vec::new();
     let entries = entries
         .into_iter()
         .zip(&rows)
@@ -472,6 +488,7 @@ fn step_with_masks<'e, R: ModelRunner>(
         .map(|(row, (mut e, m))| {
             if m.is_some() {
                 e.mask = Some(MaskRef { board: &board, row });
+                constrained.push((row, e.id));
             }
             e
         })
@@ -480,9 +497,24 @@ fn step_with_masks<'e, R: ModelRunner>(
         s.spawn(move || MaskBoard::compute(rows, tx));
         runner.step(&StepBatch { entries })
     });
+    let failed = board
+        .failures(constrained.iter().map(|&(row, _)| row))
+        .into_iter()
+        .filter_map(|(row, e)| {
+            let id = constrained.iter().find(|c| c.0 == row)?.1;
+            Some((id, format!("structured output: {e}")))
+        })
+        .collect();
     // The entries borrow the mask board, which goes here: nothing of them is kept.
-    (out, Vec::new())
+    (out, Vec::new(), failed)
 }
+
+/// A step's output, its entries to recycle and the requests whose grammar mask failed.
+type StepWithMasks<'e> = (
+    Result<StepOutput, EngineError>,
+    Vec<BatchEntry<'e>>,
+    Vec<(RequestId, String)>,
+);
 
 /// What one batch entry did: a decode step or prefill, and the service its tenant is charged.
 struct Charge {

@@ -6,10 +6,16 @@
 //! rayon's pool) while the runner runs the model; the runner then waits for a row's mask
 //! ([`MaskRef::wait`]) only after its logits exist, and applies it before sampling. A batch
 //! without constrained requests spawns nothing.
+//!
+//! A matcher that fails, or panics, fails its own row only: the engine ends that request
+//! with the row's error ([`MaskBoard::failures`]) and the rest of the batch goes on. A panic
+//! must not reach the step's `thread::scope`, which would re-raise it on the engine thread and
+//! fail the whole engine for one request's grammar.
 
 use llguidance::toktrie::SimpleVob;
 use llguidance::Matcher;
 use rayon::prelude::*;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Mutex, OnceLock};
 
@@ -76,8 +82,28 @@ impl MaskBoard {
     /// The worker's job: the mask of each row that has a matcher (`rows[i]`: batch row `i`'s
     /// matcher, if any).
     pub fn compute(rows: Vec<Option<&mut Matcher>>, tx: MaskSender) {
-        let one = |m: Option<&mut Matcher>| {
-            m.map(|m| m.compute_mask().map(TokenMask).map_err(|e| e.to_string()))
+        MaskBoard::compute_with(rows, tx, |m| {
+            #[cfg(feature = "fault-injection")]
+            if crate::handle::fault::mask_panics() {
+                panic!("injected fault: a grammar-mask panic");
+            }
+            m.compute_mask().map(TokenMask).map_err(|e| e.to_string())
+        })
+    }
+
+    /// [`MaskBoard::compute`] with `mask` computing one row's mask: a panic in it becomes
+    /// that row's error.
+    pub(crate) fn compute_with<M, F>(rows: Vec<Option<M>>, tx: MaskSender, mask: F)
+    where
+        M: Send,
+        F: Fn(M) -> Result<TokenMask, String> + Sync,
+    {
+        let one = |m: Option<M>| {
+            m.map(|m| {
+                catch_unwind(AssertUnwindSafe(|| mask(m))).unwrap_or_else(|_| {
+                    Err("the grammar engine failed on this request's grammar".into())
+                })
+            })
         };
         // A few masks: on this thread alone, beside the forward pass's threads; many: also
         // on rayon's pool (which the forward pass uses too, so they share the cores).
@@ -89,6 +115,15 @@ impl MaskBoard {
         };
         // The runner may have failed and dropped the board: nothing waits then.
         let _ = tx.0.send(masks);
+    }
+
+    /// The rows (of `rows`) whose mask failed, with why; called once the worker is done.
+    pub fn failures(&self, rows: impl Iterator<Item = usize>) -> Vec<(usize, String)> {
+        rows.filter_map(|row| match (MaskRef { board: self, row }).wait() {
+            Ok(_) => None,
+            Err(e) => Some((row, e)),
+        })
+        .collect()
     }
 
     /// Row `row`'s mask, waiting for the worker. `None`: the row has no matcher.

@@ -1,5 +1,6 @@
 use super::*;
 use crate::model::tiny::write_tiny_model;
+use llguidance::toktrie::SimpleVob;
 
 fn codec() -> (tempfile::TempDir, TextCodec) {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -130,6 +131,25 @@ fn masks_are_computed_on_the_worker_and_applied() {
         assert_eq!(row[codec.vocab_size() + 2], f32::NEG_INFINITY);
         assert!(mask.allowed() >= 10 && mask.allowed() < codec.vocab_size());
     });
+}
+
+#[test]
+fn a_panicking_mask_fails_its_own_row_only() {
+    let (board, tx) = MaskBoard::new();
+    let rows = vec![Some(1u32), None, Some(2), Some(3)];
+    MaskBoard::compute_with(rows, tx, |k| {
+        if k == 2 {
+            panic!("a bug in the grammar engine");
+        }
+        Ok(TokenMask(SimpleVob::alloc(8)))
+    });
+    let failures = board.failures([0, 2, 3].into_iter());
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0].0, 2);
+    assert!(
+        failures[0].1.contains("grammar engine failed"),
+        "{failures:?}"
+    );
 }
 
 #[test]
