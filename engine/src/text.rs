@@ -35,6 +35,10 @@ pub struct ChatMessage {
     /// A `tool` message: the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// The participant's name (OpenAI's `name`): templates that know it render it (as
+    /// `message.name`); absent (undefined in the template) when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -44,6 +48,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: None,
             tool_call_id: None,
+            name: None,
         }
     }
 }

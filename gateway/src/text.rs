@@ -32,6 +32,8 @@ pub struct ChatMessage {
     pub tool_calls: Option<serde_json::Value>,
     /// A `tool` message: the call it answers.
     pub tool_call_id: Option<String>,
+    /// The participant's name, for templates that render it.
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -41,6 +43,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: None,
             tool_call_id: None,
+            name: None,
         }
     }
 }
@@ -412,6 +415,7 @@ fn engine_messages(messages: &[ChatMessage]) -> Vec<superinfer_engine::ChatMessa
         .map(|m| superinfer_engine::ChatMessage {
             tool_calls: m.tool_calls.clone(),
             tool_call_id: m.tool_call_id.clone(),
+            name: m.name.clone(),
             ..superinfer_engine::ChatMessage::new(&m.role, &m.content)
         })
         .collect()

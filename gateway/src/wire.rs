@@ -104,6 +104,18 @@ pub struct Message {
     pub tool_calls: Option<Vec<serde_json::Value>>,
     /// A `tool` message: the id of the call it answers.
     pub tool_call_id: Option<String>,
+    /// The participant's name (`[A-Za-z0-9_-]{1,64}`), passed to the chat template.
+    pub name: Option<String>,
+    /// An assistant's earlier refusal (the openai SDK echoes `null`): its text is what the
+    /// assistant said, so it is taken as the content.
+    pub refusal: Option<String>,
+    /// An earlier answer's audio: only `null` (the model produces text only).
+    pub audio: Option<serde_json::Value>,
+    /// The legacy form of one call (`{"name", "arguments"}`), taken as one `tool_calls` entry.
+    pub function_call: Option<serde_json::Value>,
+    /// An earlier answer's citations: only `null` or `[]` (this server makes none, and a
+    /// chat template has no place for them).
+    pub annotations: Option<Vec<serde_json::Value>>,
 }
 
 /// Message content: text, or a list of parts of which only `text` parts are supported.

@@ -50,6 +50,24 @@ def main() -> None:
     assert chat.choices[0].message.role == "assistant"
     assert chat.usage.completion_tokens == 3, chat.usage
 
+    # The SDK's own round trip: the answer sent back as the SDK returned it (the message
+    # object, and its full dump with every field the SDK knows, nulls included), with a
+    # `name` on the user messages.
+    answer = chat.choices[0].message
+    again = client.chat.completions.create(
+        model=model,
+        messages=[
+            {"role": "user", "content": "Hi", "name": "alice"},
+            answer,
+            {"role": "user", "content": "And then?", "name": "alice"},
+            answer.model_dump(),
+            {"role": "user", "content": "Go on."},
+        ],
+        max_tokens=2,
+    )
+    assert again.usage.completion_tokens == 2, again.usage
+    assert again.usage.prompt_tokens > chat.usage.prompt_tokens, again.usage
+
     # Completions, not streamed and streamed, with a stop string.
     done = client.completions.create(model=model, prompt="Once upon a time", max_tokens=4)
     assert done.object == "text_completion"

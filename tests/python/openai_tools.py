@@ -39,8 +39,9 @@ def main() -> None:
     assert call.function.name == "get_weather", call
     args = json.loads(call.function.arguments)
     assert isinstance(args.get("city"), str), args
-    # The call and its result go back through the chat template.
-    messages.append(choice.message.model_dump(exclude_none=True))
+    # The call and its result go back through the chat template, the call as the SDK
+    # returned it (the message object itself, as the SDK's own tool-loop examples do).
+    messages.append(choice.message)
     messages.append({"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'})
     second = client.chat.completions.create(
         model=model, messages=messages, tools=TOOLS, max_tokens=24, temperature=0,

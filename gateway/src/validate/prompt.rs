@@ -163,7 +163,47 @@ pub(crate) fn chat_messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>> 
                 format!("unknown role `{}`; use one of {}", m.role, ROLES.join(", ")),
             ));
         }
-        let content = match m.content {
+        let name = match m.name {
+            Some(n) if !valid_name(&n) => {
+                return Err(GatewayError::invalid(
+                    format!("messages[{i}].name"),
+                    "a name is 1 to 64 of the characters A-Z, a-z, 0-9, `_` and `-`",
+                ))
+            }
+            n => n,
+        };
+        if m.annotations.as_ref().is_some_and(|a| !a.is_empty()) {
+            return Err(GatewayError::invalid(
+                format!("messages[{i}].annotations"),
+                "citations cannot be given back to the model: send only their text, as `content`",
+            ));
+        }
+        if m.audio.is_some() {
+            return Err(GatewayError::invalid(
+                format!("messages[{i}].audio"),
+                "the model produces text only: send the answer's transcript as `content`",
+            ));
+        }
+        let content = match (m.content, m.refusal) {
+            (content, Some(refusal)) => {
+                if m.role != "assistant" {
+                    return Err(GatewayError::invalid(
+                        format!("messages[{i}].refusal"),
+                        "only assistant messages carry `refusal`",
+                    ));
+                }
+                if content_is_empty(content.as_ref()) {
+                    Some(Content::Text(refusal))
+                } else {
+                    return Err(GatewayError::invalid(
+                        format!("messages[{i}].refusal"),
+                        "a message holds either `content` or a `refusal`, not both",
+                    ));
+                }
+            }
+            (content, None) => content,
+        };
+        let content = match content {
             None => String::new(),
             Some(Content::Text(s)) => s,
             Some(Content::Parts(parts)) => {
@@ -180,7 +220,20 @@ pub(crate) fn chat_messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>> 
                 s
             }
         };
-        let tool_calls = match m.tool_calls {
+        let calls = match (m.tool_calls, m.function_call) {
+            (Some(_), Some(_)) => {
+                return Err(GatewayError::invalid(
+                    format!("messages[{i}].function_call"),
+                    "a message holds `tool_calls` or the legacy `function_call`, not both",
+                ))
+            }
+            // The legacy form names no call id: it gets the message's place as one.
+            (None, Some(f)) => Some(vec![serde_json::json!({
+                "id": format!("call_{i}"), "type": "function", "function": f,
+            })]),
+            (calls, None) => calls,
+        };
+        let tool_calls = match calls {
             Some(calls) if m.role == "assistant" => Some(template_calls(i, calls)?),
             Some(_) => {
                 return Err(GatewayError::invalid(
@@ -207,9 +260,27 @@ pub(crate) fn chat_messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>> 
             content,
             tool_calls,
             tool_call_id: m.tool_call_id,
+            name,
         });
     }
     Ok(parsed)
+}
+
+/// OpenAI's rule for a participant's name; it also keeps template control text out of it
+/// (a name is rendered by the chat template as it is).
+fn valid_name(n: &str) -> bool {
+    (1..=64).contains(&n.len())
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// No content, an empty string or an empty list of parts.
+fn content_is_empty(c: Option<&Content>) -> bool {
+    match c {
+        None => true,
+        Some(Content::Text(s)) => s.is_empty(),
+        Some(Content::Parts(p)) => p.is_empty(),
+    }
 }
 
 /// An assistant's `tool_calls` as chat templates take them: each `{"id", "type": "function",
