@@ -27,8 +27,8 @@ pub fn fan_out_prompt_tokens(v: &ValidRequest) -> u64 {
 }
 
 /// Counts a request's fan-out where it costs, before the engine sees it: every sequence
-/// beyond the first (which the quota layer admitted) takes a concurrency seat, and every
-/// sequence's prompt is charged to tokens per minute. A request with more sequences than the
+/// beyond the first (which the quota layer admitted) takes a concurrency seat ([`reserve`]
+/// then charges every sequence's tokens). A request with more sequences than the
 /// tenant may ever run at once is a 400 naming the field; one whose seats are not free now, a
 /// 429. The seats travel with the request and are freed when its last choice ends.
 pub async fn fan_out(limits: &dyn Limiter, v: &ValidRequest) -> Result<Option<InFlight>> {
@@ -59,8 +59,24 @@ pub async fn fan_out(limits: &dyn Limiter, v: &ValidRequest) -> Result<Option<In
                 .map_err(Refusal::into_error)?,
         ),
     };
-    limits.charge_tokens(fan_out_prompt_tokens(v));
     Ok(seats)
+}
+
+/// The tokens a request may use at most: every sequence's prompt and `max_tokens`.
+pub fn reservation(v: &ValidRequest) -> u64 {
+    fan_out_prompt_tokens(v) + u64::from(v.max_tokens) * u64::from(sequences(v))
+}
+
+/// Charges a request's [`reservation`] to its tenant's tokens per minute before the engine
+/// sees it; `usage::UsageTicket` settles it to what the client received when it ends
+/// (refunding all of it if the engine never accepted the request).
+pub fn reserve(
+    limits: &std::sync::Arc<dyn Limiter>,
+    v: &ValidRequest,
+) -> (std::sync::Arc<dyn Limiter>, u64) {
+    let tokens = reservation(v);
+    limits.charge_tokens(tokens);
+    (limits.clone(), tokens)
 }
 
 /// The prefix-cache namespace of a tenant's request: its shared namespace when the tenant

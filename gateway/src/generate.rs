@@ -10,10 +10,11 @@ use std::time::Instant;
 use superinfer_engine::kv::PrefixHit;
 use superinfer_engine::{FinishReason, RequestStream, StreamErrorKind, StreamEvent};
 
+use crate::metrics::UNSERVED_REASONS;
 use crate::quota::InFlight;
 use crate::registry::TenantCtx;
 use crate::text::Decoder;
-use crate::usage::UsageTicket;
+use crate::usage::{ChoiceEnd, UsageTicket};
 
 /// What the choices of one admitted request share: its concurrency slot and the seats of its
 /// other sequences (freed when the last choice ends), and its entry in the usage ledger
@@ -115,6 +116,8 @@ pub struct Generation {
     scored_prompt: Vec<u32>,
     /// The request's concurrency slot and usage, shared by the choices of one request.
     share: Arc<Admitted>,
+    /// A later choice of a prompt whose first choice bills the prompt's tokens.
+    shares_prompt: bool,
 }
 
 impl Generation {
@@ -145,7 +148,15 @@ impl Generation {
             prompt_logprobs: Vec::new(),
             scored_prompt: Vec::new(),
             share,
+            shares_prompt: false,
         }
+    }
+
+    /// Marks a later choice of a prompt (`n` > 1, `best_of` > 1): its ledger entry holds its
+    /// completion tokens only, as its `usage` does (`Usage::of_choice`).
+    pub fn sharing_prompt(mut self, shares: bool) -> Generation {
+        self.shares_prompt = shares;
+        self
     }
 
     /// The request scores its prompt (`echo` with `logprobs`), whose ids are `prompt`.
@@ -312,24 +323,49 @@ impl Generation {
 
     /// Records the end once and hands it out.
     fn done(&mut self, outcome: Outcome) -> Piece {
-        self.record_end(outcome.finish_reason, outcome.error.is_some());
+        let unserved = match outcome.error.as_ref().map(|e| e.kind) {
+            None => "aborted",
+            Some(StreamErrorKind::QueueFull | StreamErrorKind::WouldMissSlo) => "shed",
+            Some(StreamErrorKind::Stopped) => "stopped",
+            Some(StreamErrorKind::StepFailed | StreamErrorKind::EngineFailed) => "failed",
+            Some(StreamErrorKind::Request) => "invalid",
+        };
+        self.record_end(outcome.finish_reason, outcome.error.is_some(), unserved);
         Piece::Done(outcome)
     }
 
     /// The end's metrics, statistics and ledger entry; `error`: the client gets an error
-    /// answer instead of a `usage`.
-    fn record_end(&mut self, reason: &'static str, error: bool) {
+    /// answer instead of a `usage`; `unserved`: why, if it ended without a first token (one
+    /// of `metrics::UNSERVED_REASONS`): then it is a TTFT miss.
+    fn record_end(&mut self, reason: &'static str, error: bool, unserved: &'static str) {
         if self.finished {
             return;
         }
         self.finished = true;
+        if self.last_token.is_none() {
+            let m = &self.ctx.metrics;
+            let att = self
+                .ctx
+                .stats
+                .unserved(self.started.elapsed().as_secs_f64());
+            m.ttft_attainment.set(att);
+            m.slo_checks[0].increment(1);
+            let at = UNSERVED_REASONS.iter().position(|r| *r == unserved);
+            m.ttft_unserved[at.unwrap_or(0)].increment(1);
+        }
         // The same numbers as the answer's `usage` (`Usage::of` of this end's outcome).
-        self.share.usage.end(
-            self.prompt_tokens,
-            self.cached.tokens(),
-            self.tokens,
-            error || reason == "error",
-        );
+        let (prompt, cached) = if self.shares_prompt {
+            (0, 0)
+        } else {
+            (self.prompt_tokens, self.cached.tokens())
+        };
+        self.share.usage.end(ChoiceEnd {
+            prompt_tokens: prompt,
+            cached_tokens: cached,
+            completion_tokens: self.tokens,
+            error: error || reason == "error",
+            refused: self.last_token.is_none() && unserved == "shed",
+        });
         let m = &self.ctx.metrics;
         let i = match reason {
             "stop" => 0,
@@ -357,14 +393,13 @@ impl Generation {
             m.slo_met[1].increment(met as u64);
         }
         self.ctx.stats.finished(u64::from(self.tokens), e2e);
-        self.ctx.limits.charge_tokens(u64::from(self.tokens));
     }
 }
 
 impl Drop for Generation {
     fn drop(&mut self) {
         // A client that went away: the engine stream is dropped with `self` (abort).
-        self.record_end("abort", false);
+        self.record_end("abort", false, "aborted");
     }
 }
 

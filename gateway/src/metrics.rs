@@ -33,6 +33,12 @@ pub const PREFIX_HIT_TOKENS: &str = "superinfer_prefix_cache_hit_tokens_total";
 pub const PREFIX_BLOCKS: &str = "superinfer_prefix_cache_blocks";
 pub const SLO_CHECKS: &str = "superinfer_slo_checks_total";
 pub const SLO_MET: &str = "superinfer_slo_met_total";
+pub const TTFT_UNSERVED: &str = "superinfer_ttft_unserved_total";
+
+/// Why an admitted request ended without a first token ([`TTFT_UNSERVED`]'s `reason`): its
+/// client went away, the engine shed it (queue full, would miss its SLO), the engine stopped,
+/// the engine or its step failed, or the request itself failed (e.g. its grammar).
+pub const UNSERVED_REASONS: [&str; 5] = ["aborted", "shed", "stopped", "failed", "invalid"];
 pub const QUOTA_STORE_UP: &str = "superinfer_quota_store_up";
 pub const QUOTA_STORE_ERRORS: &str = "superinfer_quota_store_errors_total";
 pub const QUOTA_STORE_FALLBACK: &str = "superinfer_quota_store_fallback_total";
@@ -161,7 +167,13 @@ impl Metrics {
             ),
             (
                 SLO_CHECKS,
-                "SLO checks per tenant: first tokens (slo=ttft) and token gaps (slo=tbt).",
+                "SLO checks per tenant: admitted requests (slo=ttft; one that never got a first \
+                 token is a miss) and token gaps (slo=tbt).",
+            ),
+            (
+                TTFT_UNSERVED,
+                "Admitted requests that ended without a first token, per tenant and reason \
+                 (aborted, shed, stopped, failed, invalid); each is a TTFT miss.",
             ),
             (
                 SLO_MET,
@@ -261,6 +273,9 @@ impl Metrics {
                     metrics::counter!(SLO_MET, "tenant" => t.clone(), "slo" => "ttft"),
                     metrics::counter!(SLO_MET, "tenant" => t.clone(), "slo" => "tbt"),
                 ],
+                ttft_unserved: UNSERVED_REASONS.map(|reason| {
+                    metrics::counter!(TTFT_UNSERVED, "tenant" => t.clone(), "reason" => reason)
+                }),
                 ttft_attainment: metrics::gauge!(TTFT_ATTAINMENT, "tenant" => t.clone()),
                 tbt_attainment: metrics::gauge!(TBT_ATTAINMENT, "tenant" => t.clone()),
             }
@@ -365,9 +380,12 @@ pub struct TenantMetrics {
     pub prefix_query_tokens: Counter,
     /// Prompt tokens found in the prefix cache: in HBM, in DRAM.
     pub prefix_hit_tokens: [Counter; 2],
-    /// SLO checks and those met: TTFT (one per first token), TBT (one per token gap).
+    /// SLO checks and those met: TTFT (one per admitted request: its first token, or none),
+    /// TBT (one per token gap).
     pub slo_checks: [Counter; 2],
     pub slo_met: [Counter; 2],
+    /// Admitted requests that ended without a first token, by [`UNSERVED_REASONS`].
+    pub ttft_unserved: [Counter; 5],
     pub ttft_attainment: Gauge,
     pub tbt_attainment: Gauge,
 }

@@ -100,11 +100,20 @@ async fn generate(
             };
             refuse(reason, e)
         })?;
+    let usage = UsageTicket::new(
+        state.registry.store().usage().clone(),
+        ctx.tenant.id,
+        admission::sequences(&valid) as usize,
+        admission::reserve(&ctx.limits, &valid),
+        valid.stream,
+    );
     if !valid.more_prompts.is_empty() || valid.best_of > 1 {
-        return several::generate(&state, ctx, (slot, seats), valid, started, kill).await;
+        return several::generate(&state, ctx, (slot, seats, usage), valid, started, kill).await;
     }
+    // A refusal drops `usage`, which refunds the reservation.
     let stream =
         admission::submit(&state, &ctx.tenant, &valid).map_err(|e| refuse("overloaded", e))?;
+    usage.accepted();
     let prompt_tokens = valid.prompt.len() as u32;
     ctx.stats.admitted(u64::from(prompt_tokens));
     ctx.metrics
@@ -113,7 +122,6 @@ async fn generate(
     let slot = slot
         .take()
         .ok_or_else(|| GatewayError::Internal("the concurrency slot was taken twice".into()))?;
-    let usage = UsageTicket::new(state.registry.store().usage().clone(), ctx.tenant.id, 1);
     let slot = Arc::new(Admitted { slot, seats, usage });
     let gen = Generation::new(
         stream,

@@ -46,10 +46,17 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
     /// admitted (its prompts × `best_of`), all or none; the request rate and tokens are not
     /// checked again. The guard frees them together.
     fn admit_seats(&self, seats: u32) -> BoxFuture<'_, Result<InFlight, Refusal>>;
-    /// Charges `tokens` (prompt at admission, output at the end) against tokens per minute.
+    /// Charges `tokens` against tokens per minute (a request's reservation at admission,
+    /// what it used beyond it at the end: `usage::UsageTicket`).
     fn charge_tokens(&self, tokens: u64);
+    /// Gives back `tokens` charged before and not used (up to a full bucket).
+    fn refund_tokens(&self, tokens: u64);
     /// Requests of this tenant in flight on this node now.
     fn in_flight(&self) -> u32;
+    /// This tenant's limiter under edited `quotas`, keeping what it owes and holds: the
+    /// tokens-per-minute balance (debt included, capped at the new quota), the seats in
+    /// flight, and the request-rate state while the rate and burst are unchanged.
+    fn with_quotas(&self, quotas: Quotas) -> Arc<dyn Limiter>;
 }
 
 /// Why a request was refused, with how long to wait.

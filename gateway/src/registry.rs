@@ -111,13 +111,18 @@ impl Registry {
             .store(Arc::new(Directory { snapshot, tenants }));
     }
 
-    /// The tenant's state, keeping what did not change: limiters while the quotas and the
-    /// name (the fleet's key) are the same, statistics always, metric handles while the name
-    /// is the same.
+    /// The tenant's state, keeping what did not change: limiters (their balances too when
+    /// the quotas were edited) while the name (the fleet's key) is the same, statistics
+    /// always, metric handles while the name is the same.
     fn context(&self, t: &Tenant, old: Option<&Arc<TenantCtx>>) -> TenantCtx {
         let limits = match old {
-            Some(o) if *o.limits.quotas() == t.quotas && o.tenant.name == t.name => {
-                o.limits.clone()
+            Some(o) if o.tenant.name == t.name => {
+                if *o.limits.quotas() == t.quotas {
+                    o.limits.clone()
+                } else {
+                    // An edit keeps the balances: a tenant in debt stays in debt.
+                    o.limits.with_quotas(t.quotas)
+                }
             }
             _ => self.quota.limiter(t),
         };

@@ -232,9 +232,13 @@ async fn open_tenants(
 }
 
 pub fn router(state: Shared, edge: &EdgeConfig, with_metrics: bool) -> Router {
+    // Tokenizing is work on the node too: `/tokenize` and `/detokenize` are admitted by the
+    // same quota layer (request rate, a concurrency seat while they run, token debt).
     let generate = Router::new()
         .route("/v1/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/tokenize", post(openai::extra::tokenize))
+        .route("/detokenize", post(openai::extra::detokenize))
         .layer(from_fn_with_state(state.clone(), quota::layer))
         .layer(from_fn_with_state(state.clone(), proxy::layer))
         .layer(from_fn_with_state(state.clone(), auth::layer));
@@ -242,8 +246,6 @@ pub fn router(state: Shared, edge: &EdgeConfig, with_metrics: bool) -> Router {
         .route("/v1/models", get(openai::models))
         .route("/v1/tenant/stats", get(openai::tenant_stats))
         .route("/v1/models/{*id}", get(openai::extra::model))
-        .route("/tokenize", post(openai::extra::tokenize))
-        .route("/detokenize", post(openai::extra::detokenize))
         .layer(from_fn_with_state(state.clone(), auth::layer));
     let mut open = Router::new()
         .route(LIVENESS_PATH, get(healthz))

@@ -70,6 +70,14 @@ impl Attainment {
         self.ratio().unwrap_or(1.0)
     }
 
+    /// A request that never got its value (no first token): a miss; `waited_s` (a lower
+    /// bound of what it would have been) goes into the percentiles.
+    fn miss(&mut self, waited_s: f64) -> f64 {
+        self.total += 1;
+        self.window.push(waited_s);
+        self.ratio().unwrap_or(1.0)
+    }
+
     fn ratio(&self) -> Option<f64> {
         (self.total > 0).then(|| self.met as f64 / self.total as f64)
     }
@@ -132,6 +140,12 @@ impl TenantStats {
         self.lock().ttft.record(ttft_s, slo_s)
     }
 
+    /// Records an admitted request that ended without a first token after `waited_s`: a TTFT
+    /// miss. Returns the attainment so far.
+    pub fn unserved(&self, waited_s: f64) -> f64 {
+        self.lock().ttft.miss(waited_s)
+    }
+
     /// Records gaps between tokens; returns the attainment so far.
     pub fn gaps(&self, gaps_s: &[f64], slo_s: f64) -> f64 {
         let mut s = self.lock();
@@ -179,6 +193,9 @@ mod tests {
         assert_eq!(r.ttft.recent.p50_s, Some(0.5));
         assert_eq!(r.ttft.recent.p99_s, Some(0.99));
         assert_eq!(s.gaps(&[0.05, 0.2], 0.1), 0.5);
+        // A request without a first token is a miss however short its wait.
+        assert!((s.unserved(0.01) - 50.0 / 101.0).abs() < 1e-12);
+        assert_eq!(s.report(0.5, 0.1).ttft.count, 101);
     }
 
     #[test]

@@ -3,18 +3,20 @@
 //! ([`UsageTicket`]); a task that flushes the ledger to disk every second; and the export
 //! (`GET /admin/v1/usage`, `superinfer tenants usage`) as JSON or CSV.
 //!
-//! Counting rules (docs/OPERATIONS.md, "Usage ledger"): one request per HTTP request that
-//! reached the engine, whatever its `n` or number of prompts; its tokens are the `usage` the
-//! answer carries (sent in the body or the usage chunk, or that a stream without
-//! `include_usage` would have carried); a request that ended in an error answer counts as a
-//! request and an error with no tokens (its client got no `usage`); a request whose client
-//! went away counts with the tokens generated until then.
+//! Counting rules (docs/OPERATIONS.md, "Usage ledger"): one request per HTTP request the
+//! engine accepted, whatever its `n` or number of prompts; its tokens are what the client
+//! received: the `usage` the answer carries (sent in the body or the usage chunk, or that a
+//! stream without `include_usage` would have carried; a prompt counted once however many
+//! choices it has), the tokens a stream delivered before an error ended it, nothing for an
+//! answer that is an error; a request whose client went away counts with the tokens
+//! generated until then. Its tokens-per-minute reservation is settled to the same number
+//! ([`UsageTicket`]).
 
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use superinfer_tenants::{
     parse_time, to_csv, TenantId, TenantRef, TenantStore, UsageCounts, UsageLedger, UsageQuery,
@@ -22,34 +24,71 @@ use superinfer_tenants::{
 };
 
 use crate::error::{GatewayError, Result};
+use crate::quota::Limiter;
 use crate::state::Shared;
 
 /// How often the ledger's in-memory counts are written to sled.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
-/// One admitted request's share of the ledger, held by each of its choices' generations.
-/// The request is recorded when its last choice ends (or, if fewer choices were admitted
-/// than planned, when the ticket is dropped).
+/// One request's account: the tokens reserved against its tenant's tokens per minute at
+/// admission, settled when it ends, and its share of the ledger. Held by each of its
+/// choices' generations; settled when its last choice ends (or, if fewer choices were
+/// admitted than planned, when the ticket is dropped).
+///
+/// One rule for both: the request is billed what its client received, and the quota is
+/// charged exactly that. A stream that ends in an error was still received up to the error
+/// (its tokens are billed); a non-streamed answer that is an error was not (nothing is). A
+/// request the engine never accepted (refused at submission, or at its queue) is not in the
+/// ledger and its whole reservation is refunded.
 pub struct UsageTicket {
     ledger: UsageLedger,
     tenant: TenantId,
+    limits: Arc<dyn Limiter>,
+    reserved: u64,
+    streamed: bool,
     state: Mutex<Ticket>,
 }
 
 struct Ticket {
     choices_left: usize,
+    /// Sequences the engine accepted so far.
+    accepted: u32,
     sum: UsageCounts,
     error: bool,
     recorded: bool,
 }
 
+/// How one choice ended, for its request's account ([`UsageTicket::end`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChoiceEnd {
+    pub prompt_tokens: u32,
+    pub cached_tokens: u32,
+    pub completion_tokens: u32,
+    /// The client gets (or got) an error for it.
+    pub error: bool,
+    /// The engine refused it at its queue without serving it: never accepted.
+    pub refused: bool,
+}
+
 impl UsageTicket {
-    pub fn new(ledger: UsageLedger, tenant: TenantId, choices: usize) -> UsageTicket {
+    /// A request of `choices` sequences for which `reserved` tokens were charged to `limits`
+    /// (`admission::reserve`); `streamed`: its client reads a stream.
+    pub fn new(
+        ledger: UsageLedger,
+        tenant: TenantId,
+        choices: usize,
+        (limits, reserved): (Arc<dyn Limiter>, u64),
+        streamed: bool,
+    ) -> UsageTicket {
         UsageTicket {
             ledger,
             tenant,
+            limits,
+            reserved,
+            streamed,
             state: Mutex::new(Ticket {
                 choices_left: choices,
+                accepted: 0,
                 sum: UsageCounts::default(),
                 error: false,
                 recorded: false,
@@ -57,54 +96,78 @@ impl UsageTicket {
         }
     }
 
-    /// One choice ended with this usage (or with an error).
-    pub fn end(&self, prompt_tokens: u32, cached_tokens: u32, completion_tokens: u32, error: bool) {
-        let mut t = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+    /// One sequence was submitted to the engine.
+    pub fn accepted(&self) {
+        self.lock().accepted += 1;
+    }
+
+    /// One choice ended.
+    pub fn end(&self, e: ChoiceEnd) {
+        let mut t = self.lock();
         t.choices_left = t.choices_left.saturating_sub(1);
-        t.error |= error;
-        t.sum.prompt_tokens += u64::from(prompt_tokens);
-        t.sum.cached_tokens += u64::from(cached_tokens);
-        t.sum.completion_tokens += u64::from(completion_tokens);
+        if e.refused {
+            t.accepted = t.accepted.saturating_sub(1);
+        }
+        t.error |= e.error;
+        t.sum.prompt_tokens += u64::from(e.prompt_tokens);
+        t.sum.cached_tokens += u64::from(e.cached_tokens);
+        t.sum.completion_tokens += u64::from(e.completion_tokens);
         if t.choices_left == 0 && !t.recorded {
-            UsageTicket::record_parts(&self.ledger, self.tenant, &mut t);
+            self.settle(&mut t);
         }
     }
 
     /// The request is answered with an error although some of it was admitted.
     pub fn fail(&self) {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .error = true;
+        self.lock().error = true;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ticket> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Bills the request (when the engine accepted any of it) and settles its reservation.
+    fn settle(&self, t: &mut Ticket) {
+        t.recorded = true;
+        let received = self.streamed || !t.error;
+        let counts = UsageCounts {
+            requests: 1,
+            errors: u64::from(t.error),
+            ..if received {
+                t.sum
+            } else {
+                UsageCounts::default()
+            }
+        };
+        let billed = if t.accepted == 0 {
+            0
+        } else {
+            self.ledger.record(self.tenant, now_ms(), counts);
+            counts.prompt_tokens + counts.completion_tokens
+        };
+        match billed.cmp(&self.reserved) {
+            std::cmp::Ordering::Less => self.limits.refund_tokens(self.reserved - billed),
+            std::cmp::Ordering::Greater => self.limits.charge_tokens(billed - self.reserved),
+            std::cmp::Ordering::Equal => {}
+        }
     }
 }
 
 impl Drop for UsageTicket {
     fn drop(&mut self) {
-        let t = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let mut t = std::mem::replace(
+            self.state.get_mut().unwrap_or_else(PoisonError::into_inner),
+            Ticket {
+                choices_left: 0,
+                accepted: 0,
+                sum: UsageCounts::default(),
+                error: false,
+                recorded: true,
+            },
+        );
         if !t.recorded {
-            UsageTicket::record_parts(&self.ledger, self.tenant, t);
+            self.settle(&mut t);
         }
-    }
-}
-
-impl UsageTicket {
-    /// Adds the request to the ledger: a request and an error, or a request and its tokens.
-    fn record_parts(ledger: &UsageLedger, tenant: TenantId, t: &mut Ticket) {
-        t.recorded = true;
-        let counts = if t.error {
-            UsageCounts {
-                requests: 1,
-                errors: 1,
-                ..UsageCounts::default()
-            }
-        } else {
-            UsageCounts {
-                requests: 1,
-                ..t.sum
-            }
-        };
-        ledger.record(tenant, now_ms(), counts);
     }
 }
 

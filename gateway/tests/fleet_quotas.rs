@@ -377,3 +377,69 @@ fn assert_closed_answer(body: &Value) {
     assert!(message.contains("quota store"), "{body}");
     assert_eq!(body["retry_after_header"], "1", "{body}");
 }
+
+/// A Redis pause while a request ends (`CLIENT PAUSE`): its lease's release fails at first
+/// and is retried, so the tenant's seat is free again about when the pause ends, not a lease
+/// TTL (30 s by default) later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_pause_costs_a_seat_for_about_the_pause_not_a_lease_ttl() {
+    const PAUSE_MS: u64 = 500;
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("tenants.toml");
+    std::fs::write(
+        &tenants,
+        "[[tenant]]\nname = \"solo\"\napi_key_env = \"FLEET_ALPHA_KEY\"\nmax_concurrent = 1\nmax_output_tokens = 4000\n",
+    )
+    .unwrap();
+    let url = redis.url();
+    let args = [
+        "--quota-store",
+        &url,
+        "--quota-store-failure",
+        "closed",
+        "--quota-store-timeout-ms",
+        "100",
+    ];
+    let node = Node::start(PACED, &tenants, &args, ENV);
+    let c = reqwest::Client::new();
+    let mut held = c
+        .post(format!("{}/v1/completions", node.base))
+        .bearer_auth(ALPHA)
+        .json(&json!({"prompt": "hold", "max_tokens": 4000, "ignore_eos": true, "stream": true}))
+        .send()
+        .await
+        .expect("the node answers");
+    assert_eq!(held.status(), 200);
+    let _ = held.chunk().await;
+    let (busy, body) = complete(&c, &node.base, ALPHA, 2).await;
+    assert_eq!(busy, 429, "the one seat is held: {body}");
+
+    // Pause every Redis client, then end the request inside the pause.
+    let client = redis::Client::open(url.clone()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(PAUSE_MS)
+        .query(&mut conn)
+        .unwrap();
+    let paused = Instant::now();
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(PAUSE_MS)).await;
+
+    // Once the pause is over, the seat comes back within a few retries.
+    let deadline = paused + Duration::from_millis(PAUSE_MS + 1500);
+    loop {
+        let (status, body) = complete(&c, &node.base, ALPHA, 2).await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {status} {:?} after the {PAUSE_MS} ms pause: {body}",
+            paused.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("seat back {:?} after the pause began", paused.elapsed());
+}

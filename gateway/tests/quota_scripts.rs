@@ -114,6 +114,11 @@ async fn tokens_per_minute_is_the_local_bucket_with_debt() {
         .await
         .unwrap();
     assert!((full - 599.0).abs() < 1e-6, "{full}");
+    // A refund fills the bucket no further than full.
+    let refunded = scripts::charge(&mut c, &keys, 600, -500, Some(T0 + 3_600_000_000))
+        .await
+        .unwrap();
+    assert!((refunded - 600.0).abs() < 1e-6, "{refunded}");
 
     // Random charges and admissions: the same decisions and balances as the local bucket.
     let keys = TenantKeys::new("t:", "tokens-random");
@@ -135,11 +140,19 @@ async fn tokens_per_minute_is_the_local_bucket_with_debt() {
             other => panic!("step {i}: {other:?}"),
         }
         if fleet == Decision::Admitted {
-            let tokens = rng.random_range(1..3_000);
+            let tokens: u64 = rng.random_range(1..3_000);
             local.charge(tokens, at);
-            scripts::charge(&mut c, &keys, 12_000, tokens, Some(T0 + now))
+            scripts::charge(&mut c, &keys, 12_000, tokens as i64, Some(T0 + now))
                 .await
                 .unwrap();
+            // Every third request used less than it reserved: the rest is refunded.
+            if i % 3 == 0 {
+                let back: u64 = rng.random_range(0..tokens + 2_000);
+                local.refund(back, at);
+                scripts::charge(&mut c, &keys, 12_000, -(back as i64), Some(T0 + now))
+                    .await
+                    .unwrap();
+            }
         }
     }
 }

@@ -503,3 +503,22 @@ fn the_dockerfiles_build_as_the_readme_and_scripts_do_and_run_as_non_root() {
         );
     }
 }
+
+/// The shipped alert rules, tested by Prometheus's own `promtool` on series where a tenant is
+/// starved (`deploy/prometheus/alerts_test.yml`). `scripts/test` installs it (Debian's
+/// `prometheus` package); a test that passed without running it would hide broken rules.
+#[test]
+fn the_burn_rate_alerts_fire_for_a_starved_tenant() {
+    let rules = deploy().join("prometheus/alerts_test.yml");
+    let out = std::process::Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&rules)
+        .output()
+        .expect("promtool is needed for this test (Debian: apt-get install prometheus; scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -151,3 +151,28 @@ async fn a_full_engine_queue_is_503_with_retry_after() {
     assert_eq!(waiting.await.unwrap(), StatusCode::OK);
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenize_and_detokenize_count_against_the_request_rate() {
+    let s = TestServer::start().await;
+    let (_, key) = s
+        .create_tenant(json!({"name": "counter", "quotas": {"requests_per_s": 0.1, "burst": 3}}))
+        .await;
+    let tokenize = json!({"model": s.model(), "prompt": "a b c"});
+    let v: Value = s.post_json("/tokenize", &key, &tokenize).await;
+    let tokens = v["tokens"].clone();
+    assert!(tokens.as_array().is_some_and(|t| !t.is_empty()), "{v}");
+    let detokenize = json!({"model": s.model(), "tokens": tokens});
+    assert_eq!(
+        s.post("/detokenize", &key, &detokenize).await.status(),
+        StatusCode::OK
+    );
+    // The third request of the burst is a generation: it and the two before share one rate.
+    assert_eq!(s.complete(&key, 1).await.0, StatusCode::OK);
+    for (path, body) in [("/tokenize", &tokenize), ("/detokenize", &detokenize)] {
+        let resp = s.post(path, &key, body).await;
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS, "{path}");
+        assert!(resp.headers().contains_key("retry-after"), "{path}");
+    }
+    s.shutdown().await;
+}

@@ -5,7 +5,7 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use superinfer_gateway::Settings;
-use superinfer_tests::{error_message, sse_events, TestOptions, TestServer};
+use superinfer_tests::{error_message, metric_value, sse_events, TestOptions, TestServer};
 
 async fn tiny(settings: Settings) -> TestServer {
     TestServer::start_with(TestOptions {
@@ -90,16 +90,32 @@ async fn a_tenant_hits_its_own_prefix_and_no_one_else_does_unless_shared() {
         "{text}"
     );
 
-    // n > 1 sums the choices' cached tokens (every full block is cached by now).
+    // n > 1: `usage` counts the prompt (and its cached tokens) once, as OpenAI does; the
+    // metrics count every choice's hits, which is where followers show.
+    let hits = |text: String| -> f64 {
+        ["hbm", "dram"]
+            .iter()
+            .filter_map(|tier| {
+                metric_value(
+                    &text,
+                    "superinfer_prefix_cache_hit_tokens_total",
+                    &[("tenant", "default"), ("tier", tier)],
+                )
+            })
+            .sum()
+    };
     let single = complete(&s, &s.key, &prompt, json!({})).await.2;
+    let before = hits(s.scrape().await);
     let body = json!({"prompt": prompt, "max_tokens": 2, "temperature": 0, "n": 2});
     let v: Value = s.post_json("/v1/completions", &s.key, &body).await;
-    let sum = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+    let counted = v["usage"]["prompt_tokens_details"]["cached_tokens"]
         .as_u64()
         .unwrap();
-    assert_eq!(sum, 2 * single, "{v}");
+    assert_eq!(counted, single, "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], prompt_tokens, "{v}");
+    assert_eq!(hits(s.scrape().await) - before, 2.0 * single as f64);
     // A new prompt with n = 3 is computed once: the later two choices follow the first and
-    // hit its full blocks (before `follows`, all three computed it: 0 cached).
+    // hit its full blocks (before `follows`, all three computed it: no hit).
     for (i, endpoint) in ["/v1/completions", "/v1/chat/completions"]
         .iter()
         .enumerate()
@@ -111,17 +127,18 @@ async fn a_tenant_hits_its_own_prefix_and_no_one_else_does_unless_shared() {
         } else {
             body["messages"] = json!([{"role": "user", "content": fresh}]);
         }
+        let before = hits(s.scrape().await);
         let v = s.post_json(endpoint, &s.key, &body).await;
-        let n3 = v["usage"]["prompt_tokens_details"]["cached_tokens"]
-            .as_u64()
-            .unwrap();
+        let n3 = hits(s.scrape().await) - before;
+        assert_eq!(v["usage"]["completion_tokens"], 12, "{v}");
         body["n"] = json!(1);
         let again = s.post_json(endpoint, &s.key, &body).await;
         let one = again["usage"]["prompt_tokens_details"]["cached_tokens"]
             .as_u64()
             .unwrap();
         assert!(one >= 48, "{again}");
-        assert_eq!(n3, 2 * one, "{endpoint}: {v}");
+        assert_eq!(n3, 2.0 * one as f64, "{endpoint}: {v}");
+        assert_eq!(v["usage"]["prompt_tokens"], again["usage"]["prompt_tokens"]);
     }
 
     // Another tenant with the same prompt: its own namespace, a miss.

@@ -47,6 +47,22 @@ impl Usage {
         Usage::new(g.prompt_tokens(), g.completion_tokens(), g.cached_tokens())
     }
 
+    /// The usage of one choice of `n` > 1 or `best_of` > 1: as OpenAI counts it, a prompt's
+    /// tokens (and its cached tokens) once, with its first choice; each choice's own
+    /// completion tokens.
+    pub fn of_choice(o: &Outcome, first_of_prompt: bool) -> Usage {
+        if first_of_prompt {
+            Usage::of(o)
+        } else {
+            Usage::of(o).without_prompt()
+        }
+    }
+
+    /// Only the completion tokens (a later choice of a prompt already counted).
+    pub fn without_prompt(self) -> Usage {
+        Usage::new(0, self.completion_tokens, 0)
+    }
+
     /// The usage of two choices together (`n` > 1, lists of prompts).
     pub fn sum(self, other: Usage) -> Usage {
         Usage::new(

@@ -4,8 +4,9 @@
 //! first token (`index` = prompt × `n` + choice). A prompt is prefilled once: its later
 //! choices follow the first (`EngineRequest::follows`), so the engine admits them once the
 //! prompt's full blocks are cached and they compute only the partial last block (with the
-//! prefix cache off, each choice prefills the prompt itself); usage sums the choices'
-//! `cached_tokens`. The request's concurrency slot is shared by its choices and freed
+//! prefix cache off, each choice prefills the prompt itself); usage counts each prompt's tokens
+//! and cached tokens once, as OpenAI does, and every choice's completion tokens (the ledger
+//! the same). The request's concurrency slot is shared by its choices and freed
 //! when the last ends. Not streamed: one body with every choice and the usage of all. Streamed: the
 //! choices' chunks interleaved as they come, each choice's finish chunk, then (with
 //! `include_usage`) one usage chunk and `[DONE]`. A failure of one choice ends the response
@@ -32,7 +33,11 @@ use crate::validate::{Endpoint, ValidRequest};
 pub async fn generate(
     state: &Shared,
     ctx: Arc<TenantCtx>,
-    (slot, seats): (crate::quota::Slot, Option<crate::quota::InFlight>),
+    (slot, seats, usage): (
+        crate::quota::Slot,
+        Option<crate::quota::InFlight>,
+        UsageTicket,
+    ),
     valid: ValidRequest,
     started: Instant,
     kill: Option<ConnKill>,
@@ -45,12 +50,6 @@ pub async fn generate(
         .collect();
     // `best_of` candidates per prompt (`n` unless `best_of` is larger).
     let per_prompt = valid.best_of;
-    let choices = prompts.len() * per_prompt as usize;
-    let usage = UsageTicket::new(
-        state.registry.store().usage().clone(),
-        ctx.tenant.id,
-        choices,
-    );
     let slot = Arc::new(Admitted { slot, seats, usage });
     // Choice `p * n + j` is prompt `p`'s `j`-th; a seeded request's choices draw from seeds
     // `seed + j`, so they differ but repeat exactly.
@@ -80,21 +79,25 @@ pub async fn generate(
                 // Choices admitted so far are dropped; the request is one error in the ledger.
                 slot.usage.fail();
             })?;
+        slot.usage.accepted();
         if j == 0 {
             leader = Some(stream.id);
         }
         let n = one.prompt.len() as u32;
         ctx.stats.admitted(u64::from(n));
         ctx.metrics.prompt_tokens.increment(u64::from(n));
-        gens.push(Generation::new(
-            stream,
-            state.text.decoder(),
-            StopMatcher::new(&one.stop),
-            ctx.clone(),
-            started,
-            n,
-            slot.clone(),
-        ));
+        gens.push(
+            Generation::new(
+                stream,
+                state.text.decoder(),
+                StopMatcher::new(&one.stop),
+                ctx.clone(),
+                started,
+                n,
+                slot.clone(),
+            )
+            .sharing_prompt(j != 0),
+        );
     }
     let mut meta = ResponseMeta::new(valid.endpoint, &state.model.id, valid.include_usage, false);
     meta.continuous_usage = valid.continuous_usage;
@@ -104,10 +107,10 @@ pub async fn generate(
             limits: state.stream,
             kill,
         };
-        Ok(respond(gens, meta, out))
+        Ok(respond(gens, meta, per_prompt, out))
     } else {
         let pick = (per_prompt > valid.n).then_some((per_prompt, valid.n));
-        collect(gens, meta, pick, &state.metrics).await
+        collect(gens, meta, (per_prompt, pick), &state.metrics).await
     }
 }
 
@@ -145,21 +148,26 @@ async fn collect_one(
     ))
 }
 
-/// Every choice in order; with `pick = (best_of, n)`, of each prompt's `best_of` candidates
-/// the `n` with the highest mean token log-probability, best first (usage counts them all).
+/// Every choice in order (`per_prompt` of each prompt); with `pick = (best_of, n)`, of each
+/// prompt's `best_of` candidates the `n` with the highest mean token log-probability, best
+/// first (usage counts every candidate's tokens, and each prompt's once).
 async fn collect(
     gens: Vec<Generation>,
     meta: ResponseMeta,
-    pick: Option<(u32, u32)>,
+    (per_prompt, pick): (u32, Option<(u32, u32)>),
     metrics: &Metrics,
 ) -> Result<Response> {
     let outs =
         futures_util::future::join_all(gens.into_iter().map(|g| collect_one(g, metrics))).await;
     let mut candidates = Vec::with_capacity(outs.len());
     let mut usage = Usage::new(0, 0, 0);
-    for out in outs {
+    for (k, out) in outs.into_iter().enumerate() {
         let (text, finish, u, mean) = out?;
-        usage = usage.sum(u);
+        usage = usage.sum(if k % per_prompt as usize == 0 {
+            u
+        } else {
+            u.without_prompt()
+        });
         candidates.push((text, finish, mean));
     }
     let choices: Vec<(String, &str)> = match pick {
@@ -192,13 +200,15 @@ fn pieces(index: u32, gen: Generation) -> BoxStream<'static, Item> {
 
 struct Merge {
     metrics: Metrics,
+    /// Choices of each prompt (the first of each counts the prompt's tokens).
+    per_prompt: u32,
     pieces: stream::SelectAll<BoxStream<'static, Item>>,
     open: usize,
     usage: Usage,
     tail: Vec<Bytes>,
 }
 
-fn respond(gens: Vec<Generation>, meta: ResponseMeta, out: Out) -> Response {
+fn respond(gens: Vec<Generation>, meta: ResponseMeta, per_prompt: u32, out: Out) -> Response {
     let open = gens.len();
     let merged = stream::select_all(
         gens.into_iter()
@@ -215,6 +225,7 @@ fn respond(gens: Vec<Generation>, meta: ResponseMeta, out: Out) -> Response {
     };
     let start = Merge {
         metrics: out.metrics.clone(),
+        per_prompt,
         pieces: merged,
         open,
         usage: Usage::new(0, 0, 0),
@@ -240,7 +251,8 @@ fn respond(gens: Vec<Generation>, meta: ResponseMeta, out: Out) -> Response {
                     let e = super::engine_failure(err, o.completion_tokens, &m.metrics);
                     event(&serde_json::to_vec(&e.body()).unwrap_or_default())
                 } else {
-                    m.usage = m.usage.sum(Usage::of(&o));
+                    let first = i % m.per_prompt == 0;
+                    m.usage = m.usage.sum(Usage::of_choice(&o, first));
                     if m.open == 0 {
                         m.tail.push(Bytes::from_static(DONE));
                         if meta.include_usage {

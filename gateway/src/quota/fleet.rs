@@ -223,6 +223,31 @@ impl FleetLimiter {
     }
 }
 
+impl FleetLimiter {
+    /// Charges (or, negative, refunds) tokens in the background; failing open, the local
+    /// bucket takes what the fleet's could not.
+    fn charge_signed(&self, tokens: i64) {
+        if tokens == 0 {
+            return;
+        }
+        let (inner, keys, local) = (self.inner.clone(), self.keys.clone(), self.local.clone());
+        let per_min = self.quotas.tokens_per_min;
+        self.inner.runtime.spawn(async move {
+            let mut c = inner.conn.clone();
+            let call = scripts::charge(&mut c, &keys, per_min, tokens, None);
+            if inner.bounded("charge", call).await.is_err()
+                && inner.cfg.failure == FailureMode::Open
+            {
+                if tokens > 0 {
+                    local.charge_tokens(tokens.unsigned_abs());
+                } else {
+                    local.refund_tokens(tokens.unsigned_abs());
+                }
+            }
+        });
+    }
+}
+
 impl Limiter for FleetLimiter {
     fn quotas(&self) -> &Quotas {
         &self.quotas
@@ -237,29 +262,37 @@ impl Limiter for FleetLimiter {
     }
 
     fn charge_tokens(&self, tokens: u64) {
-        if tokens == 0 {
-            return;
-        }
-        let (inner, keys, local) = (self.inner.clone(), self.keys.clone(), self.local.clone());
-        let per_min = self.quotas.tokens_per_min;
-        self.inner.runtime.spawn(async move {
-            let mut c = inner.conn.clone();
-            let call = scripts::charge(&mut c, &keys, per_min, tokens, None);
-            // Failing open, the local bucket takes what the fleet's could not.
-            if inner.bounded("charge", call).await.is_err()
-                && inner.cfg.failure == FailureMode::Open
-            {
-                local.charge_tokens(tokens);
-            }
-        });
+        self.charge_signed(i64::try_from(tokens).unwrap_or(i64::MAX));
+    }
+
+    fn refund_tokens(&self, tokens: u64) {
+        self.charge_signed(-i64::try_from(tokens).unwrap_or(i64::MAX));
     }
 
     fn in_flight(&self) -> u32 {
         self.held.load(Ordering::Relaxed) + self.local.in_flight()
     }
+
+    /// The fleet's balances live in Redis under the tenant's name, so they carry over as
+    /// they are; the local fallback carries its own.
+    fn with_quotas(&self, quotas: Quotas) -> Arc<dyn Limiter> {
+        Arc::new(FleetLimiter {
+            inner: self.inner.clone(),
+            keys: self.keys.clone(),
+            quotas,
+            local: Arc::new(self.local.carried(quotas)),
+            held: self.held.clone(),
+        })
+    }
 }
 
-/// A fleet concurrency lease: refreshed while held, removed when dropped.
+/// The first wait before a failed lease release is tried again; it doubles up to
+/// [`RELEASE_RETRY_MAX`].
+const RELEASE_RETRY_FIRST: Duration = Duration::from_millis(50);
+const RELEASE_RETRY_MAX: Duration = Duration::from_millis(200);
+
+/// A fleet concurrency lease: refreshed while held, removed when dropped (a failed removal is
+/// retried until it goes through or the lease would have expired).
 struct Lease {
     inner: Arc<Inner>,
     keys: Arc<TenantKeys>,
@@ -310,12 +343,23 @@ impl Drop for Lease {
             self.keys.clone(),
             std::mem::take(&mut self.id),
         );
-        // A release that fails leaves the lease to expire after its TTL.
+        // A release that fails (Redis paused or unreachable) is tried again until it goes
+        // through or the lease's TTL has run out anyway: a pause then costs the fleet this
+        // seat for about the pause, not for a whole TTL.
         self.inner.runtime.spawn(async move {
-            let mut c = inner.conn.clone();
-            let _ = inner
-                .bounded("release", scripts::release(&mut c, &keys, &id))
-                .await;
+            let give_up = tokio::time::Instant::now() + inner.cfg.lease_ttl;
+            let mut wait = RELEASE_RETRY_FIRST;
+            loop {
+                let mut c = inner.conn.clone();
+                let call = scripts::release(&mut c, &keys, &id);
+                if inner.bounded("release", call).await.is_ok()
+                    || tokio::time::Instant::now() + wait >= give_up
+                {
+                    return;
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(RELEASE_RETRY_MAX);
+            }
         });
     }
 }

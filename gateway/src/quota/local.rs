@@ -31,7 +31,7 @@ impl QuotaStore for LocalStore {
 /// The live limiters of one tenant, built from its [`Quotas`].
 pub struct LocalLimiter {
     quotas: Quotas,
-    rate: DefaultDirectRateLimiter,
+    rate: Arc<DefaultDirectRateLimiter>,
     tokens: Mutex<TokenBucket>,
     in_flight: Arc<AtomicU32>,
 }
@@ -49,7 +49,7 @@ impl LocalLimiter {
     pub fn new(quotas: Quotas) -> LocalLimiter {
         LocalLimiter {
             quotas,
-            rate: RateLimiter::direct(rate_quota(&quotas)),
+            rate: Arc::new(RateLimiter::direct(rate_quota(&quotas))),
             tokens: Mutex::new(TokenBucket::new(quotas.tokens_per_min, Instant::now())),
             in_flight: Arc::new(AtomicU32::new(0)),
         }
@@ -57,6 +57,26 @@ impl LocalLimiter {
 
     pub fn quotas(&self) -> &Quotas {
         &self.quotas
+    }
+
+    /// The limiter under edited `quotas`, keeping this one's balances
+    /// ([`Limiter::with_quotas`]).
+    pub fn carried(&self, quotas: Quotas) -> LocalLimiter {
+        let same_rate = (quotas.requests_per_s, quotas.burst)
+            == (self.quotas.requests_per_s, self.quotas.burst);
+        let rate = if same_rate {
+            self.rate.clone()
+        } else {
+            Arc::new(RateLimiter::direct(rate_quota(&quotas)))
+        };
+        let now = Instant::now();
+        let tokens = self.bucket().resized(quotas.tokens_per_min, now);
+        LocalLimiter {
+            quotas,
+            rate,
+            tokens: Mutex::new(tokens),
+            in_flight: self.in_flight.clone(),
+        }
     }
 
     /// Requests of this tenant in flight now.
@@ -159,6 +179,14 @@ impl Limiter for LocalLimiter {
     fn in_flight(&self) -> u32 {
         LocalLimiter::in_flight(self)
     }
+
+    fn refund_tokens(&self, tokens: u64) {
+        self.bucket().refund(tokens, Instant::now());
+    }
+
+    fn with_quotas(&self, quotas: Quotas) -> Arc<dyn Limiter> {
+        Arc::new(self.carried(quotas))
+    }
 }
 
 /// Local concurrency seats; free themselves on drop.
@@ -210,6 +238,21 @@ impl TokenBucket {
         self.refill(now);
         self.balance -= tokens as f64;
     }
+
+    /// Gives back `tokens` charged before (up to a full bucket).
+    pub fn refund(&mut self, tokens: u64, now: Instant) {
+        self.refill(now);
+        self.balance = (self.balance + tokens as f64).min(self.capacity);
+    }
+
+    /// This bucket under a new quota of `tokens_per_min`: the balance as of `now` (a debt
+    /// stays a debt; a credit is capped at the new capacity).
+    pub fn resized(&mut self, tokens_per_min: u64, now: Instant) -> TokenBucket {
+        self.refill(now);
+        let mut b = TokenBucket::new(tokens_per_min, now);
+        b.balance = self.balance.min(b.capacity);
+        b
+    }
 }
 
 #[cfg(test)]
@@ -242,6 +285,39 @@ mod tests {
         assert_eq!(l.in_flight(), 1);
         drop(first);
         assert_eq!(l.in_flight(), 0);
+    }
+
+    #[test]
+    fn an_edit_keeps_the_debt_the_seats_and_the_rate_state() {
+        let q = Quotas {
+            tokens_per_min: 600,
+            ..quotas(1.0, 2, 2)
+        };
+        let l = LocalLimiter::new(q);
+        let held = l.admit().unwrap();
+        let _second = l.admit().unwrap();
+        l.charge_tokens(1_000);
+        // A higher quota: the 400-token debt is still owed, the two seats still held, the
+        // burst still spent (same rate and burst).
+        let edited = l.carried(Quotas {
+            tokens_per_min: 6_000,
+            max_concurrent: 3,
+            ..q
+        });
+        assert_eq!(edited.in_flight(), 2);
+        assert!(matches!(edited.admit(), Err(Refusal::Rate { .. })));
+        let debt_wait = edited.bucket().debt_wait(Instant::now()).expect("in debt");
+        assert!(debt_wait > Duration::from_secs(3), "{debt_wait:?}");
+        drop(held);
+        assert_eq!((l.in_flight(), edited.in_flight()), (1, 1));
+        // A credit is capped at a lower quota's capacity.
+        let fresh = LocalLimiter::new(q);
+        let lower = fresh.carried(Quotas {
+            tokens_per_min: 60,
+            ..q
+        });
+        lower.charge_tokens(61);
+        assert!(lower.bucket().debt_wait(Instant::now()).is_some());
     }
 
     #[test]

@@ -118,7 +118,7 @@ pub async fn charge(
     conn: &mut impl ConnectionLike,
     keys: &TenantKeys,
     tokens_per_min: u64,
-    tokens: u64,
+    tokens: i64,
     now_us: Option<u64>,
 ) -> RedisResult<f64> {
     let balance: String = CHARGE
