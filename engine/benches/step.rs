@@ -29,7 +29,7 @@ use superinfer_engine::{
 use superinfer_policies::{PolicyKind, RequestId, Slo, TenantId, WlvfConfig};
 
 // The allocator the `superinfer` binary runs the engine with (the system allocator here made
-// the step ~1.4x slower, docs/BENCHMARKS.md "Per-step cost of the engine", twentieth session).
+// the step ~1.4x slower, docs/BENCHMARKS.md "Per-step cost of the engine").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
