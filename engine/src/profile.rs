@@ -99,6 +99,7 @@ pub struct Profile {
 const HARDWARE: &[(&str, &str)] = &[
     ("gh200", include_str!("../profiles/hardware/gh200.toml")),
     ("h200", include_str!("../profiles/hardware/h200.toml")),
+    ("h100", include_str!("../profiles/hardware/h100.toml")),
 ];
 
 const MODELS: &[(&str, &str)] = &[

@@ -17,7 +17,10 @@
 #   32; tokens of one running period that reset the count]  WORKLOAD [unset: a loadgen
 #   tenants file, e.g. loadgen/workloads/noisy-neighbour.toml; with RPS=file its own rates;
 #   a replay workload, e.g. loadgen/workloads/replay/mooncake-1-2-4.toml, with RPS=file and
-#   RATE_SCALE (default 1)]
+#   RATE_SCALE (default 1), and optionally TRACE_START_S, TRACE_DURATION_S (a window of the
+#   trace, in its own seconds) and MAX_PROMPT_TOKENS (rows above are reported, not sent)]
+#   TWIN [unset; 1: first the twin's prediction of the same runs (superinfer-loadgen sim, the
+#   profile of the GPU found, h100- or h200-, with MODEL's shape), written to twin/]
 # Writes under $OUT (at most 8 files come back from a device call): env.txt, summary.md (all
 # runs' summary tables), attainment.tsv (each run's attainments unrounded, from its
 # summary.json) and runs.tar.xz (per run POLICY-rpsR: the load generator's report folder,
@@ -96,14 +99,17 @@ case "${1:-}" in
         if [ -n "${WORKLOAD:-}" ]; then
           specs=$(python3 -c 'import sys, tomllib
 for t in tomllib.load(open(sys.argv[1], "rb"))["tenant"]:
-    print(t["name"], t.get("weight", 1.0))' "$WORKLOAD")
+    print(t["name"], t.get("weight", 1.0), round(t.get("ttft_slo_s", 5.0) * 1000),
+          round(t.get("tbt_slo_s", 0.1) * 1000))' "$WORKLOAD")
         else
-          specs=$(printf 'w1 1.0\nw2 2.0\nw4 4.0\n')
+          specs=$(printf 'w1 1.0 5000 100\nw2 2.0 5000 100\nw4 4.0 5000 100\n')
         fi
         i=0
-        while read -r name weight; do
+        # The server's tenants get the workload's SLOs, which the scheduler and the report use.
+        while read -r name weight ttft_ms tbt_ms; do
           i=$((i + 1))
           key=$("$bins/superinfer" tenants --data-dir "$data" create "$name" --weight "$weight" \
+            --ttft-ms "$ttft_ms" --tbt-ms "$tbt_ms" --max-prompt-tokens 1000000 \
             --requests-per-s 100000 --burst 100000 --tokens-per-min 4000000000 \
             --max-concurrent 100000 | sed -n 's/^api key: //p')
           export "SLO_KEY_$i=$key"
@@ -134,6 +140,21 @@ PY
         # A replay workload ([replay] in WORKLOAD, RPS=file): its rows set the rate, scaled by
         # RATE_SCALE.
         [ -n "${RATE_SCALE:-}" ] && rps_args=(--rate-scale "$RATE_SCALE")
+        [ -n "${TRACE_START_S:-}" ] && rps_args+=(--trace-start-s "$TRACE_START_S")
+        [ -n "${TRACE_DURATION_S:-}" ] && rps_args+=(--trace-duration-s "$TRACE_DURATION_S")
+        [ -n "${MAX_PROMPT_TOKENS:-}" ] && rps_args+=(--max-prompt-tokens "$MAX_PROMPT_TOKENS")
+        if [ "${TWIN:-}" = 1 ]; then
+          gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+          case "$gpu" in *H100*) hw=h100 ;; *) hw=h200 ;; esac
+          shape=${MODEL#random:}
+          echo "== twin: $hw-$shape $policy"
+          "$bins/superinfer-loadgen" sim --profile "$hw-$shape" --tenants "$tenants" \
+            "${rps_args[@]}" --duration "$DURATION" --seed "$SEED" --drain-s "$DRAIN" \
+            --policies "$policy" --hbm-kv-gb "$HBM_KV_GB" --dram-gb "$DRAM_KV_GB" \
+            --max-batched-tokens "$MBT" "${caps[@]}" --no-progress --out "$out/twin-$run" 2>&1 | tail -12
+          { echo "## twin $hw-$shape $run"; cat "$out/twin-$run/summary.md" 2>/dev/null; echo; } >> "$out/summary.md"
+          runs+=("twin-$run")
+        fi
         port=$((port + 1))
         "$bins/superinfer" serve --device cuda --model "$MODEL" --policy "$policy" \
           --hbm-kv-gb "$HBM_KV_GB" --dram-kv-gb "$DRAM_KV_GB" --max-batched-tokens "$MBT" \
