@@ -33,6 +33,11 @@ async fn an_engine_panic_fails_every_stream_and_turns_health_503() {
     let streams: Vec<_> = (0..3)
         .map(|_| s.post("/v1/completions", &s.key, &body))
         .collect();
+    // A tenant whose reservations would put it in token debt after two requests, were they
+    // not refunded when the engine refuses them.
+    let (_, thrifty) = s
+        .create_tenant(json!({"name": "thrifty", "quotas": {"tokens_per_min": 1000}}))
+        .await;
     let mut texts = Vec::new();
     for resp in futures_util::future::join_all(streams).await {
         assert_eq!(resp.status(), 200);
@@ -46,8 +51,10 @@ async fn an_engine_panic_fails_every_stream_and_turns_health_503() {
         texts.push(text);
     }
     let failed_at = Instant::now();
+    let mut delivered = 0;
     for text in &texts {
         let events = superinfer_tests::sse_events(text);
+        delivered += events.iter().filter(|e| e.contains("\"text\":")).count() as u64;
         let last_json: Value = events
             .iter()
             .rev()
@@ -87,6 +94,40 @@ async fn an_engine_panic_fails_every_stream_and_turns_health_503() {
     let (status, body) = s.complete(&s.key, 4).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert!(start.elapsed() < Duration::from_secs(2));
+    // Refused by the dead engine: each 400-token reservation is refunded, so the tenant is
+    // never in debt (503 every time, never 429).
+    let big = json!({"model": s.model(), "prompt": "a b c", "max_tokens": 400});
+    for _ in 0..5 {
+        let r = s.post("/v1/completions", &thrifty, &big).await;
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    // The ledger bills what the streams delivered before the error, with the errors.
+    let usage: Value = s
+        .client
+        .get(s.url("/admin/v1/usage?tenant=default"))
+        .bearer_auth(superinfer_tests::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let totals = &usage["totals"];
+    assert_eq!(totals["requests"], 3, "{usage}");
+    assert_eq!(totals["errors"], 3, "{usage}");
+    assert!(delivered > 0);
+    assert_eq!(totals["completion_tokens"], delivered, "{usage}");
+    let thrifty_usage: Value = s
+        .client
+        .get(s.url("/admin/v1/usage?tenant=thrifty"))
+        .bearer_auth(superinfer_tests::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(thrifty_usage["totals"]["requests"], 0, "{thrifty_usage}");
     // The server itself keeps answering (its supervisor decides when to restart it).
     let models = s.get("/v1/models", &s.key).await;
     assert_eq!(models.status(), 200);
