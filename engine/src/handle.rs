@@ -130,7 +130,13 @@ pub enum EngineHealth {
 }
 
 enum Command {
-    Submit(Box<EngineRequest>, tmpsc::Sender<StreamEvent>),
+    /// A request, its stream, and the signal that the engine accepted it (dropped unsent when
+    /// the engine refused it: its stream then holds the error end).
+    Submit(
+        Box<EngineRequest>,
+        tmpsc::Sender<StreamEvent>,
+        tokio::sync::oneshot::Sender<()>,
+    ),
     /// Drop a namespace's prefix cache; the blocks dropped are sent back.
     DropPrefixCache(String, tokio::sync::oneshot::Sender<u32>),
     Shutdown,
@@ -159,16 +165,36 @@ pub struct EngineHandle {
 pub struct RequestStream {
     pub id: RequestId,
     rx: tmpsc::Receiver<StreamEvent>,
+    accepted: Option<tokio::sync::oneshot::Receiver<()>>,
     shared: Arc<Shared>,
     done: bool,
 }
 
 impl RequestStream {
+    /// Waits until the engine took the request in (`true`) or refused it (`false`: queue
+    /// full, it would miss its SLO, an option the engine lacks, the engine stopped or failed;
+    /// the next event is then the error end). Within one engine step of the submit, so a
+    /// server can answer a refusal with an HTTP error before the first byte of a stream.
+    pub async fn accepted(&mut self) -> bool {
+        match self.accepted.take() {
+            Some(rx) => rx.await.is_ok(),
+            None => true,
+        }
+    }
+
     /// The next event; `None` after the stream ended (or the engine stopped).
     pub async fn next(&mut self) -> Option<StreamEvent> {
         let ev = self.rx.recv().await;
         self.note(&ev);
         ev
+    }
+
+    /// [`RequestStream::accepted`] for threads outside an async runtime.
+    pub fn blocking_accepted(&mut self) -> bool {
+        match self.accepted.take() {
+            Some(rx) => rx.blocking_recv().is_ok(),
+            None => true,
+        }
     }
 
     /// Blocking variant for threads outside an async runtime.
@@ -207,7 +233,8 @@ impl EngineHandle {
         // Room for every token plus the end: the engine thread never blocks on a slow client.
         let cap = req.max_tokens.min(self.shared.max_tokens_total) as usize + 2;
         let (etx, erx) = tmpsc::channel(cap);
-        match self.tx.try_send(Command::Submit(Box::new(req), etx)) {
+        let (atx, arx) = tokio::sync::oneshot::channel();
+        match self.tx.try_send(Command::Submit(Box::new(req), etx, atx)) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => return Err(EngineError::QueueFull(0)),
             Err(TrySendError::Disconnected(_)) => return Err(EngineError::Stopped),
@@ -215,6 +242,7 @@ impl EngineHandle {
         Ok(RequestStream {
             id,
             rx: erx,
+            accepted: Some(arx),
             shared: self.shared.clone(),
             done: false,
         })
@@ -473,7 +501,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
         // A submit that saw the engine running just before it failed may still come after
         // this; the receiver's drop then closes its stream without an end.
         while let Ok(cmd) = rx.try_recv() {
-            if let Command::Submit(_, tx) = cmd {
+            if let Command::Submit(_, tx, _) = cmd {
                 let _ = tx.try_send(error_end(error.clone(), StreamErrorKind::EngineFailed));
             }
         }
@@ -495,11 +523,12 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                 self.publish_stats();
                 true
             }
-            Command::Submit(req, tx) => {
+            Command::Submit(req, tx, accepted) => {
                 let id = req.id;
                 match self.engine.submit(*req) {
                     Ok(()) => {
                         self.streams.insert(id, (tx, PrefixHit::default()));
+                        let _ = accepted.send(());
                     }
                     Err(e) => {
                         let kind = StreamErrorKind::of_refusal(&e);

@@ -118,6 +118,8 @@ pub struct Generation {
     share: Arc<Admitted>,
     /// A later choice of a prompt whose first choice bills the prompt's tokens.
     shares_prompt: bool,
+    /// The engine refused the request at submission ([`Generation::refusal`]).
+    refused: bool,
 }
 
 impl Generation {
@@ -149,6 +151,21 @@ impl Generation {
             scored_prompt: Vec::new(),
             share,
             shares_prompt: false,
+            refused: false,
+        }
+    }
+
+    /// Waits until the engine took the request in (`None`) or refused it: then its end,
+    /// recorded like any end, for the server to answer with an HTTP error rather than start a
+    /// stream (`RequestStream::accepted`).
+    pub async fn refusal(&mut self) -> Option<Outcome> {
+        if self.stream.as_mut()?.accepted().await {
+            return None;
+        }
+        self.refused = true;
+        match self.next().await {
+            Some(Piece::Done(o)) => Some(o),
+            _ => None,
         }
     }
 
@@ -364,7 +381,7 @@ impl Generation {
             cached_tokens: cached,
             completion_tokens: self.tokens,
             error: error || reason == "error",
-            refused: self.last_token.is_none() && unserved == "shed",
+            refused: self.refused || (self.last_token.is_none() && unserved == "shed"),
         });
         let m = &self.ctx.metrics;
         let i = match reason {

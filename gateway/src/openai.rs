@@ -23,7 +23,7 @@ use std::time::Instant;
 use crate::admission;
 use crate::conn::ConnKill;
 use crate::error::{GatewayError, Result};
-use crate::generate::{Admitted, EndError, Generation, Piece, StopMatcher};
+use crate::generate::{Admitted, EndError, Generation, Outcome, Piece, StopMatcher};
 use crate::metrics::Metrics;
 use crate::quota::Slot;
 use crate::registry::TenantCtx;
@@ -123,15 +123,20 @@ async fn generate(
         .take()
         .ok_or_else(|| GatewayError::Internal("the concurrency slot was taken twice".into()))?;
     let slot = Arc::new(Admitted { slot, seats, usage });
-    let gen = Generation::new(
+    let mut gen = Generation::new(
         stream,
         state.text.decoder(),
         StopMatcher::new(&valid.stop),
-        ctx,
+        ctx.clone(),
         started,
         prompt_tokens,
         slot,
     );
+    // A refusal by the engine (queue full, would miss its SLO, …) is an HTTP error, also for
+    // a stream: nothing has been sent yet.
+    if let Some(end) = gen.refusal().await {
+        return Err(refuse("overloaded", refusal_error(end, &state.metrics)));
+    }
     let mut meta = ResponseMeta::new(
         endpoint,
         &state.model.id,
@@ -187,6 +192,14 @@ async fn collect(mut gen: Generation, meta: ResponseMeta, metrics: &Metrics) -> 
     Err(GatewayError::Engine(
         "the answer ended without a finish".into(),
     ))
+}
+
+/// The HTTP error of a request the engine refused at submission.
+pub fn refusal_error(end: Outcome, metrics: &Metrics) -> GatewayError {
+    match end.error {
+        Some(err) => engine_failure(err, 0, metrics),
+        None => GatewayError::Engine("the engine refused the request without a reason".into()),
+    }
 }
 
 /// The engine refused or failed a request after admission, by the error's kind (never by

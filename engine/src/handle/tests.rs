@@ -105,6 +105,11 @@ fn dropping_a_stream_aborts_the_request_and_frees_its_blocks() {
 fn a_request_the_engine_refuses_ends_with_an_error() {
     let (h, _thread) = start(false);
     let mut s = h.submit(request(0, 5)).unwrap();
+    // The refusal is known before any event is read: an HTTP server answers it with an error
+    // instead of starting a stream.
+    assert!(!s.blocking_accepted());
+    let mut fine = h.submit(request(8, 5)).unwrap();
+    assert!(fine.blocking_accepted());
     match s.blocking_next() {
         Some(StreamEvent::Finished {
             reason: FinishReason::Error,

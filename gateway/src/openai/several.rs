@@ -99,6 +99,15 @@ pub async fn generate(
             .sharing_prompt(j != 0),
         );
     }
+    // Every choice is submitted; a refusal of any is the request's HTTP error (the others are
+    // dropped with `gens`, which aborts them).
+    for g in &mut gens {
+        if let Some(end) = g.refusal().await {
+            state.metrics.rejected(&ctx.tenant.name, "overloaded");
+            slot.usage.fail();
+            return Err(super::refusal_error(end, &state.metrics));
+        }
+    }
     let mut meta = ResponseMeta::new(valid.endpoint, &state.model.id, valid.include_usage, false);
     meta.continuous_usage = valid.continuous_usage;
     if valid.stream {
