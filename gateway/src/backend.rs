@@ -78,6 +78,8 @@ pub struct EngineOptions {
     pub dram_blocks: Option<u32>,
     pub b_xfer: Option<u32>,
     pub max_batched_tokens: Option<u32>,
+    /// Sequences running at once; `None`: the engine's default for the backend.
+    pub max_num_seqs: Option<u32>,
     /// Tokens of progress that reset a request's consecutive-rotation count.
     pub progress_tokens: Option<u32>,
     /// Refuse requests that would wait past their TTFT SLO (503); `None`: never.
@@ -104,6 +106,7 @@ impl Default for EngineOptions {
             dram_blocks: None,
             b_xfer: None,
             max_batched_tokens: None,
+            max_num_seqs: None,
             progress_tokens: None,
             shed_late: None,
             max_queue: 1024,
@@ -185,6 +188,7 @@ fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptio
         max_batched_tokens: opts
             .max_batched_tokens
             .unwrap_or(defaults.max_batched_tokens),
+        max_num_seqs: opts.max_num_seqs.unwrap_or(defaults.max_num_seqs),
         progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),
         shed_late: opts.shed_late,
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
@@ -345,6 +349,7 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
         max_batched_tokens: opts
             .max_batched_tokens
             .unwrap_or(defaults.max_batched_tokens),
+        max_num_seqs: opts.max_num_seqs.unwrap_or(defaults.max_num_seqs),
         b_xfer: opts.b_xfer,
         hbm_blocks: opts.hbm_blocks.unwrap_or(hbm),
         dram_blocks: opts.dram_blocks.unwrap_or(dram),

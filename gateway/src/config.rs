@@ -139,6 +139,10 @@ pub struct Settings {
     /// --sim-profile].
     #[arg(long, env = "SUPERINFER_MAX_BATCHED_TOKENS")]
     pub max_batched_tokens: Option<u32>,
+    /// Sequences running at once in the engine (its batch) [default: 256 with a model (CPU
+    /// or GPU), 1024 with --sim-profile].
+    #[arg(long, env = "SUPERINFER_MAX_NUM_SEQS")]
+    pub max_num_seqs: Option<u32>,
     /// Requests waiting in the engine beyond this get 503 [default: 1024].
     #[arg(long, env = "SUPERINFER_MAX_QUEUE")]
     pub max_queue: Option<usize>,
@@ -268,6 +272,7 @@ impl Settings {
             dram_blocks: self.dram_blocks.or(lower.dram_blocks),
             b_xfer: self.b_xfer.or(lower.b_xfer),
             max_batched_tokens: self.max_batched_tokens.or(lower.max_batched_tokens),
+            max_num_seqs: self.max_num_seqs.or(lower.max_num_seqs),
             max_queue: self.max_queue.or(lower.max_queue),
             max_model_len: self.max_model_len.or(lower.max_model_len),
             max_body_bytes: self.max_body_bytes.or(lower.max_body_bytes),
@@ -449,6 +454,7 @@ impl ServeConfig {
                 dram_blocks: s.dram_blocks,
                 b_xfer: positive("b_xfer", s.b_xfer)?,
                 max_batched_tokens: positive("max_batched_tokens", s.max_batched_tokens)?,
+                max_num_seqs: positive("max_num_seqs", s.max_num_seqs)?,
                 progress_tokens: positive("progress_tokens", s.progress_tokens)?,
                 shed_late: match s.shed_late {
                     Some(f) if !(f.is_finite() && f > 0.0) => {

@@ -176,3 +176,36 @@ async fn tokenize_and_detokenize_count_against_the_request_rate() {
     }
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_num_seqs_caps_the_engines_batch() {
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: Some("h200-llama-3-8b".into()),
+        settings: superinfer_gateway::Settings {
+            max_num_seqs: Some(2),
+            ..Default::default()
+        },
+        ..TestOptions::default()
+    })
+    .await;
+    let engine = s.server.state.engine.clone();
+    let long = json!({"prompt": "hi", "max_tokens": 2000, "ignore_eos": true, "stream": true});
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let r = s.post("/v1/completions", &s.key, &long).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        held.push(r);
+    }
+    let start = Instant::now();
+    loop {
+        let st = engine.stats();
+        assert!(st.running <= 2, "{st:?}");
+        if st.running == 2 && st.waiting == 2 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{st:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(held);
+    s.shutdown().await;
+}

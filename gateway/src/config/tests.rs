@@ -296,6 +296,17 @@ fn serve_help_gives_the_engine_defaults_that_docs_operations_gives() {
         .find(|l| l.starts_with("| `--max-batched-tokens`"))
         .expect("a row in docs/OPERATIONS.md");
     assert!(row.contains(&format!("model {m}, sim {s}")), "{row}");
+    let (m, s) = (model.max_num_seqs, sim.max_num_seqs);
+    let want = format!("{m} with a model (CPU or GPU), {s} with --sim-profile");
+    assert!(
+        help.contains(&want),
+        "--max-num-seqs: `{want}` not in serve --help"
+    );
+    let row = ops
+        .lines()
+        .find(|l| l.starts_with("| `--max-num-seqs`"))
+        .expect("a row in docs/OPERATIONS.md");
+    assert!(row.contains(&format!("model {m}, sim {s}")), "{row}");
 }
 
 #[test]
