@@ -221,7 +221,8 @@ mod tests {
         for name in builtin_names() {
             let p = Profile::builtin(&name).unwrap();
             let (hbm, dram) = p.kv_blocks(16, 0.9, 400.0).unwrap();
-            assert!(hbm > 1000 && dram > hbm, "{name}: {hbm} {dram}");
+            // The tightest: Qwen2.5-32B on an H100, ~64 GB of weights in 80 GB, 715 blocks.
+            assert!(hbm >= 512 && dram > hbm, "{name}: {hbm} {dram}");
         }
     }
 

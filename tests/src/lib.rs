@@ -340,3 +340,53 @@ pub async fn smollm2_server(name: &str) -> (TestServer, String) {
 #[path = "../../engine/tests/support/smollm2.rs"]
 mod smollm2;
 pub use smollm2::smollm2_gguf;
+
+/// Everything the process logs at INFO and above (the test binary's global subscriber), for
+/// checks such as "no ERROR line from a client's mistake". Install it once per test binary.
+#[derive(Clone, Default)]
+pub struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogCapture {
+    /// Installs the capture as this process's tracing subscriber.
+    pub fn install() -> LogCapture {
+        let log = LogCapture::default();
+        let w = log.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || w.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .init();
+        log
+    }
+
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        let bytes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The ERROR lines logged so far.
+    pub fn errors(&self) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|l| l.contains("ERROR"))
+            .map(str::to_owned)
+            .collect()
+    }
+}

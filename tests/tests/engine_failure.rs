@@ -102,33 +102,28 @@ async fn an_engine_panic_fails_every_stream_and_turns_health_503() {
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
     // The ledger bills what the streams delivered before the error, with the errors.
-    let usage: Value = s
-        .client
-        .get(s.url("/admin/v1/usage?tenant=default"))
-        .bearer_auth(superinfer_tests::ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let usage = usage_of(&s, "default").await;
     let totals = &usage["totals"];
     assert_eq!(totals["requests"], 3, "{usage}");
     assert_eq!(totals["errors"], 3, "{usage}");
     assert!(delivered > 0);
     assert_eq!(totals["completion_tokens"], delivered, "{usage}");
-    let thrifty_usage: Value = s
-        .client
-        .get(s.url("/admin/v1/usage?tenant=thrifty"))
-        .bearer_auth(superinfer_tests::ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let thrifty_usage = usage_of(&s, "thrifty").await;
     assert_eq!(thrifty_usage["totals"]["requests"], 0, "{thrifty_usage}");
     // The server itself keeps answering (its supervisor decides when to restart it).
     let models = s.get("/v1/models", &s.key).await;
     assert_eq!(models.status(), 200);
+}
+
+/// The usage ledger's export for `tenant`.
+async fn usage_of(s: &TestServer, tenant: &str) -> Value {
+    s.client
+        .get(s.url(&format!("/admin/v1/usage?tenant={tenant}")))
+        .bearer_auth(superinfer_tests::ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("the server answers")
+        .json()
+        .await
+        .expect("JSON")
 }

@@ -5,34 +5,13 @@
 //! of its own.
 
 use serde_json::json;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use superinfer_engine::handle::fault::MASK_PANIC;
-use superinfer_tests::{metric_value, TestOptions, TestServer};
-
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Log {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use superinfer_tests::{metric_value, LogCapture, TestOptions, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_grammar_mask_fails_only_its_request() {
     std::env::set_var(MASK_PANIC, "1");
-    let log = Log::default();
-    let w = log.clone();
-    tracing_subscriber::fmt()
-        .with_writer(move || w.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .init();
+    let log = LogCapture::install();
     // The embedded tiny model on the CPU: a real tokenizer, so grammars compile.
     let s = TestServer::start_with(TestOptions {
         sim_profile: None,
@@ -98,9 +77,9 @@ async fn a_panicking_grammar_mask_fails_only_its_request() {
         Some(1.0)
     );
 
-    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).to_string();
-    let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+    let errors = log.errors();
     assert!(errors.is_empty(), "{errors:#?}");
+    let text = log.text();
     let warns = text
         .lines()
         .filter(|l| l.contains("WARN") && l.contains("grammar engine failed"))

@@ -8,52 +8,16 @@
 
 use futures_util::StreamExt;
 use serde_json::{json, Value};
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use superinfer_tests::{error_message, TestOptions, TestServer};
+use superinfer_tests::{error_message, LogCapture, TestOptions, TestServer};
 use tokio::io::AsyncWriteExt;
 
 /// The victim's TTFT target.
 const VICTIM_TTFT_MS: u64 = 2000;
 /// How fast an attack must be refused.
 const REFUSED_WITHIN: Duration = Duration::from_secs(2);
-
-/// Everything the server logs, for the check that no client mistake is an ERROR.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Log {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn install() -> Log {
-        let log = Log::default();
-        let w = log.clone();
-        tracing_subscriber::fmt()
-            .with_writer(move || w.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .init();
-        log
-    }
-
-    fn errors(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|l| l.contains("ERROR"))
-            .map(str::to_owned)
-            .collect()
-    }
-}
 
 /// The victim: streams short chats one after another until told to stop; returns each
 /// request's TTFT (an error or a missing first token fails the test).
@@ -345,7 +309,7 @@ async fn disconnect_while_queued(s: &TestServer, key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hostile_tenant_cannot_crash_wedge_or_starve_the_node() {
-    let log = Log::install();
+    let log = LogCapture::install();
     let s = TestServer::start_with(TestOptions {
         sim_profile: None,
         ..TestOptions::default()
