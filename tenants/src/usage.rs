@@ -34,14 +34,14 @@ const HOUR_MS: u64 = 3_600_000;
 /// What one tenant used in one hour (or in any sum of hours).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct UsageCounts {
-    /// Requests admitted to the engine (one per HTTP request, whatever its `n` or prompts).
+    /// Requests the engine accepted (one per HTTP request, whatever its `n` or prompts).
     pub requests: u64,
     pub prompt_tokens: u64,
     /// Prompt tokens found in the prefix cache.
     pub cached_tokens: u64,
     pub completion_tokens: u64,
-    /// Admitted requests that ended in an error answer (their tokens are not counted: the
-    /// client got no `usage`).
+    /// Accepted requests that ended in an error: a stream's tokens delivered before it are
+    /// counted above, a non-streamed error answer's are not (its client received none).
     pub errors: u64,
 }
 
