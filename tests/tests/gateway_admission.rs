@@ -209,3 +209,84 @@ async fn max_num_seqs_caps_the_engines_batch() {
     drop(held);
     s.shutdown().await;
 }
+
+/// A stream the engine refuses at submission (here: it would miss its TTFT SLO, `shed_late`)
+/// is an HTTP 503 with Retry-After before the first byte, not a 200 followed by an error event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_the_engine_refuses_is_an_http_error() {
+    // As in the queue test: 8 HBM blocks, a 90-token prompt takes 6, so one runs at a time;
+    // paced at the 32B profile so each holds its blocks for about half a second.
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: Some("gh200-qwen2.5-32b".into()),
+        hbm_blocks: Some(8),
+        dram_blocks: Some(0),
+        settings: superinfer_gateway::Settings {
+            shed_late: Some(0.5),
+            // First come, first served: no preemption, so each waits its turn whole.
+            policy: Some(superinfer_policies::PolicyKind::Fcfs),
+            ..Default::default()
+        },
+        ..TestOptions::default()
+    })
+    .await;
+    // A 1-ms TTFT SLO: any wait in the queue is far past it.
+    let (_, key) = s
+        .create_tenant(json!({"name": "hurried", "slo": {"ttft_ms": 1}}))
+        .await;
+    let engine = s.server.state.engine.clone();
+    let long = json!({"prompt": "w ".repeat(90), "max_tokens": 30, "ignore_eos": true});
+    let wait_for = |what: &'static str, cond: fn(&superinfer_engine::EngineStats) -> bool| {
+        let engine = engine.clone();
+        async move {
+            let start = Instant::now();
+            while !cond(&engine.stats()) {
+                assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
+    let send = |body: Value| {
+        let (client, url, key) = (s.client.clone(), s.url("/v1/completions"), key.clone());
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    // The first runs, the second waits (and, admitted later, teaches the engine that this
+    // tenant's requests wait far past its SLO), the third waits behind the second.
+    let first = send(long.clone());
+    wait_for("the first runs", |st| st.running >= 1).await;
+    let second = send(long.clone());
+    wait_for("the second waits", |st| st.waiting >= 1).await;
+    wait_for("the second is admitted", |st| {
+        st.waiting == 0 && st.running >= 1
+    })
+    .await;
+    let third = send(long.clone());
+    wait_for("the third waits", |st| st.waiting >= 1).await;
+    // The fourth, streamed, would queue too: refused at submission, as an HTTP error.
+    let mut streamed = long.clone();
+    streamed["stream"] = json!(true);
+    let resp = s.post("/v1/completions", &key, &streamed).await;
+    if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+        panic!(
+            "{} {:?}: {}",
+            resp.status(),
+            engine.stats(),
+            resp.text().await.unwrap()
+        );
+    }
+    assert!(resp.headers().contains_key("retry-after"));
+    let v: Value = resp.json().await.unwrap();
+    assert!(error_message(&v).contains("SLO"), "{v}");
+    for h in [first, second, third] {
+        assert_eq!(h.await.unwrap(), StatusCode::OK);
+    }
+    s.shutdown().await;
+}
