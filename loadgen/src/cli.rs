@@ -31,6 +31,9 @@ pub use http::HttpArgs;
 pub use replay::ReplayFlags;
 pub use workload::{prepare_workload, ConversationFlags, Load, Sweep, WorkloadFlags};
 
+/// Seconds of arrivals when `--duration` is not given.
+const DEFAULT_DURATION_S: f64 = 120.0;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "superinfer-loadgen",
@@ -68,9 +71,10 @@ pub struct SimArgs {
     /// --tenants, each tenant's rate is scaled so that the rates sum to each value.
     #[arg(long, value_delimiter = ',', value_parser = parse_rps)]
     pub rps: Vec<f64>,
-    /// Arrivals are generated for this many seconds.
-    #[arg(long, default_value_t = 120.0, value_parser = parse_positive)]
-    pub duration: f64,
+    /// Arrivals are generated for this many seconds [default: 120; not with a trace replay,
+    /// whose rows set the length: use --trace-duration-s].
+    #[arg(long, value_parser = parse_positive)]
+    pub duration: Option<f64>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Output directory (created if needed).
@@ -370,7 +374,8 @@ impl<'a> From<&'a SimArgs> for WorkloadFlags<'a> {
         WorkloadFlags {
             policies: &a.policies,
             rps: &a.rps,
-            duration: a.duration,
+            duration: a.duration.unwrap_or(DEFAULT_DURATION_S),
+            duration_given: a.duration.is_some(),
             seed: a.seed,
             tenants: a.tenants.as_deref(),
             dataset: &a.dataset,
@@ -429,7 +434,8 @@ fn meta(args: &SimArgs, target: &SimTarget, command: String) -> ReportMeta {
                 "duration".into(),
                 format!(
                     "{} s of arrivals, then at most {} s of drain",
-                    args.duration, args.drain_s
+                    args.duration.unwrap_or(DEFAULT_DURATION_S),
+                    args.drain_s
                 ),
             ),
             ("seed".into(), args.seed.to_string()),

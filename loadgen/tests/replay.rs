@@ -166,6 +166,10 @@ fn replay_flags_without_a_trace_and_synthetic_flags_with_one_are_refused() {
             "--turns does not apply",
         ),
         (&["--trace", trace, "--assign", "bogus"][..], "round-robin"),
+        (
+            &["--trace", trace, "--duration", "30"][..],
+            "use --trace-duration-s",
+        ),
     ] {
         let o = run(args);
         let err = String::from_utf8_lossy(&o.stderr);

@@ -139,6 +139,9 @@ PY
         [ "$rps" = file ] && rps_args=()
         # A replay workload ([replay] in WORKLOAD, RPS=file): its rows set the rate, scaled by
         # RATE_SCALE.
+        # The length of a run: DURATION, or for a replay the trace (window) itself.
+        len_args=(--duration "$DURATION")
+        [ "$rps" = file ] && grep -q '^\[replay\]' "${WORKLOAD:-/dev/null}" && len_args=()
         [ -n "${RATE_SCALE:-}" ] && rps_args=(--rate-scale "$RATE_SCALE")
         [ -n "${TRACE_START_S:-}" ] && rps_args+=(--trace-start-s "$TRACE_START_S")
         [ -n "${TRACE_DURATION_S:-}" ] && rps_args+=(--trace-duration-s "$TRACE_DURATION_S")
@@ -149,7 +152,7 @@ PY
           shape=${MODEL#random:}
           echo "== twin: $hw-$shape $policy"
           "$bins/superinfer-loadgen" sim --profile "$hw-$shape" --tenants "$tenants" \
-            "${rps_args[@]}" --duration "$DURATION" --seed "$SEED" --drain-s "$DRAIN" \
+            "${rps_args[@]}" "${len_args[@]}" --seed "$SEED" --drain-s "$DRAIN" \
             --policies "$policy" --hbm-kv-gb "$HBM_KV_GB" --dram-gb "$DRAM_KV_GB" \
             --max-batched-tokens "$MBT" "${caps[@]}" --no-progress --out "$out/twin-$run" 2>&1 | tail -12
           { echo "## twin $hw-$shape $run"; cat "$out/twin-$run/summary.md" 2>/dev/null; echo; } >> "$out/summary.md"
@@ -174,7 +177,7 @@ PY
         echo "== $run: server up ($(grep -m1 'model on the GPU' "$out/$run.server.log" | sed 's/.*INFO //'))"
         grep -m1 'rotation budget' "$out/$run.server.log" | sed 's/.*INFO /   /'
         "$bins/superinfer-loadgen" http --target "http://127.0.0.1:$port" --tenants "$tenants" \
-          "${rps_args[@]}" --duration "$DURATION" --seed "$SEED" --drain-s "$DRAIN" --policy "$policy" \
+          "${rps_args[@]}" "${len_args[@]}" --seed "$SEED" --drain-s "$DRAIN" --policy "$policy" \
           --no-progress --out "$out/$run" 2>&1 | tail -30
         kill -TERM $server; wait $server 2>/dev/null
         { echo "## $run"; cat "$out/$run/summary.md" 2>/dev/null; echo; } >> "$out/summary.md"

@@ -13,6 +13,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use superinfer_policies::PolicyKind;
 
+/// Seconds of arrivals when `--duration` is not given.
+const DEFAULT_DURATION_S: f64 = 60.0;
+
 /// Flags of `superinfer-loadgen http`.
 #[derive(Args, Clone, Debug)]
 pub struct HttpArgs {
@@ -34,9 +37,10 @@ pub struct HttpArgs {
     /// Comma-separated offered loads in requests/s (see `sim --help`).
     #[arg(long, value_delimiter = ',', value_parser = parse_rps)]
     pub rps: Vec<f64>,
-    /// Arrivals are generated for this many seconds.
-    #[arg(long, default_value_t = 60.0, value_parser = parse_positive)]
-    pub duration: f64,
+    /// Arrivals are generated for this many seconds [default: 60; not with a trace replay,
+    /// whose rows set the length: use --trace-duration-s].
+    #[arg(long, value_parser = parse_positive)]
+    pub duration: Option<f64>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Output directory (created if needed).
@@ -71,7 +75,8 @@ impl<'a> From<&'a HttpArgs> for WorkloadFlags<'a> {
         WorkloadFlags {
             policies: std::slice::from_ref(&a.policy),
             rps: &a.rps,
-            duration: a.duration,
+            duration: a.duration.unwrap_or(DEFAULT_DURATION_S),
+            duration_given: a.duration.is_some(),
             seed: a.seed,
             tenants: a.tenants.as_deref(),
             dataset: &a.dataset,
@@ -143,7 +148,8 @@ fn http_meta(args: &HttpArgs, command: String) -> ReportMeta {
                 "duration".into(),
                 format!(
                     "{} s of arrivals, then at most {} s of drain",
-                    args.duration, args.drain_s
+                    args.duration.unwrap_or(DEFAULT_DURATION_S),
+                    args.drain_s
                 ),
             ),
             ("seed".into(), args.seed.to_string()),

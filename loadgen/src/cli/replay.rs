@@ -110,6 +110,13 @@ pub(super) fn prepare_replay(
                 .into(),
         ));
     }
+    if args.duration_given {
+        return Err(usage(
+            "--duration does not apply to a trace replay: its rows set the length; use \
+             --trace-duration-s for a window of the trace"
+                .into(),
+        ));
+    }
     if let Some(flag) = args.conversation.given() {
         return Err(usage(format!(
             "{flag} does not apply to a trace replay: its rows are the requests"

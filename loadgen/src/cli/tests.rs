@@ -70,7 +70,10 @@ fn the_issue_command_line_parses() {
         ]
     );
     assert_eq!(a.rps, vec![5.0, 10.0, 15.0, 20.0]);
-    assert_eq!((a.duration, a.seed, a.b_xfer), (120.0, 42, Some(2400)));
+    assert_eq!(
+        (a.duration, a.seed, a.b_xfer),
+        (Some(120.0), 42, Some(2400))
+    );
     let c = wlvf_config(&a);
     assert_eq!(c.vlt, VltConfig::default());
     assert_eq!(c.max_wait_s, None);

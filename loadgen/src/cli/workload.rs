@@ -111,6 +111,8 @@ pub struct WorkloadFlags<'a> {
     pub policies: &'a [PolicyKind],
     pub rps: &'a [f64],
     pub duration: f64,
+    /// `--duration` was given (a replay refuses it).
+    pub duration_given: bool,
     pub seed: u64,
     pub tenants: Option<&'a Path>,
     pub dataset: &'a LengthSpec,
