@@ -161,66 +161,6 @@ pub struct EngineHandle {
     shared: Arc<Shared>,
 }
 
-/// The events of one request. Dropping it before `Finished` aborts the request.
-pub struct RequestStream {
-    pub id: RequestId,
-    rx: tmpsc::Receiver<StreamEvent>,
-    accepted: Option<tokio::sync::oneshot::Receiver<()>>,
-    shared: Arc<Shared>,
-    done: bool,
-}
-
-impl RequestStream {
-    /// Waits until the engine took the request in (`true`) or refused it (`false`: queue
-    /// full, it would miss its SLO, an option the engine lacks, the engine stopped or failed;
-    /// the next event is then the error end). Within one engine step of the submit, so a
-    /// server can answer a refusal with an HTTP error before the first byte of a stream.
-    pub async fn accepted(&mut self) -> bool {
-        match self.accepted.take() {
-            Some(rx) => rx.await.is_ok(),
-            None => true,
-        }
-    }
-
-    /// The next event; `None` after the stream ended (or the engine stopped).
-    pub async fn next(&mut self) -> Option<StreamEvent> {
-        let ev = self.rx.recv().await;
-        self.note(&ev);
-        ev
-    }
-
-    /// [`RequestStream::accepted`] for threads outside an async runtime.
-    pub fn blocking_accepted(&mut self) -> bool {
-        match self.accepted.take() {
-            Some(rx) => rx.blocking_recv().is_ok(),
-            None => true,
-        }
-    }
-
-    /// Blocking variant for threads outside an async runtime.
-    pub fn blocking_next(&mut self) -> Option<StreamEvent> {
-        let ev = self.rx.blocking_recv();
-        self.note(&ev);
-        ev
-    }
-
-    fn note(&mut self, ev: &Option<StreamEvent>) {
-        if matches!(ev, Some(StreamEvent::Finished { .. }) | None) {
-            self.done = true;
-        }
-    }
-}
-
-impl Drop for RequestStream {
-    fn drop(&mut self) {
-        if !self.done {
-            if let Ok(mut a) = self.shared.aborts.lock() {
-                a.push(self.id);
-            }
-        }
-    }
-}
-
 impl EngineHandle {
     /// Queues a request (its `id` is assigned here). Errors: the engine stopped, or its inbox
     /// is full (a gateway answers 503).
@@ -239,13 +179,7 @@ impl EngineHandle {
             Err(TrySendError::Full(_)) => return Err(EngineError::QueueFull(0)),
             Err(TrySendError::Disconnected(_)) => return Err(EngineError::Stopped),
         }
-        Ok(RequestStream {
-            id,
-            rx: erx,
-            accepted: Some(arx),
-            shared: self.shared.clone(),
-            done: false,
-        })
+        Ok(RequestStream::new(id, erx, arx, self.shared.clone()))
     }
 
     /// Drops the prefix cache of namespace `base` (a tenant's own, `CacheScope::tenant_base`,
@@ -624,5 +558,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
 
 #[cfg(feature = "fault-injection")]
 pub mod fault;
+mod stream;
+pub use stream::RequestStream;
 #[cfg(test)]
 mod tests;

@@ -381,7 +381,7 @@ impl Generation {
             cached_tokens: cached,
             completion_tokens: self.tokens,
             error: error || reason == "error",
-            refused: self.refused || (self.last_token.is_none() && unserved == "shed"),
+            refused: self.refused,
         });
         let m = &self.ctx.metrics;
         let i = match reason {

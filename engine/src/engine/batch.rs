@@ -498,12 +498,9 @@ fn step_with_masks<'e, R: ModelRunner>(
         runner.step(&StepBatch { entries })
     });
     let failed = board
-        .failures(constrained.iter().map(|&(row, _)| row))
+        .failures(constrained)
         .into_iter()
-        .filter_map(|(row, e)| {
-            let id = constrained.iter().find(|c| c.0 == row)?.1;
-            Some((id, format!("structured output: {e}")))
-        })
+        .map(|(id, e)| (id, format!("structured output: {e}")))
         .collect();
     // The entries borrow the mask board, which goes here: nothing of them is kept.
     (out, Vec::new(), failed)

@@ -117,13 +117,12 @@ impl MaskBoard {
         let _ = tx.0.send(masks);
     }
 
-    /// The rows (of `rows`) whose mask failed, with why; called once the worker is done.
-    pub fn failures(&self, rows: impl Iterator<Item = usize>) -> Vec<(usize, String)> {
-        rows.filter_map(|row| match (MaskRef { board: self, row }).wait() {
-            Ok(_) => None,
-            Err(e) => Some((row, e)),
-        })
-        .collect()
+    /// Of `rows` (a row and what it stands for, e.g. its request), those whose mask failed,
+    /// with why; called once the worker is done.
+    pub fn failures<K>(&self, rows: impl IntoIterator<Item = (usize, K)>) -> Vec<(K, String)> {
+        rows.into_iter()
+            .filter_map(|(row, k)| (MaskRef { board: self, row }).wait().err().map(|e| (k, e)))
+            .collect()
     }
 
     /// Row `row`'s mask, waiting for the worker. `None`: the row has no matcher.

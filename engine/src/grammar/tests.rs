@@ -143,7 +143,7 @@ fn a_panicking_mask_fails_its_own_row_only() {
         }
         Ok(TokenMask(SimpleVob::alloc(8)))
     });
-    let failures = board.failures([0, 2, 3].into_iter());
+    let failures = board.failures([(0, 0), (2, 2), (3, 3)]);
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert_eq!(failures[0].0, 2);
     assert!(
