@@ -83,6 +83,44 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.hit_of(r).blocks < shareable.min(r.hashes.len() as u32)
     }
 
+    /// Running requests that may still be making prompt blocks into cache entries: prefilling,
+    /// or within [`FOLLOW_STEPS`] decode steps of their prefill (its last writebacks).
+    fn prefix_makers(&self) -> Vec<&Request> {
+        if !self.cfg.prefix_cache {
+            return Vec::new();
+        }
+        self.requests
+            .values()
+            .filter(|r| r.state == ReqState::Running)
+            .filter(|r| r.prefilling() || r.generated < FOLLOW_STEPS)
+            .collect()
+    }
+
+    /// A waiting request whose next uncached prompt block a running request is computing
+    /// (its hash chain reaches that block too, so the two prompts agree up to it) stays out of
+    /// the plan until the block is a cache entry: admitted now, it would compute the same
+    /// block a second time; a step or a few later it finds it cached. It waits at most for the
+    /// maker's prefill and [`FOLLOW_STEPS`] of its decode steps, so never for long; a request
+    /// scoring its prompt (`prompt_logprobs`) computes every token anyway and never waits.
+    fn awaits_prefix(&self, r: &Request, makers: &[&Request]) -> bool {
+        if makers.is_empty()
+            || r.state != ReqState::Waiting
+            || r.spec.sampling.prompt_logprobs.is_some()
+        {
+            return false;
+        }
+        let shareable = (r.tokens.len() as u32).saturating_sub(1) / self.cfg.block_size;
+        let shareable = (shareable as usize).min(r.hashes.len());
+        if shareable == 0 {
+            return false;
+        }
+        let next = self.hit_of(r).blocks as usize;
+        next < shareable
+            && makers
+                .iter()
+                .any(|m| m.id != r.id && m.hashes.get(next) == Some(&r.hashes[next]))
+    }
+
     /// Blocks a waiting request takes from what is available, and the copies of its DRAM hits.
     fn admission_cost(&self, r: &Request) -> (u32, HitCost) {
         let hit = self.hit_of(r);
@@ -145,11 +183,12 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         if self.nothing_to_plan() {
             return false;
         }
+        let makers = self.prefix_makers();
         let mut view: Vec<ReqView> = Vec::with_capacity(self.requests.len());
         view.extend(
             self.requests
                 .values()
-                .filter(|r| !self.awaits_leader(r))
+                .filter(|r| !self.awaits_leader(r) && !self.awaits_prefix(r, &makers))
                 .filter_map(|r| r.phase().map(|p| self.view_of(r, p))),
         );
         if view.is_empty() {

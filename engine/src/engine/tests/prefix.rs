@@ -339,3 +339,30 @@ fn choices_that_follow_a_leader_find_its_prompt_cached_instead_of_computing_it()
     let ids = trio(&mut e, 1, true);
     assert_eq!(run_all(&mut e, &ids).1, 300);
 }
+
+#[test]
+fn a_request_arriving_while_its_prefix_is_prefilled_waits_for_it_instead_of_computing_it() {
+    // A 1,500-token prompt prefills in three 512-token chunks; one step in, a second prompt
+    // arrives that shares its first 1,200 tokens (75 full blocks) and then differs.
+    let long: Vec<u32> = (0..1500).map(|i| 7000 + i).collect();
+    let mut other = long[..1200].to_vec();
+    other.extend((0..300).map(|i| 20_000 + i));
+    let pair = |tenant: u32| {
+        let mut e = cache_engine(256, true);
+        e.submit(asking(1, 0, &long, 4)).unwrap();
+        e.clock_mut().advance(0.001);
+        let r = e.step().unwrap();
+        assert_eq!(r.prefill_tokens, 512);
+        e.submit(asking(2, tenant, &other, 4)).unwrap();
+        let (cached, rest) = run_all(&mut e, &[RequestId(1), RequestId(2)]);
+        (cached, 512 + rest)
+    };
+    let (cached, prefill) = pair(0);
+    assert_eq!(cached[0], PrefixHit::default());
+    assert_eq!(cached[1].hbm + cached[1].dram, 1200, "{cached:?}");
+    assert_eq!(prefill, 1500 + 300);
+    // Another tenant's namespace shares nothing, so its request never waits for the prefix.
+    let (cached, prefill) = pair(1);
+    assert_eq!(cached[1], PrefixHit::default());
+    assert_eq!(prefill, 1500 + 1500);
+}
