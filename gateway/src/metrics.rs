@@ -22,6 +22,7 @@ pub const ITL: &str = "superinfer_inter_token_latency_seconds";
 pub const E2E: &str = "superinfer_e2e_request_latency_seconds";
 pub const REQUESTS: &str = "superinfer_requests_total";
 pub const REJECTED: &str = "superinfer_requests_rejected_total";
+pub const ADMITTED: &str = "superinfer_admitted_total";
 pub const PROMPT_TOKENS: &str = "superinfer_prompt_tokens_total";
 pub const GENERATION_TOKENS: &str = "superinfer_generation_tokens_total";
 pub const TTFT_ATTAINMENT: &str = "superinfer_ttft_slo_attainment_ratio";
@@ -124,7 +125,16 @@ impl Metrics {
             ),
             (ITL, "Time between consecutive output tokens, per tenant."),
             (E2E, "Time from arrival to the last token, per tenant."),
-            (REQUESTS, "Requests finished, per tenant and finish reason."),
+            (
+                REQUESTS,
+                "Sequences finished (each choice of a request), per tenant and finish reason.",
+            ),
+            (
+                ADMITTED,
+                "What the engine accepted, per tenant and unit: requests (one per HTTP \
+                 request) and sequences (each choice of each prompt; the unit of the TTFT \
+                 SLO checks), as the usage ledger counts them.",
+            ),
             (
                 REJECTED,
                 "Requests refused before reaching the engine, per tenant and reason.",
@@ -252,6 +262,10 @@ impl Metrics {
                 ttft: metrics::histogram!(TTFT, "tenant" => t.clone()),
                 itl: metrics::histogram!(ITL, "tenant" => t.clone()),
                 e2e: metrics::histogram!(E2E, "tenant" => t.clone()),
+                admitted: [
+                    metrics::counter!(ADMITTED, "tenant" => t.clone(), "unit" => "requests"),
+                    metrics::counter!(ADMITTED, "tenant" => t.clone(), "unit" => "sequences"),
+                ],
                 prompt_tokens: metrics::counter!(PROMPT_TOKENS, "tenant" => t.clone()),
                 generation_tokens: metrics::counter!(GENERATION_TOKENS, "tenant" => t.clone()),
                 finished: [
@@ -372,6 +386,9 @@ pub struct TenantMetrics {
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
+    /// What the engine accepted: requests, sequences.
+    pub admitted: [Counter; 2],
+    /// Prompt tokens of accepted requests, each prompt once (as `usage.prompt_tokens`).
     pub prompt_tokens: Counter,
     pub generation_tokens: Counter,
     /// By finish reason: stop, length, abort, error.

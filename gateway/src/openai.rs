@@ -115,10 +115,7 @@ async fn generate(
         admission::submit(&state, &ctx.tenant, &valid).map_err(|e| refuse("overloaded", e))?;
     usage.accepted();
     let prompt_tokens = valid.prompt.len() as u32;
-    ctx.stats.admitted(u64::from(prompt_tokens));
-    ctx.metrics
-        .prompt_tokens
-        .increment(u64::from(prompt_tokens));
+    ctx.admitted(true, prompt_tokens);
     let slot = slot
         .take()
         .ok_or_else(|| GatewayError::Internal("the concurrency slot was taken twice".into()))?;

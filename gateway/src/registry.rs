@@ -25,6 +25,23 @@ pub struct TenantCtx {
     pub metrics: Arc<TenantMetrics>,
 }
 
+impl TenantCtx {
+    /// One sequence the engine accepted, in the statistics and the metrics: the first of its
+    /// request or not, and the prompt tokens it brings (0 for a choice following another
+    /// with the same prompt, which the usage counts once).
+    pub fn admitted(&self, first_of_request: bool, prompt_tokens: u32) {
+        self.stats
+            .admitted(first_of_request, u64::from(prompt_tokens));
+        if first_of_request {
+            self.metrics.admitted[0].increment(1);
+        }
+        self.metrics.admitted[1].increment(1);
+        self.metrics
+            .prompt_tokens
+            .increment(u64::from(prompt_tokens));
+    }
+}
+
 #[derive(Default)]
 struct Directory {
     snapshot: Snapshot,

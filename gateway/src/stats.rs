@@ -16,7 +16,8 @@ pub struct TenantStats {
 
 #[derive(Debug, Default)]
 struct Inner {
-    admitted: u64,
+    requests: u64,
+    sequences: u64,
     finished: u64,
     prompt_tokens: u64,
     completion_tokens: u64,
@@ -114,8 +115,11 @@ pub struct LatencyReport {
 /// The counters and latency reports of one tenant.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StatsReport {
+    /// Requests the engine accepted (one per HTTP request).
     pub requests_admitted: u64,
-    pub requests_finished: u64,
+    /// Their sequences (each choice of each prompt): the unit of the TTFT series.
+    pub sequences_admitted: u64,
+    pub sequences_finished: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub ttft: LatencyReport,
@@ -129,9 +133,12 @@ impl TenantStats {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn admitted(&self, prompt_tokens: u64) {
+    /// One sequence the engine accepted: the first of its request or not, and the prompt
+    /// tokens it adds (0 for a choice whose prompt an earlier choice brought).
+    pub fn admitted(&self, first_of_request: bool, prompt_tokens: u64) {
         let mut s = self.lock();
-        s.admitted += 1;
+        s.requests += u64::from(first_of_request);
+        s.sequences += 1;
         s.prompt_tokens += prompt_tokens;
     }
 
@@ -166,8 +173,9 @@ impl TenantStats {
     pub fn report(&self, ttft_slo_s: f64, tbt_slo_s: f64) -> StatsReport {
         let s = self.lock();
         StatsReport {
-            requests_admitted: s.admitted,
-            requests_finished: s.finished,
+            requests_admitted: s.requests,
+            sequences_admitted: s.sequences,
+            sequences_finished: s.finished,
             prompt_tokens: s.prompt_tokens,
             completion_tokens: s.completion_tokens,
             ttft: s.ttft.report(ttft_slo_s),

@@ -132,6 +132,7 @@ impl UsageTicket {
         let received = self.streamed || !t.error;
         let counts = UsageCounts {
             requests: 1,
+            sequences: u64::from(t.accepted),
             errors: u64::from(t.error),
             ..if received {
                 t.sum

@@ -1,5 +1,5 @@
-//! The usage ledger for billing: per tenant and UTC hour, requests, prompt tokens, cached
-//! prompt tokens, completion tokens and errors, kept in the store's `usage` tree.
+//! The usage ledger for billing: per tenant and UTC hour, requests, sequences, prompt tokens,
+//! cached prompt tokens, completion tokens and errors, kept in the store's `usage` tree.
 //!
 //! The request path only adds to an in-memory table ([`UsageLedger::record`]: a mutex and a
 //! hash-map entry, no I/O); [`UsageLedger::flush`] moves that table into sled in one
@@ -25,8 +25,11 @@ use crate::model::TenantId;
 pub use export::{to_csv, UsageReport, UsageReportRow};
 pub use time::{format_hour, parse_time};
 
-/// The sled tree of the ledger (schema version 3).
+/// The sled tree of the ledger (schema version 3; values of [`VALUE_BYTES`] since version 4).
 pub(crate) const USAGE: &str = "usage";
+
+/// Bytes of one encoded [`UsageCounts`]: six big-endian u64 counters.
+pub(crate) const VALUE_BYTES: usize = 48;
 
 /// Milliseconds in one hour bucket.
 const HOUR_MS: u64 = 3_600_000;
@@ -36,6 +39,9 @@ const HOUR_MS: u64 = 3_600_000;
 pub struct UsageCounts {
     /// Requests the engine accepted (one per HTTP request, whatever its `n` or prompts).
     pub requests: u64,
+    /// Sequences the engine accepted: each choice of each prompt (`n` × prompts, or
+    /// `best_of` × prompts), the unit of `max_concurrent` seats and of the SLO series.
+    pub sequences: u64,
     pub prompt_tokens: u64,
     /// Prompt tokens found in the prefix cache.
     pub cached_tokens: u64,
@@ -48,16 +54,18 @@ pub struct UsageCounts {
 impl UsageCounts {
     pub fn add(&mut self, o: &UsageCounts) {
         self.requests += o.requests;
+        self.sequences += o.sequences;
         self.prompt_tokens += o.prompt_tokens;
         self.cached_tokens += o.cached_tokens;
         self.completion_tokens += o.completion_tokens;
         self.errors += o.errors;
     }
 
-    fn encode(&self) -> [u8; 40] {
-        let mut out = [0u8; 40];
+    pub(crate) fn encode(&self) -> [u8; VALUE_BYTES] {
+        let mut out = [0u8; VALUE_BYTES];
         let fields = [
             self.requests,
+            self.sequences,
             self.prompt_tokens,
             self.cached_tokens,
             self.completion_tokens,
@@ -70,9 +78,9 @@ impl UsageCounts {
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<UsageCounts> {
-        if bytes.len() != 40 {
+        if bytes.len() != VALUE_BYTES {
             return Err(TenantError::Corrupt(format!(
-                "a usage value is {} bytes, not 40",
+                "a usage value is {} bytes, not {VALUE_BYTES}",
                 bytes.len()
             )));
         }
@@ -83,10 +91,11 @@ impl UsageCounts {
         };
         Ok(UsageCounts {
             requests: f(0),
-            prompt_tokens: f(1),
-            cached_tokens: f(2),
-            completion_tokens: f(3),
-            errors: f(4),
+            sequences: f(1),
+            prompt_tokens: f(2),
+            cached_tokens: f(3),
+            completion_tokens: f(4),
+            errors: f(5),
         })
     }
 }

@@ -177,7 +177,7 @@ async fn a_tenant_reads_only_its_own_stats() {
     }
     let v: Value = s.get("/v1/tenant/stats", &a).await.json().await.unwrap();
     assert_eq!(v["tenant"]["name"], "alpha");
-    assert_eq!(v["stats"]["requests_finished"], 3);
+    assert_eq!(v["stats"]["sequences_finished"], 3);
     assert_eq!(v["stats"]["completion_tokens"], 12);
     assert_eq!(v["stats"]["ttft"]["slo_s"], 2.0);
     assert_eq!(v["stats"]["ttft"]["attainment"], 1.0);
@@ -185,7 +185,7 @@ async fn a_tenant_reads_only_its_own_stats() {
     let resp = s.get(&format!("/v1/tenant/stats?tenant={a_id}"), &b).await;
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["tenant"]["id"], b_id);
-    assert_eq!(v["stats"]["requests_finished"], 0);
+    assert_eq!(v["stats"]["sequences_finished"], 0);
     // A tenant key opens no admin route.
     let resp = s.get(&format!("/admin/v1/tenants/{a_id}/stats"), &b).await;
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
@@ -194,7 +194,7 @@ async fn a_tenant_reads_only_its_own_stats() {
     // The admin reads anyone's.
     let (status, v) = s.admin("GET", &format!("/{a_id}/stats"), None).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(v["stats"]["requests_finished"], 3);
+    assert_eq!(v["stats"]["sequences_finished"], 3);
     s.shutdown().await;
 }
 

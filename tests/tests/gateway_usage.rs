@@ -7,17 +7,28 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use superinfer_tests::{sse_events, TestOptions, TestServer, ADMIN_TOKEN};
 
-/// (requests, prompt, cached, completion) summed per tenant on the client side.
-type Sums = HashMap<String, [u64; 4]>;
+/// (requests, sequences, prompt, cached, completion) summed per tenant on the client side.
+type Sums = HashMap<String, [u64; 5]>;
 
-fn add(sums: &mut Sums, tenant: &str, usage: &Value) {
+/// The ledger's columns in the order of [`Sums`].
+const COLUMNS: [&str; 5] = [
+    "requests",
+    "sequences",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+];
+
+/// One request of `sequences` choices whose client was told `usage`.
+fn add(sums: &mut Sums, tenant: &str, sequences: u64, usage: &Value) {
     let e = sums.entry(tenant.to_string()).or_default();
     e[0] += 1;
-    e[1] += usage["prompt_tokens"].as_u64().expect("prompt_tokens");
-    e[2] += usage["prompt_tokens_details"]["cached_tokens"]
+    e[1] += sequences;
+    e[2] += usage["prompt_tokens"].as_u64().expect("prompt_tokens");
+    e[3] += usage["prompt_tokens_details"]["cached_tokens"]
         .as_u64()
         .expect("cached_tokens");
-    e[3] += usage["completion_tokens"]
+    e[4] += usage["completion_tokens"]
         .as_u64()
         .expect("completion_tokens");
 }
@@ -76,6 +87,7 @@ async fn the_ledger_equals_what_the_clients_were_told() {
         add(
             &mut sums,
             tenant,
+            1,
             &usage_of(&s, key, "/v1/completions", plain).await,
         );
         let streamed = json!({"model": model, "prompt": "Once upon", "max_tokens": n,
@@ -83,6 +95,7 @@ async fn the_ledger_equals_what_the_clients_were_told() {
         add(
             &mut sums,
             tenant,
+            1,
             &usage_of(&s, key, "/v1/completions", streamed).await,
         );
         let chat = json!({"model": model, "messages": [{"role": "user", "content": "hi"}],
@@ -91,6 +104,7 @@ async fn the_ledger_equals_what_the_clients_were_told() {
         add(
             &mut sums,
             tenant,
+            1,
             &usage_of(&s, key, "/v1/chat/completions", chat).await,
         );
         // Twice the same long prompt: the second finds blocks in the prefix cache.
@@ -99,6 +113,7 @@ async fn the_ledger_equals_what_the_clients_were_told() {
             add(
                 &mut sums,
                 tenant,
+                1,
                 &usage_of(&s, key, "/v1/completions", cached).await,
             );
         }
@@ -106,6 +121,7 @@ async fn the_ledger_equals_what_the_clients_were_told() {
         add(
             &mut sums,
             tenant,
+            4,
             &usage_of(&s, key, "/v1/completions", several).await,
         );
         let several_streamed = json!({"model": model, "prompt": "x", "n": 3, "max_tokens": 2,
@@ -113,6 +129,7 @@ async fn the_ledger_equals_what_the_clients_were_told() {
         add(
             &mut sums,
             tenant,
+            3,
             &usage_of(&s, key, "/v1/completions", several_streamed).await,
         );
         // Refused before admission: no usage, not in the ledger.
@@ -121,7 +138,7 @@ async fn the_ledger_equals_what_the_clients_were_told() {
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     }
     assert!(
-        sums["alpha"][2] > 0,
+        sums["alpha"][3] > 0,
         "the repeated prompt was cached: {sums:?}"
     );
 
@@ -130,20 +147,12 @@ async fn the_ledger_equals_what_the_clients_were_told() {
     let body: Value = resp.json().await.expect("JSON");
     assert_eq!(body["object"], "usage.list");
     let mut got = Sums::new();
-    let mut total = [0u64; 4];
+    let mut total = [0u64; 5];
     for row in body["data"].as_array().expect("rows") {
         let e = got
             .entry(row["tenant"].as_str().expect("a name").to_string())
             .or_default();
-        for (i, f) in [
-            "requests",
-            "prompt_tokens",
-            "cached_tokens",
-            "completion_tokens",
-        ]
-        .iter()
-        .enumerate()
-        {
+        for (i, f) in COLUMNS.iter().enumerate() {
             e[i] += row[f].as_u64().expect("a count");
             total[i] += row[f].as_u64().expect("a count");
         }
@@ -151,8 +160,33 @@ async fn the_ledger_equals_what_the_clients_were_told() {
         assert!(row["hour"].as_str().expect("an hour").ends_with(":00:00Z"));
     }
     assert_eq!(got, sums);
-    assert_eq!(body["totals"]["requests"], total[0]);
-    assert_eq!(body["totals"]["completion_tokens"], total[3]);
+    for (i, f) in COLUMNS.iter().enumerate() {
+        assert_eq!(body["totals"][f], total[i], "{f}");
+    }
+    // The tenant's statistics and the metrics count in the ledger's units.
+    for (tenant, key) in &keys {
+        let v: Value = s.get("/v1/tenant/stats", key).await.json().await.unwrap();
+        let st = &v["stats"];
+        let e = sums[*tenant];
+        assert_eq!(st["requests_admitted"], e[0], "{tenant}: {v}");
+        assert_eq!(st["sequences_admitted"], e[1], "{tenant}: {v}");
+        assert_eq!(st["sequences_finished"], e[1], "{tenant}: {v}");
+        assert_eq!(st["prompt_tokens"], e[2], "{tenant}: {v}");
+        assert_eq!(st["completion_tokens"], e[4], "{tenant}: {v}");
+        assert_eq!(st["ttft"]["count"], e[1], "{tenant}: {v}");
+    }
+    let metrics = s.client.get(s.url("/metrics")).send().await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    let series = |unit: &str| {
+        let head = format!("superinfer_admitted_total{{tenant=\"alpha\",unit=\"{unit}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(head.as_str()))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{head}in {metrics}"))
+    };
+    assert_eq!(series("requests"), sums["alpha"][0]);
+    assert_eq!(series("sequences"), sums["alpha"][1]);
 
     let csv = ledger(&s, "?tenant=alpha&format=csv&from=2020-01-01").await;
     assert_eq!(
@@ -176,6 +210,7 @@ async fn the_ledger_equals_what_the_clients_were_told() {
         })
         .sum();
     assert_eq!(requests, sums["alpha"][0]);
+    assert!(lines[0].starts_with("tenant_id,tenant,hour,requests,sequences,"));
     assert!(lines[1..]
         .iter()
         .all(|l| l.split(',').nth(1) == Some("alpha")));

@@ -82,7 +82,7 @@ arrivals = {{ kind = "poisson", rps = 4.0 }}
         .iter()
         .map(|t| {
             let (_, v) = rt.block_on(s.admin("GET", &format!("/{t}/stats"), None));
-            v["stats"]["requests_finished"].as_u64().unwrap()
+            v["stats"]["sequences_finished"].as_u64().unwrap()
         })
         .sum();
     assert_eq!(served, submitted);

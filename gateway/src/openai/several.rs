@@ -83,9 +83,10 @@ pub async fn generate(
         if j == 0 {
             leader = Some(stream.id);
         }
+        // The request's first sequence; each prompt's tokens counted once, with its first
+        // choice (as `usage.prompt_tokens`).
         let n = one.prompt.len() as u32;
-        ctx.stats.admitted(u64::from(n));
-        ctx.metrics.prompt_tokens.increment(u64::from(n));
+        ctx.admitted(gens.is_empty(), if j == 0 { n } else { 0 });
         gens.push(
             Generation::new(
                 stream,

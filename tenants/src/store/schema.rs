@@ -11,6 +11,7 @@
 pub(crate) mod v0;
 pub(crate) mod v1;
 pub(crate) mod v2;
+pub(crate) mod v3;
 
 #[cfg(test)]
 mod tests;
@@ -24,7 +25,7 @@ use super::layout::{
 use crate::error::{Result, TenantError};
 
 /// The layout this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// One step forward: `run` must move a store at version `from` to `from + 1`, writing the new
 /// version in the same transaction as the data.
@@ -45,6 +46,10 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         from: 2,
         run: v2::migrate_to_v3,
+    },
+    Migration {
+        from: 3,
+        run: v3::migrate_to_v4,
     },
 ];
 

@@ -42,7 +42,7 @@ impl UsageReportRow {
 /// today, but the output stays valid CSV whatever a name holds).
 pub fn to_csv(report: &UsageReport) -> String {
     let mut out = String::from(
-        "tenant_id,tenant,hour,requests,prompt_tokens,cached_tokens,completion_tokens,errors\n",
+        "tenant_id,tenant,hour,requests,sequences,prompt_tokens,cached_tokens,completion_tokens,errors\n",
     );
     for r in &report.data {
         let name = r.tenant.as_deref().unwrap_or("");
@@ -53,11 +53,12 @@ pub fn to_csv(report: &UsageReport) -> String {
         };
         let c = &r.counts;
         out.push_str(&format!(
-            "{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{}\n",
             r.tenant_id,
             name,
             r.hour,
             c.requests,
+            c.sequences,
             c.prompt_tokens,
             c.cached_tokens,
             c.completion_tokens,

@@ -5,6 +5,7 @@ use crate::NewTenant;
 fn counts(requests: u64, prompt: u64, cached: u64, completion: u64, errors: u64) -> UsageCounts {
     UsageCounts {
         requests,
+        sequences: requests,
         prompt_tokens: prompt,
         cached_tokens: cached,
         completion_tokens: completion,
@@ -26,7 +27,15 @@ fn records_sum_per_tenant_and_hour_and_survive_reopen() {
         u.record(a.id, h + HOUR_MS - 1, counts(1, 20, 16, 7, 0));
         u.flush().unwrap();
         u.record(a.id, h + HOUR_MS, counts(1, 3, 0, 0, 1));
-        u.record(b.id, h, counts(2, 8, 0, 4, 0));
+        // Two requests of three sequences (one with `n: 2`).
+        u.record(
+            b.id,
+            h,
+            UsageCounts {
+                sequences: 3,
+                ..counts(2, 8, 0, 4, 0)
+            },
+        );
         s.flush().unwrap(); // the store's flush also flushes the ledger
         (a, b)
     };
@@ -40,7 +49,14 @@ fn records_sum_per_tenant_and_hour_and_survive_reopen() {
         vec![
             (a.id, 491_000, counts(2, 30, 16, 12, 0)),
             (a.id, 491_001, counts(1, 3, 0, 0, 1)),
-            (b.id, 491_000, counts(2, 8, 0, 4, 0)),
+            (
+                b.id,
+                491_000,
+                UsageCounts {
+                    sequences: 3,
+                    ..counts(2, 8, 0, 4, 0)
+                }
+            ),
         ]
     );
     let only_a_second_hour = UsageQuery {
@@ -54,16 +70,25 @@ fn records_sum_per_tenant_and_hour_and_survive_reopen() {
     // A deleted tenant's rows stay, without a name.
     s.delete(b.id).unwrap();
     let r = s.usage_report(&UsageQuery::default()).unwrap();
-    assert_eq!(r.totals, counts(5, 41, 16, 16, 1));
+    assert_eq!(
+        r.totals,
+        UsageCounts {
+            sequences: 6,
+            ..counts(5, 41, 16, 16, 1)
+        }
+    );
     assert_eq!(r.data[2].tenant, None);
     let csv = to_csv(&r);
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("tenant_id,tenant,hour,requests,prompt_tokens,cached_tokens,completion_tokens,errors")
+        Some("tenant_id,tenant,hour,requests,sequences,prompt_tokens,cached_tokens,completion_tokens,errors")
     );
-    assert_eq!(lines.next(), Some("1,a,2026-01-05T08:00:00Z,2,30,16,12,0"));
-    assert_eq!(lines.nth(1), Some("2,,2026-01-05T08:00:00Z,2,8,0,4,0"));
+    assert_eq!(
+        lines.next(),
+        Some("1,a,2026-01-05T08:00:00Z,2,2,30,16,12,0")
+    );
+    assert_eq!(lines.nth(1), Some("2,,2026-01-05T08:00:00Z,2,3,8,0,4,0"));
 }
 
 #[test]

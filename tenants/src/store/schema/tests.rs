@@ -221,7 +221,7 @@ fn a_version_2_store_gains_the_usage_ledger_on_open() {
     }
     let s = reopen(&path);
     s.check().unwrap();
-    assert_eq!(stored_version(&s.db).unwrap(), Some(3));
+    assert_eq!(stored_version(&s.db).unwrap(), Some(SCHEMA_VERSION));
     let gold = s.get_by_name("gold").unwrap().unwrap();
     assert!(matches!(s.authenticate(key.expose()).unwrap(), Auth::Granted(t) if t.id == gold.id));
     let counts = crate::UsageCounts {
@@ -232,4 +232,71 @@ fn a_version_2_store_gains_the_usage_ledger_on_open() {
     s.usage().record(gold.id, 0, counts);
     let report = s.usage_report(&crate::UsageQuery::default()).unwrap();
     assert_eq!(report.totals, counts);
+}
+
+#[test]
+fn a_version_3_ledger_gains_sequences_on_open_and_a_bad_row_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let id = {
+        let s = TenantStore::open(&path).unwrap();
+        s.create(crate::NewTenant::named("gold")).unwrap().0.id
+    };
+    // What a version-3 binary left: five counters per row, version 3.
+    let v3 = |fields: [u64; 5]| {
+        fields
+            .iter()
+            .flat_map(|f| f.to_be_bytes())
+            .collect::<Vec<u8>>()
+    };
+    let write = |rows: &[(u64, Vec<u8>)]| {
+        let db = sled::open(&path).unwrap();
+        let usage = db.open_tree("usage").unwrap();
+        for (hour, v) in rows {
+            usage
+                .insert(crate::usage::row_key(id, *hour), v.clone())
+                .unwrap();
+        }
+        let meta = db.open_tree("meta").unwrap();
+        meta.insert(VERSION_KEY, &3u32.to_be_bytes()).unwrap();
+        db.flush().unwrap();
+    };
+    // A row of the wrong size stops the migration: nothing is rewritten, the version stays.
+    write(&[(7, v3([2, 30, 16, 9, 1])), (8, vec![0; 12])]);
+    let err = TenantStore::open(&path).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(&err, TenantError::Migration { from: 3, reason } if reason.contains("12 bytes")),
+        "{err}"
+    );
+    {
+        let db = sled::open(&path).unwrap();
+        assert_eq!(stored_version(&db).unwrap(), Some(3));
+        let usage = db.open_tree("usage").unwrap();
+        assert_eq!(
+            usage
+                .get(crate::usage::row_key(id, 7))
+                .unwrap()
+                .unwrap()
+                .len(),
+            40
+        );
+        usage.remove(crate::usage::row_key(id, 8)).unwrap();
+        db.flush().unwrap();
+    }
+    let s = reopen(&path);
+    s.check().unwrap();
+    assert_eq!(stored_version(&s.db).unwrap(), Some(SCHEMA_VERSION));
+    let rows = s.usage().rows(&crate::UsageQuery::default()).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0].counts,
+        crate::UsageCounts {
+            requests: 2,
+            sequences: 2,
+            prompt_tokens: 30,
+            cached_tokens: 16,
+            completion_tokens: 9,
+            errors: 1,
+        }
+    );
 }

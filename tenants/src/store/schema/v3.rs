@@ -1,0 +1,64 @@
+//! Version 3 → 4: each usage row gained `sequences` (the choices the engine accepted, beside
+//! the requests), so a value grows from five counters (40 bytes) to six (48). Version 3 did
+//! not record sequences; every request had at least one, so a migrated row says
+//! `sequences = requests`, a lower bound for hours served before the upgrade (exact for
+//! requests with one prompt and `n = 1`). Rows and the version move in one transaction.
+
+use sled::transaction::{TransactionError, Transactional};
+use sled::Db;
+
+use super::super::layout::{META, SCHEMA_VERSION as VERSION_KEY};
+use crate::error::{Result, TenantError};
+use crate::usage::{UsageCounts, USAGE};
+
+/// Five big-endian u64 counters: requests, prompt, cached and completion tokens, errors.
+const V3_VALUE_BYTES: usize = 40;
+
+/// A version-3 value as the current counters.
+fn decode_v3(bytes: &[u8]) -> Result<UsageCounts> {
+    if bytes.len() != V3_VALUE_BYTES {
+        return Err(TenantError::Migration {
+            from: 3,
+            reason: format!(
+                "a usage value is {} bytes, not {V3_VALUE_BYTES}",
+                bytes.len()
+            ),
+        });
+    }
+    let f = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[8 * i..8 * i + 8]);
+        u64::from_be_bytes(b)
+    };
+    Ok(UsageCounts {
+        requests: f(0),
+        sequences: f(0),
+        prompt_tokens: f(1),
+        cached_tokens: f(2),
+        completion_tokens: f(3),
+        errors: f(4),
+    })
+}
+
+/// Rewrites every usage row in the version-4 layout and records version 4, in one transaction.
+pub(crate) fn migrate_to_v4(db: &Db) -> Result<()> {
+    let usage = db.open_tree(USAGE)?;
+    let meta = db.open_tree(META)?;
+    let mut rows = Vec::new();
+    for kv in usage.iter() {
+        let (k, v) = kv?;
+        rows.push((k, decode_v3(&v)?.encode()));
+    }
+    (&usage, &meta)
+        .transaction(|(usage, meta)| {
+            for (k, v) in &rows {
+                usage.insert(k, v.to_vec())?;
+            }
+            meta.insert(VERSION_KEY, &4u32.to_be_bytes())?;
+            Ok(())
+        })
+        .map_err(|e: TransactionError<TenantError>| match e {
+            TransactionError::Abort(e) => e,
+            TransactionError::Storage(e) => e.into(),
+        })
+}
