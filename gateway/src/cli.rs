@@ -1,7 +1,9 @@
 //! The `superinfer` command line: `serve` (the server), `tenants …` (the tenant store,
-//! offline, while the server is stopped) and `model tiny` (write the embedded model). Bad flags exit with status 2; a failure while
+//! offline, while the server is stopped), `usage --node …` (a fleet's usage, from every
+//! node's admin API) and `model tiny` (write the embedded model). Bad flags exit with status 2; a failure while
 //! running exits with status 1.
 
+pub mod fleet_usage;
 mod model;
 mod tenants;
 
@@ -31,6 +33,8 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Manage tenants in the data directory while the server is stopped.
     Tenants(tenants::TenantsArgs),
+    /// A fleet's usage: every node's ledger (`--node URL`, each once) summed exactly once.
+    Usage(fleet_usage::FleetUsageArgs),
     /// Write models: `superinfer model tiny --out DIR` writes the embedded tiny model.
     Model(model::ModelArgs),
 }
@@ -61,6 +65,7 @@ pub fn run<I: IntoIterator<Item = OsString>>(argv: I) -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Tenants(args) => tenants::run(args),
+        Command::Usage(args) => fleet_usage::run(args),
         Command::Model(args) => model::run(args),
     };
     match result {

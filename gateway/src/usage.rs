@@ -307,9 +307,10 @@ fn render(report: &UsageReport, format: Format) -> Response {
     }
 }
 
-/// `{"object": "usage.list", "data": [rows], "totals": {…}}`.
+/// `{"object": "usage.list", "ledgers": [ids], "data": [rows], "totals": {…}}`.
 pub fn report_json(report: &UsageReport) -> serde_json::Value {
-    serde_json::json!({"object": "usage.list", "data": report.data, "totals": report.totals})
+    serde_json::json!({"object": "usage.list", "ledgers": report.ledgers, "data": report.data,
+        "totals": report.totals})
 }
 
 fn now_ms() -> u64 {

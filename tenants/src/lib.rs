@@ -45,6 +45,6 @@ pub use sled::Subscriber;
 pub use snapshot::{Auth, Snapshot};
 pub use store::{ApplyReport, TenantStore, SCHEMA_VERSION};
 pub use usage::{
-    format_hour, parse_time, to_csv, UsageCounts, UsageLedger, UsageQuery, UsageReport,
-    UsageReportRow, UsageRow,
+    format_hour, parse_time, to_csv, DuplicateLedger, UsageCounts, UsageLedger, UsageQuery,
+    UsageReport, UsageReportRow, UsageRow,
 };

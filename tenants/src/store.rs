@@ -245,10 +245,26 @@ impl TenantStore {
         &self.usage
     }
 
+    /// This store's ledger id (32 hex digits): what tells the nodes of a fleet apart when
+    /// their exports are summed, so that none is counted twice.
+    pub fn ledger_id(&self) -> Result<String> {
+        match self.trees.meta.get(layout::LEDGER_ID)? {
+            Some(id) if id.len() == 16 => Ok(id.iter().map(|b| format!("{b:02x}")).collect()),
+            Some(id) => Err(TenantError::Corrupt(format!(
+                "meta `ledger_id` is {} bytes, not 16",
+                id.len()
+            ))),
+            None => Err(TenantError::Corrupt("meta `ledger_id` is missing".into())),
+        }
+    }
+
     /// The ledger rows `q` selects, with the tenants' current names (`None` for deleted
     /// tenants) and the totals.
     pub fn usage_report(&self, q: &UsageQuery) -> Result<UsageReport> {
-        let mut report = UsageReport::default();
+        let mut report = UsageReport {
+            ledgers: vec![self.ledger_id()?],
+            ..UsageReport::default()
+        };
         let mut names = std::collections::HashMap::new();
         for row in self.usage.rows(q)? {
             let name = match names.entry(row.tenant) {

@@ -13,7 +13,7 @@ mod time;
 #[cfg(test)]
 mod tests;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sled::transaction::TransactionError;
 use sled::{Db, Tree};
 use std::collections::HashMap;
@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::error::{Result, TenantError};
 use crate::model::TenantId;
 
-pub use export::{to_csv, UsageReport, UsageReportRow};
+pub use export::{to_csv, DuplicateLedger, UsageReport, UsageReportRow};
 pub use time::{format_hour, parse_time};
 
 /// The sled tree of the ledger (schema version 3; values of [`VALUE_BYTES`] since version 4).
@@ -35,7 +35,7 @@ pub(crate) const VALUE_BYTES: usize = 48;
 const HOUR_MS: u64 = 3_600_000;
 
 /// What one tenant used in one hour (or in any sum of hours).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageCounts {
     /// Requests the engine accepted (one per HTTP request, whatever its `n` or prompts).
     pub requests: u64,

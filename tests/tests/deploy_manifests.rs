@@ -90,7 +90,7 @@ fn the_manifests_agree_with_the_servers_configuration() {
         "/metrics on the API port, as the manifests scrape"
     );
 
-    let deploy = one(&all, "Deployment", "superinfer");
+    let deploy = one(&all, "StatefulSet", "superinfer");
     let pod = &deploy["spec"]["template"];
     let labels = pod["metadata"]["labels"]
         .as_hash()
@@ -119,6 +119,30 @@ fn the_manifests_agree_with_the_servers_configuration() {
         .find(|m| m["name"].as_str() == Some("data"))
         .expect("the data volume");
     assert_eq!(Path::new(data["mountPath"].as_str().unwrap()), cfg.data_dir);
+    // The data directory (tenant store and usage ledger) is each pod's persistent volume,
+    // kept when the set scales down, never an emptyDir that a rescheduled pod loses.
+    let claims = deploy["spec"]["volumeClaimTemplates"]
+        .as_vec()
+        .expect("volume claims");
+    assert!(claims
+        .iter()
+        .any(|c| c["metadata"]["name"].as_str() == Some("data")));
+    let volumes = pod["spec"]["volumes"].as_vec().expect("volumes");
+    assert!(!volumes.iter().any(|v| v["name"].as_str() == Some("data")));
+    let retain = &deploy["spec"]["persistentVolumeClaimRetentionPolicy"];
+    assert_eq!(retain["whenScaled"].as_str(), Some("Retain"));
+    assert_eq!(retain["whenDeleted"].as_str(), Some("Retain"));
+    // Its pods are named under a headless Service, which the fleet's usage export uses.
+    let nodes = one(
+        &all,
+        "Service",
+        deploy["spec"]["serviceName"].as_str().unwrap(),
+    );
+    assert_eq!(nodes["spec"]["clusterIP"].as_str(), Some("None"));
+    assert_eq!(
+        nodes["spec"]["selector"].as_hash(),
+        deploy["spec"]["selector"]["matchLabels"].as_hash()
+    );
     let http = &c["ports"][0];
     assert_eq!(http["name"].as_str(), Some("http"));
     assert_eq!(int(&http["containerPort"], "containerPort"), port);
@@ -209,7 +233,7 @@ fn the_tenants_configmap_is_a_tenants_file_the_server_applies() {
         .tenants_file
         .as_ref()
         .expect("the pods apply a tenants file");
-    let deploy = one(&all, "Deployment", "superinfer");
+    let deploy = one(&all, "StatefulSet", "superinfer");
     let pod = &deploy["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
     let mount = c["volumeMounts"]

@@ -30,6 +30,9 @@ impl TenantStore {
         }
         let next_id = self.meta_u64(NEXT_ID, "next_id", &mut problems)?;
         self.meta_u64(GENERATION, "generation", &mut problems)?;
+        if let Err(e) = self.ledger_id() {
+            problems.push(e.to_string());
+        }
 
         let mut names: HashMap<String, TenantId> = HashMap::new();
         let mut keys: HashMap<KeyHash, TenantId> = HashMap::new();

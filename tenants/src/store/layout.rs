@@ -1,7 +1,8 @@
-//! The on-disk layout of schema version 3 (version 1's, with `cache_namespace` in each
-//! tenant record since version 2, and the usage ledger's tree `usage` since version 3, laid
-//! out in `crate::usage`): tree names, meta keys, record encoding, and the
-//! transactional view that every write goes through.
+//! The on-disk layout of schema version 4 (version 1's, with `cache_namespace` in each
+//! tenant record since version 2, the usage ledger's tree `usage` since version 3, laid
+//! out in `crate::usage`, and its `sequences` column and `ledger_id` since version 4): tree
+//! names, meta keys, record encoding, and the transactional view that every write goes
+//! through.
 //!
 //! | tree | key | value |
 //! |---|---|---|
@@ -11,6 +12,7 @@
 //! | `meta` | `schema_version` | u32 big-endian |
 //! | `meta` | `next_id` | u64 big-endian: the id the next tenant gets |
 //! | `meta` | `generation` | u64 big-endian: bumped by every admin write |
+//! | `meta` | `ledger_id` | 16 random bytes naming this store's ledger in a fleet's export |
 
 use serde::{Deserialize, Serialize};
 use sled::transaction::{ConflictableTransactionError, TransactionalTree};
@@ -28,6 +30,17 @@ pub(crate) const META: &str = "meta";
 pub(crate) const SCHEMA_VERSION: &[u8] = b"schema_version";
 pub(crate) const NEXT_ID: &[u8] = b"next_id";
 pub(crate) const GENERATION: &[u8] = b"generation";
+pub(crate) const LEDGER_ID: &[u8] = b"ledger_id";
+
+/// A new store's ledger id: 16 bytes from the OS, so two stores never share one.
+pub(crate) fn new_ledger_id() -> Result<[u8; 16]> {
+    use rand::TryRngCore;
+    let mut id = [0u8; 16];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut id)
+        .map_err(|e| TenantError::Corrupt(format!("no randomness for the ledger id: {e}")))?;
+    Ok(id)
+}
 
 /// Ids start at 1 so that 0 never names a stored tenant.
 pub(crate) const FIRST_ID: u64 = 1;

@@ -20,7 +20,8 @@ use sled::transaction::TransactionError;
 use sled::Db;
 
 use super::layout::{
-    decode_u32, FIRST_ID, GENERATION, META, NEXT_ID, SCHEMA_VERSION as VERSION_KEY,
+    decode_u32, new_ledger_id, FIRST_ID, GENERATION, LEDGER_ID, META, NEXT_ID,
+    SCHEMA_VERSION as VERSION_KEY,
 };
 use crate::error::{Result, TenantError};
 
@@ -105,8 +106,10 @@ pub(crate) fn stored_version(db: &Db) -> Result<Option<u32>> {
 /// A new, empty store at the current version.
 fn init(db: &Db) -> Result<()> {
     let meta = db.open_tree(META)?;
+    let ledger = new_ledger_id()?;
     meta.transaction(|meta| {
         meta.insert(NEXT_ID, &FIRST_ID.to_be_bytes())?;
+        meta.insert(LEDGER_ID, &ledger)?;
         meta.insert(GENERATION, &0u64.to_be_bytes())?;
         meta.insert(VERSION_KEY, &SCHEMA_VERSION.to_be_bytes())?;
         Ok(())

@@ -117,3 +117,57 @@ fn times_parse_and_format_in_utc() {
         );
     }
 }
+
+#[test]
+fn a_fleet_report_sums_each_ledger_once_matching_tenants_by_name() {
+    let node = |ledger: &str, rows: Vec<UsageReportRow>| {
+        let mut totals = UsageCounts::default();
+        for r in &rows {
+            totals.add(&r.counts);
+        }
+        UsageReport {
+            ledgers: vec![ledger.to_string()],
+            data: rows,
+            totals,
+        }
+    };
+    let row = |id: u32, name: Option<&str>, hour: u64, c: UsageCounts| {
+        UsageReportRow::new(id, name.map(str::to_string), hour, c)
+    };
+    // "acme" is id 2 on one node and 3 on the other; a deleted tenant 9 is on both.
+    let a = node(
+        "aa",
+        vec![
+            row(2, Some("acme"), 10, counts(1, 5, 0, 3, 0)),
+            row(2, Some("acme"), 11, counts(2, 6, 0, 4, 1)),
+            row(9, None, 10, counts(1, 1, 0, 1, 0)),
+        ],
+    );
+    let b = node(
+        "bb",
+        vec![
+            row(3, Some("acme"), 10, counts(4, 7, 2, 8, 0)),
+            row(9, None, 10, counts(1, 2, 0, 2, 0)),
+        ],
+    );
+    let fleet = UsageReport::merge([a.clone(), b.clone()]).unwrap();
+    assert_eq!(fleet.ledgers, ["aa", "bb"]);
+    let mut want = a.totals;
+    want.add(&b.totals);
+    assert_eq!(fleet.totals, want);
+    let acme10 = fleet
+        .data
+        .iter()
+        .find(|r| r.tenant.as_deref() == Some("acme") && r.hour_unix_s == 36_000)
+        .unwrap();
+    assert_eq!(
+        (acme10.tenant_id, acme10.counts),
+        (2, counts(5, 12, 2, 11, 0))
+    );
+    // Deleted tenants' rows stay apart: two rows of id 9.
+    assert_eq!(fleet.data.iter().filter(|r| r.tenant.is_none()).count(), 2);
+    assert_eq!(fleet.data.len(), 4);
+    // The same node twice is refused, naming its ledger.
+    let err = UsageReport::merge([a.clone(), b, a]).unwrap_err();
+    assert_eq!(err, DuplicateLedger("aa".into()));
+}

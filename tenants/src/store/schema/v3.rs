@@ -2,12 +2,14 @@
 //! the requests), so a value grows from five counters (40 bytes) to six (48). Version 3 did
 //! not record sequences; every request had at least one, so a migrated row says
 //! `sequences = requests`, a lower bound for hours served before the upgrade (exact for
-//! requests with one prompt and `n = 1`). Rows and the version move in one transaction.
+//! requests with one prompt and `n = 1`). The store also gets its `ledger_id` (16 random
+//! bytes) that a fleet's usage export tells nodes apart by. Rows, id and version move in one
+//! transaction.
 
 use sled::transaction::{TransactionError, Transactional};
 use sled::Db;
 
-use super::super::layout::{META, SCHEMA_VERSION as VERSION_KEY};
+use super::super::layout::{new_ledger_id, LEDGER_ID, META, SCHEMA_VERSION as VERSION_KEY};
 use crate::error::{Result, TenantError};
 use crate::usage::{UsageCounts, USAGE};
 
@@ -44,6 +46,7 @@ fn decode_v3(bytes: &[u8]) -> Result<UsageCounts> {
 pub(crate) fn migrate_to_v4(db: &Db) -> Result<()> {
     let usage = db.open_tree(USAGE)?;
     let meta = db.open_tree(META)?;
+    let ledger = new_ledger_id()?;
     let mut rows = Vec::new();
     for kv in usage.iter() {
         let (k, v) = kv?;
@@ -53,6 +56,9 @@ pub(crate) fn migrate_to_v4(db: &Db) -> Result<()> {
         .transaction(|(usage, meta)| {
             for (k, v) in &rows {
                 usage.insert(k, v.to_vec())?;
+            }
+            if meta.get(LEDGER_ID)?.is_none() {
+                meta.insert(LEDGER_ID, &ledger)?;
             }
             meta.insert(VERSION_KEY, &4u32.to_be_bytes())?;
             Ok(())
