@@ -12,7 +12,7 @@ use crate::report::{ReportConfig, ReportMeta, ReportWriter, RunInput, RunSummary
 use crate::target::sim::{SimTarget, SimTargetConfig};
 use crate::target::Target;
 use crate::workload::prefix_ideal::{ideal_hits, IdealHits};
-use crate::workload::{LengthSpec, RequestSpec};
+use crate::workload::RequestSpec;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::ffi::OsString;
@@ -29,7 +29,9 @@ mod workload;
 use http::run_http;
 pub use http::HttpArgs;
 pub use replay::ReplayFlags;
-pub use workload::{prepare_workload, ConversationFlags, Load, Sweep, WorkloadFlags};
+pub use workload::{
+    prepare_workload, ConversationFlags, DefaultTenantFlags, Load, Sweep, WorkloadFlags,
+};
 
 /// Seconds of arrivals when `--duration` is not given.
 const DEFAULT_DURATION_S: f64 = 120.0;
@@ -60,10 +62,8 @@ pub struct SimArgs {
     /// Hardware + model profile of the simulated engine.
     #[arg(long, default_value = "gh200-qwen2.5-32b")]
     pub profile: String,
-    /// Lengths of the single default tenant: sharegpt, lmsys, fixed:PROMPT:OUTPUT or
-    /// trace:PATH (ignored with --tenants).
-    #[arg(long, default_value = "sharegpt")]
-    pub dataset: LengthSpec,
+    #[command(flatten)]
+    pub default_tenant: DefaultTenantFlags,
     /// Comma-separated policies: fcfs, wf, sf, edf, lvf, wlvf.
     #[arg(long, value_delimiter = ',', default_value = "fcfs,wf,sf,lvf")]
     pub policies: Vec<PolicyKind>,
@@ -96,12 +96,6 @@ pub struct SimArgs {
     /// --max-batched-tokens].
     #[arg(long)]
     pub long_prefill_tokens: Option<u32>,
-    /// TTFT SLO of the single default tenant, seconds (ignored with --tenants).
-    #[arg(long, default_value_t = 5.0, value_parser = parse_positive)]
-    pub ttft_slo_s: f64,
-    /// TBT SLO of the single default tenant, seconds (ignored with --tenants).
-    #[arg(long, default_value_t = 0.1, value_parser = parse_positive)]
-    pub tbt_slo_s: f64,
     /// VLT weight of TBT urgency against TTFT urgency.
     #[arg(long, default_value_t = VltConfig::default().alpha, allow_negative_numbers = true)]
     pub alpha: f64,
@@ -378,9 +372,7 @@ impl<'a> From<&'a SimArgs> for WorkloadFlags<'a> {
             duration_given: a.duration.is_some(),
             seed: a.seed,
             tenants: a.tenants.as_deref(),
-            dataset: &a.dataset,
-            ttft_slo_s: a.ttft_slo_s,
-            tbt_slo_s: a.tbt_slo_s,
+            default_tenant: &a.default_tenant,
             conversation: &a.conversation,
             replay: &a.replay,
         }
@@ -400,12 +392,7 @@ pub fn prepare(args: &SimArgs) -> Result<Sweep, Error> {
 fn meta(args: &SimArgs, target: &SimTarget, command: String) -> ReportMeta {
     let workload = match &args.tenants {
         Some(p) => format!("tenants from {}", p.display()),
-        None => format!(
-            "one tenant, Poisson arrivals, dataset {}, TTFT SLO {} s, TBT SLO {} s",
-            args.dataset.kind(),
-            args.ttft_slo_s,
-            args.tbt_slo_s
-        ),
+        None => args.default_tenant.describe(),
     };
     let workload = match args.conversation.describe() {
         d if d.is_empty() => workload,

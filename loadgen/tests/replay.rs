@@ -170,6 +170,10 @@ fn replay_flags_without_a_trace_and_synthetic_flags_with_one_are_refused() {
             &["--trace", trace, "--duration", "30"][..],
             "use --trace-duration-s",
         ),
+        (
+            &["--trace", trace, "--dataset", "lmsys"][..],
+            "--dataset set the single default tenant",
+        ),
     ] {
         let o = run(args);
         let err = String::from_utf8_lossy(&o.stderr);

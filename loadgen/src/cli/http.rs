@@ -3,11 +3,10 @@
 
 use super::{
     execute, finish, parse_non_negative, parse_positive, parse_rps, prepare_workload,
-    report_settings, ConversationFlags, ReplayFlags, WorkloadFlags,
+    report_settings, ConversationFlags, DefaultTenantFlags, ReplayFlags, WorkloadFlags,
 };
 use crate::report::ReportMeta;
 use crate::target::http::{HttpTarget, HttpTargetConfig};
-use crate::workload::LengthSpec;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,9 +30,8 @@ pub struct HttpArgs {
     /// Model to request; default: the first of GET /v1/models.
     #[arg(long)]
     pub model: Option<String>,
-    /// Lengths of the single default tenant (ignored with --tenants).
-    #[arg(long, default_value = "sharegpt")]
-    pub dataset: LengthSpec,
+    #[command(flatten)]
+    pub default_tenant: DefaultTenantFlags,
     /// Comma-separated offered loads in requests/s (see `sim --help`).
     #[arg(long, value_delimiter = ',', value_parser = parse_rps)]
     pub rps: Vec<f64>,
@@ -49,12 +47,6 @@ pub struct HttpArgs {
     /// The policy the server runs: only the report's label (the server decides).
     #[arg(long, default_value = "wlvf")]
     pub policy: PolicyKind,
-    /// TTFT SLO of the single default tenant, seconds (ignored with --tenants).
-    #[arg(long, default_value_t = 5.0, value_parser = parse_positive)]
-    pub ttft_slo_s: f64,
-    /// TBT SLO of the single default tenant, seconds (ignored with --tenants).
-    #[arg(long, default_value_t = 0.1, value_parser = parse_positive)]
-    pub tbt_slo_s: f64,
     /// After the last arrival, wait at most this long for answers.
     #[arg(long, default_value_t = 60.0, value_parser = parse_non_negative)]
     pub drain_s: f64,
@@ -79,9 +71,7 @@ impl<'a> From<&'a HttpArgs> for WorkloadFlags<'a> {
             duration_given: a.duration.is_some(),
             seed: a.seed,
             tenants: a.tenants.as_deref(),
-            dataset: &a.dataset,
-            ttft_slo_s: a.ttft_slo_s,
-            tbt_slo_s: a.tbt_slo_s,
+            default_tenant: &a.default_tenant,
             conversation: &a.conversation,
             replay: &a.replay,
         }
@@ -122,12 +112,7 @@ pub(super) fn run_http(args: &HttpArgs, command: String) -> ExitCode {
 fn http_meta(args: &HttpArgs, command: String) -> ReportMeta {
     let workload = match &args.tenants {
         Some(p) => format!("tenants from {}", p.display()),
-        None => format!(
-            "one tenant, Poisson arrivals, dataset {}, TTFT SLO {} s, TBT SLO {} s",
-            args.dataset.kind(),
-            args.ttft_slo_s,
-            args.tbt_slo_s
-        ),
+        None => args.default_tenant.describe(),
     };
     let workload = match args.conversation.describe() {
         d if d.is_empty() => workload,

@@ -125,15 +125,9 @@ pub(super) fn prepare_replay(
     let mut spec = spec;
     args.replay.apply(&mut spec);
     let tenants = file_tenants.unwrap_or_else(|| {
-        vec![TenantSpec {
-            ttft_slo_s: args.ttft_slo_s,
-            tbt_slo_s: args.tbt_slo_s,
-            ..TenantSpec::new(
-                "default",
-                crate::workload::LengthSpec::Replay,
-                ArrivalSpec::replay(),
-            )
-        }]
+        vec![args
+            .default_tenant
+            .tenant(crate::workload::LengthSpec::Replay, ArrivalSpec::replay())]
     });
     crate::workload::validate_tenants(&tenants)?;
     let file = spec.read(Path::new(""))?;

@@ -1,6 +1,6 @@
 use super::*;
 use crate::record::RequestRecord;
-use crate::workload::{ArrivalSpec, TenantSpec};
+use crate::workload::{ArrivalSpec, LengthSpec, TenantSpec};
 
 fn parse(extra: &[&str]) -> Result<SimArgs, clap::Error> {
     let argv = ["superinfer-loadgen", "sim", "--out", "/tmp/unused"]
@@ -59,7 +59,7 @@ fn the_issue_command_line_parses() {
     ])
     .unwrap();
     assert_eq!(a.profile, "gh200-qwen2.5-32b");
-    assert_eq!(a.dataset, LengthSpec::Sharegpt);
+    assert_eq!(a.default_tenant.dataset(), LengthSpec::Sharegpt);
     assert_eq!(
         a.policies,
         vec![
@@ -285,6 +285,15 @@ fn tenant_rates_come_from_the_file_or_are_scaled_to_each_rps() {
         s.loads[0].rps, 16.0,
         "8 (hawkes 4 / (1 - 0.5)) + 8 (poisson)"
     );
+    // The default tenant's flags are refused with a file, never accepted and unused.
+    for flag in ["--dataset", "--ttft-slo-s", "--tbt-slo-s"] {
+        let value = if flag == "--dataset" { "lmsys" } else { "2" };
+        let e = prepare(&parse(&["--tenants", p, flag, value]).unwrap()).unwrap_err();
+        assert!(
+            e.to_string().contains(flag) && e.to_string().contains("tenants file"),
+            "{flag}: {e}"
+        );
+    }
     let s = prepare(&parse(&["--tenants", p, "--rps", "8,32"]).unwrap()).unwrap();
     for (load, rps) in s.loads.iter().zip([8.0, 32.0]) {
         let rates: Vec<f64> = load

@@ -105,6 +105,75 @@ pub struct Sweep {
     pub duration_s: f64,
 }
 
+/// The single default tenant of a run without `--tenants`: its lengths and SLOs. A run with
+/// `--tenants` (or a trace) refuses them, since each tenant's entry sets its own.
+#[derive(Args, Clone, Debug, Default)]
+pub struct DefaultTenantFlags {
+    /// Lengths of the single default tenant: sharegpt, lmsys, fixed:PROMPT:OUTPUT or
+    /// trace:PATH [default: sharegpt; not with --tenants or --trace].
+    #[arg(long)]
+    pub dataset: Option<LengthSpec>,
+    /// TTFT SLO of the single default tenant, seconds [default: 5; not with --tenants].
+    #[arg(long, value_parser = super::parse_positive)]
+    pub ttft_slo_s: Option<f64>,
+    /// TBT SLO of the single default tenant, seconds [default: 0.1; not with --tenants].
+    #[arg(long, value_parser = super::parse_positive)]
+    pub tbt_slo_s: Option<f64>,
+}
+
+impl DefaultTenantFlags {
+    pub fn dataset(&self) -> LengthSpec {
+        self.dataset.clone().unwrap_or(LengthSpec::Sharegpt)
+    }
+    pub fn ttft_slo_s(&self) -> f64 {
+        self.ttft_slo_s.unwrap_or(5.0)
+    }
+    pub fn tbt_slo_s(&self) -> f64 {
+        self.tbt_slo_s.unwrap_or(0.1)
+    }
+
+    /// The default tenant with these lengths and arrivals.
+    pub fn tenant(&self, lengths: LengthSpec, arrivals: ArrivalSpec) -> TenantSpec {
+        TenantSpec {
+            ttft_slo_s: self.ttft_slo_s(),
+            tbt_slo_s: self.tbt_slo_s(),
+            ..TenantSpec::new("default", lengths, arrivals)
+        }
+    }
+
+    /// A usage error naming the flags given that the run does not use: all three with a
+    /// tenants file (each tenant's entry sets its lengths and SLOs), `--dataset` with a trace
+    /// (its rows set the lengths; the SLOs still apply to its single default tenant).
+    pub fn check_unused(&self, tenants_file: bool) -> Result<(), Error> {
+        let given: Vec<&str> = [
+            (self.dataset.is_some(), "--dataset"),
+            (tenants_file && self.ttft_slo_s.is_some(), "--ttft-slo-s"),
+            (tenants_file && self.tbt_slo_s.is_some(), "--tbt-slo-s"),
+        ]
+        .into_iter()
+        .filter_map(|(g, name)| g.then_some(name))
+        .collect();
+        if given.is_empty() {
+            return Ok(());
+        }
+        Err(usage(format!(
+            "{} set the single default tenant's lengths and SLOs, which a tenants file's \
+             entries (and a trace's rows, for lengths) set instead",
+            given.join(", ")
+        )))
+    }
+
+    /// The report's description of the workload of a run without `--tenants`.
+    pub fn describe(&self) -> String {
+        format!(
+            "one tenant, Poisson arrivals, dataset {}, TTFT SLO {} s, TBT SLO {} s",
+            self.dataset().kind(),
+            self.ttft_slo_s(),
+            self.tbt_slo_s()
+        )
+    }
+}
+
 /// The flags that define a sweep's workload, shared by `sim` and `http`.
 #[derive(Clone, Copy, Debug)]
 pub struct WorkloadFlags<'a> {
@@ -115,9 +184,7 @@ pub struct WorkloadFlags<'a> {
     pub duration_given: bool,
     pub seed: u64,
     pub tenants: Option<&'a Path>,
-    pub dataset: &'a LengthSpec,
-    pub ttft_slo_s: f64,
-    pub tbt_slo_s: f64,
+    pub default_tenant: &'a DefaultTenantFlags,
     pub conversation: &'a ConversationFlags,
     pub replay: &'a ReplayFlags,
 }
@@ -138,6 +205,9 @@ pub fn prepare_workload(
         return Err(usage(format!("--rps lists {} twice", f64::from_bits(r))));
     }
     let file = args.tenants.map(load_workload).transpose()?;
+    if file.is_some() || args.replay.trace.is_some() {
+        args.default_tenant.check_unused(file.is_some())?;
+    }
     let replay_spec = match (&args.replay.trace, &file) {
         (Some(path), _) => Some(ReplaySpec::new(path)),
         (None, Some(f)) => f.replay.clone(),
@@ -155,15 +225,8 @@ pub fn prepare_workload(
                     "--rps is required without --tenants (e.g. --rps 5,10,15,20)".into(),
                 ));
             }
-            vec![TenantSpec {
-                ttft_slo_s: args.ttft_slo_s,
-                tbt_slo_s: args.tbt_slo_s,
-                ..TenantSpec::new(
-                    "default",
-                    args.dataset.clone(),
-                    ArrivalSpec::Poisson { rps: 1.0 },
-                )
-            }]
+            let d = args.default_tenant;
+            vec![d.tenant(d.dataset(), ArrivalSpec::Poisson { rps: 1.0 })]
         }
     };
     let mut base = base;
