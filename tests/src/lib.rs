@@ -12,6 +12,8 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+pub mod modgraph;
+
 /// The admin token test servers use.
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
