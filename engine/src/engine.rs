@@ -6,6 +6,7 @@
 mod apply;
 mod batch;
 mod copy_fault;
+mod scratch;
 mod shed;
 mod xfer;
 
@@ -285,7 +286,7 @@ pub struct Engine<R, T, C> {
     /// own, so that a step's masks are computed on a worker while the runner runs.
     constraints: BTreeMap<RequestId, llguidance::Matcher>,
     /// The step's buffers, kept from step to step.
-    scratch: batch::Scratch,
+    scratch: scratch::Scratch,
 }
 
 impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
@@ -348,7 +349,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             writeback_due: BTreeSet::new(),
             grow_due: Vec::new(),
             constraints: BTreeMap::new(),
-            scratch: batch::Scratch::default(),
+            scratch: scratch::Scratch::default(),
         })
     }
 

@@ -44,3 +44,13 @@ pub enum EngineError {
     #[error("text: {0}")]
     Text(String),
 }
+
+impl EngineError {
+    /// A model or tokenizer file at `path` that cannot be used, and why.
+    pub fn model_files(path: &std::path::Path, msg: impl Into<String>) -> EngineError {
+        EngineError::ModelFiles {
+            file: path.display().to_string(),
+            msg: msg.into(),
+        }
+    }
+}

@@ -18,6 +18,7 @@ pub mod gguf;
 pub mod gpu_llama;
 pub mod kv_arena;
 pub mod llama;
+mod source;
 pub mod tiny;
 pub mod weights;
 

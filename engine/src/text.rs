@@ -9,6 +9,7 @@
 
 mod chat_encode;
 pub mod gguf;
+mod plain;
 mod stop;
 #[cfg(test)]
 mod tests;
@@ -72,7 +73,7 @@ struct Inner {
     /// Each token's bytes (`token_bytes`), read from the vocabulary on first use.
     raw_bytes: std::sync::OnceLock<Option<Vec<Vec<u8>>>>,
     /// Special tokens' texts and a tokenizer that reads them as text, made on first use.
-    plain: std::sync::OnceLock<chat_encode::PlainText>,
+    plain: std::sync::OnceLock<plain::PlainText>,
 }
 
 impl std::fmt::Debug for TextCodec {
@@ -85,23 +86,16 @@ impl std::fmt::Debug for TextCodec {
     }
 }
 
-fn files_err(path: &Path, msg: impl Into<String>) -> EngineError {
-    EngineError::ModelFiles {
-        file: path.display().to_string(),
-        msg: msg.into(),
-    }
-}
-
 /// Reads a JSON file; `Ok(None)` when it does not exist.
 pub(crate) fn read_json(path: &Path) -> Result<Option<Value>, EngineError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(files_err(path, format!("cannot read: {e}"))),
+        Err(e) => return Err(EngineError::model_files(path, format!("cannot read: {e}"))),
     };
     serde_json::from_str(&text)
         .map(Some)
-        .map_err(|e| files_err(path, format!("not valid JSON: {e}")))
+        .map_err(|e| EngineError::model_files(path, format!("not valid JSON: {e}")))
 }
 
 /// A special token in `tokenizer_config.json`: a string, or an object with `content`.
@@ -140,7 +134,7 @@ fn chat_template(dir: &Path, cfg: Option<&Value>) -> Result<Option<String>, Engi
             };
             return match named("default") {
                 Some(t) => Ok(Some(t.to_owned())),
-                None => Err(files_err(
+                None => Err(EngineError::model_files(
                     &cfg_path,
                     "field chat_template: a list without a template named \"default\"",
                 )),
@@ -148,7 +142,7 @@ fn chat_template(dir: &Path, cfg: Option<&Value>) -> Result<Option<String>, Engi
         }
         Some(Value::Null) | None => {}
         Some(_) => {
-            return Err(files_err(
+            return Err(EngineError::model_files(
                 &cfg_path,
                 "field chat_template: expected a string or a list of {name, template}",
             ))
@@ -158,7 +152,10 @@ fn chat_template(dir: &Path, cfg: Option<&Value>) -> Result<Option<String>, Engi
     match std::fs::read_to_string(&jinja) {
         Ok(t) => Ok(Some(t)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(files_err(&jinja, format!("cannot read: {e}"))),
+        Err(e) => Err(EngineError::model_files(
+            &jinja,
+            format!("cannot read: {e}"),
+        )),
     }
 }
 
@@ -195,10 +192,14 @@ impl TextCodec {
         }
         let tok_path = dir.join("tokenizer.json");
         if !tok_path.is_file() {
-            return Err(files_err(&tok_path, "not found (a tokenizer is required)"));
+            return Err(EngineError::model_files(
+                &tok_path,
+                "not found (a tokenizer is required)",
+            ));
         }
-        let tokenizer = Tokenizer::from_file(&tok_path)
-            .map_err(|e| files_err(&tok_path, format!("cannot load the tokenizer: {e}")))?;
+        let tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| {
+            EngineError::model_files(&tok_path, format!("cannot load the tokenizer: {e}"))
+        })?;
         let tok_cfg = read_json(&dir.join("tokenizer_config.json"))?;
         let gen_cfg = read_json(&dir.join("generation_config.json"))?;
         let model_cfg = read_json(&dir.join("config.json"))?;
@@ -246,7 +247,7 @@ impl TextCodec {
         let source_text = template.clone();
         let env = match template {
             Some(t) => Some(chat_env(t).map_err(|e| {
-                files_err(
+                EngineError::model_files(
                     source,
                     format!("field chat_template: not a valid template: {e:#}"),
                 )
@@ -334,10 +335,10 @@ impl TextCodec {
         self.encode_chat_content_as_text(messages, None)
     }
 
-    fn plain_text(&self) -> &chat_encode::PlainText {
+    fn plain_text(&self) -> &plain::PlainText {
         self.inner
             .plain
-            .get_or_init(|| chat_encode::PlainText::new(&self.inner.tokenizer))
+            .get_or_init(|| plain::PlainText::new(&self.inner.tokenizer))
     }
 
     /// Whether the model has a chat template.

@@ -7,28 +7,28 @@
 //! failure while running exits with status 1.
 
 use crate::error::Error;
-use crate::record::RequestRecord;
-use crate::report::{ReportConfig, ReportMeta, ReportWriter, RunInput, RunSummary, Summary};
+use crate::report::ReportMeta;
 use crate::target::sim::{SimTarget, SimTargetConfig};
-use crate::target::Target;
-use crate::workload::prefix_ideal::{ideal_hits, IdealHits};
-use crate::workload::RequestSpec;
 use clap::{Args, Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::ffi::OsString;
-use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use superinfer_engine::EngineConfig;
 use superinfer_policies::{PolicyKind, VltConfig, WaitCapScope, WlvfConfig};
 
 mod http;
+mod parse;
 mod replay;
+mod run;
 mod workload;
 
 use http::run_http;
 pub use http::HttpArgs;
+use parse::parse_fraction;
+pub(crate) use parse::{parse_non_negative, parse_positive, parse_rps};
 pub use replay::ReplayFlags;
+pub use run::execute;
+pub(crate) use run::{finish, report_settings};
 pub use workload::{
     prepare_workload, ConversationFlags, DefaultTenantFlags, Load, Sweep, WorkloadFlags,
 };
@@ -185,34 +185,6 @@ pub struct SimArgs {
     pub no_progress: bool,
 }
 
-pub(crate) fn parse_positive(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        Ok(v) => Err(format!("must be positive and finite, got {v}")),
-        Err(_) => Err(format!("'{s}' is not a number")),
-    }
-}
-
-pub(crate) fn parse_non_negative(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        Ok(v) => Err(format!("must be >= 0 and finite, got {v}")),
-        Err(_) => Err(format!("'{s}' is not a number")),
-    }
-}
-
-fn parse_fraction(s: &str) -> Result<f64, String> {
-    match parse_positive(s)? {
-        v if v <= 1.0 => Ok(v),
-        v => Err(format!("must be in (0, 1], got {v}")),
-    }
-}
-
-pub(crate) fn parse_rps(s: &str) -> Result<f64, String> {
-    parse_positive(s)
-        .map_err(|e| format!("offered load {e} (use a comma-separated list like 5,10,15)"))
-}
-
 /// The policy knobs shared by LVF and weighted LVF.
 pub fn wlvf_config(args: &SimArgs) -> WlvfConfig {
     WlvfConfig {
@@ -254,113 +226,6 @@ pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
         prefix_cache: !args.no_prefix_cache,
         prefix_cache_dram: !args.prefix_cache_hbm_only,
     }
-}
-
-/// Runs every policy at every load against `target` and writes the report into `out`.
-pub fn execute(
-    sweep: &Sweep,
-    target: &mut dyn Target,
-    out: &Path,
-    meta: &ReportMeta,
-    cfg: ReportConfig,
-    progress: bool,
-) -> anyhow::Result<Summary> {
-    let mut writer = ReportWriter::create(out, cfg)?;
-    let total = (sweep.policies.len() * sweep.loads.len()) as u64;
-    // The prefix-cache hits a replayed trace allows, at the target's block size and capacity
-    // (16-token blocks where the target does not say: this project's server's).
-    let (block_size, capacity) = target
-        .cache_blocks()
-        .map_or((16, None), |(b, c)| (b, Some(c)));
-    let ideals: Vec<Option<IdealHits>> = sweep
-        .loads
-        .iter()
-        .map(|l| {
-            l.replay
-                .as_ref()
-                .map(|_| ideal_hits(&l.requests, block_size, capacity))
-        })
-        .collect();
-    let bar = if progress {
-        ProgressBar::new(total)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} runs {msg} [{elapsed}<{eta}]")
-            .expect("the template is a valid constant"),
-    );
-    for &policy in &sweep.policies {
-        for (load, ideal) in sweep.loads.iter().zip(&ideals) {
-            bar.set_message(format!("{policy} at {:.2} rps", load.rps));
-            let records = target.run(policy, &load.tenants, &load.requests, load.duration_s)?;
-            check_records(&load.requests, &records)
-                .map_err(|e| anyhow::anyhow!("{policy} at {} rps: {e}", load.rps))?;
-            let summary = writer.add_run(&RunInput {
-                policy: policy.as_str(),
-                rps: load.rps,
-                tenants: &load.tenants,
-                records: &records,
-                duration_s: load.duration_s,
-                target: target.last_stats(),
-                replay: load.replay.as_deref().zip(*ideal),
-            })?;
-            if progress {
-                bar.println(one_line(summary));
-            } else {
-                println!("{}", one_line(summary));
-            }
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
-    Ok(writer.finish(meta)?)
-}
-
-/// A target's records keep the contract of [`Target`]: at most one per request, none for an
-/// unknown id, and one for every request that is not a follow-up turn.
-fn check_records(requests: &[RequestSpec], records: &[RequestRecord]) -> Result<(), String> {
-    let mut seen = std::collections::HashSet::new();
-    let ids: std::collections::HashSet<u64> = requests.iter().map(|r| r.id).collect();
-    for r in records {
-        if !ids.contains(&r.id) || !seen.insert(r.id) {
-            return Err(format!(
-                "the target returned an unknown or repeated id {}",
-                r.id
-            ));
-        }
-    }
-    let firsts = requests
-        .iter()
-        .filter(|r| r.turn.and_then(|t| t.after).is_none());
-    if let Some(r) = firsts.clone().find(|r| !seen.contains(&r.id)) {
-        return Err(format!(
-            "the target returned {} records, none for request {} (of {} that must be sent)",
-            records.len(),
-            r.id,
-            firsts.count()
-        ));
-    }
-    Ok(())
-}
-
-fn one_line(r: &RunSummary) -> String {
-    format!(
-        "{:<5} {:>7.2} rps  TTFT {:>5.1}%  TBT {:>5.1}%  p99 TTFT {:>7.2} s  p99 TBT {:>6.0} ms  \
-         {:>7.0} tok/s  Jain {:.3}  max wait {:.1} s  cache hits {}",
-        r.policy,
-        r.rps,
-        100.0 * r.ttft_attainment,
-        100.0 * r.tbt_attainment,
-        r.p99_ttft_s,
-        1e3 * r.p99_tbt_s,
-        r.throughput_tokens_per_s,
-        r.jain,
-        r.max_wait_s,
-        r.cache
-            .hit_rate
-            .map_or("?".into(), |h| format!("{:.1}%", 100.0 * h)),
-    )
 }
 
 impl<'a> From<&'a SimArgs> for WorkloadFlags<'a> {
@@ -484,20 +349,6 @@ pub fn run<I: IntoIterator<Item = OsString>>(argv: I) -> ExitCode {
     }
 }
 
-/// Whether to draw a progress bar (asked for, and stderr is a terminal) and the statistics
-/// settings, as both subcommands read them from their flags.
-pub(crate) fn report_settings(
-    no_progress: bool,
-    bootstrap_resamples: usize,
-) -> (bool, ReportConfig) {
-    let progress = !no_progress && std::io::stderr().is_terminal();
-    let cfg = ReportConfig {
-        bootstrap_resamples,
-        ..ReportConfig::default()
-    };
-    (progress, cfg)
-}
-
 fn run_sim(args: &SimArgs, command: String) -> ExitCode {
     // An unknown profile or KV tiers that do not fit are bad input too.
     let mut target = match SimTarget::new(sim_target_config(args)) {
@@ -534,19 +385,6 @@ pub fn command_line(argv: &[OsString]) -> String {
         }
     }
     out.join(" ")
-}
-
-pub(crate) fn finish(result: anyhow::Result<()>, out: &Path) -> ExitCode {
-    match result {
-        Ok(()) => {
-            println!("wrote {}", out.display());
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
 }
 
 #[cfg(test)]

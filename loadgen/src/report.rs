@@ -8,15 +8,17 @@
 
 pub mod cache;
 pub mod markdown;
+pub mod meta;
 pub mod plots;
 pub mod replay;
 pub mod stats;
 pub mod writer;
 
 pub use cache::CacheSummary;
+pub use meta::ReportMeta;
 pub use replay::ReplaySummary;
 pub use stats::Ci95;
-pub use writer::{ReportMeta, ReportWriter};
+pub use writer::ReportWriter;
 
 use crate::error::Error;
 use crate::record::RequestRecord;

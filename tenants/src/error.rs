@@ -1,6 +1,6 @@
 //! The crate's one error enum.
 
-use crate::model::TenantId;
+use crate::id::TenantId;
 
 /// Everything that can go wrong in the tenant registry.
 ///

@@ -27,6 +27,7 @@
 
 mod error;
 mod file;
+mod id;
 mod key;
 mod model;
 mod snapshot;

@@ -2,6 +2,7 @@
 //! them. Inputs are parsed once into validated values (`NewTenant::validate` →
 //! [`ValidNewTenant`], `TenantPatch::apply`); the store accepts nothing else.
 
+mod terms;
 mod validate;
 
 #[cfg(test)]
@@ -12,21 +13,11 @@ use std::fmt;
 
 use crate::error::Result;
 
+pub use crate::id::TenantId;
+pub use terms::{Quotas, Slo};
 pub use validate::{
     MAX_CACHE_NAMESPACE_CHARS, MAX_NAME_CHARS, MAX_TBT_MS, MAX_TTFT_MS, MAX_WEIGHT, MIN_WEIGHT,
 };
-
-/// A tenant's id: allocated from a persistent counter, never reused, the same number as the
-/// engine's `superinfer_policies::TenantId(u32)` so the gateway can map it directly.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct TenantId(pub u32);
-
-impl fmt::Display for TenantId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
 
 /// How an admin path or a CLI argument names a tenant: all digits is an id, anything else a
 /// name. Names cannot be all digits, so the two never meet.
@@ -57,67 +48,6 @@ impl fmt::Display for TenantRef {
             TenantRef::Id(id) => write!(f, "with id {id}"),
             TenantRef::NoSuchId(s) => write!(f, "with id {s}"),
             TenantRef::Name(n) => write!(f, "named `{n}`"),
-        }
-    }
-}
-
-/// A latency promise in milliseconds: time to first token and time between tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Slo {
-    pub ttft_ms: u32,
-    pub tbt_ms: u32,
-}
-
-impl Default for Slo {
-    /// The paper's SLOs: TTFT 5 s, TBT 100 ms (the same as the engine's default).
-    fn default() -> Self {
-        Slo {
-            ttft_ms: 5_000,
-            tbt_ms: 100,
-        }
-    }
-}
-
-impl Slo {
-    /// Time to first token in seconds, as the engine takes it.
-    pub fn ttft_s(&self) -> f64 {
-        f64::from(self.ttft_ms) / 1e3
-    }
-
-    /// Time between tokens in seconds, as the engine takes it.
-    pub fn tbt_s(&self) -> f64 {
-        f64::from(self.tbt_ms) / 1e3
-    }
-}
-
-/// What a tenant may use. The gateway enforces these; the store only keeps them sane.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Quotas {
-    /// Sustained request rate (token bucket refill), requests per second.
-    pub requests_per_s: f64,
-    /// Token bucket depth: requests that may arrive at once.
-    pub burst: u32,
-    /// Prompt plus output tokens per minute.
-    pub tokens_per_min: u64,
-    /// Requests in flight at once.
-    pub max_concurrent: u32,
-    /// Longest prompt accepted, in tokens.
-    pub max_prompt_tokens: u32,
-    /// Largest `max_tokens` accepted (and the cap when a request leaves it out).
-    pub max_output_tokens: u32,
-}
-
-impl Default for Quotas {
-    fn default() -> Self {
-        Quotas {
-            requests_per_s: 50.0,
-            burst: 100,
-            tokens_per_min: 1_000_000,
-            max_concurrent: 64,
-            max_prompt_tokens: 8_192,
-            max_output_tokens: 2_048,
         }
     }
 }

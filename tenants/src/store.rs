@@ -14,14 +14,15 @@ use sled::transaction::{TransactionError, Transactional};
 use sled::Db;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Result, TenantError};
 use crate::key::{is_well_formed, ApiKey, KeyHash};
 use crate::model::{NewTenant, Tenant, TenantId, TenantPatch, TenantRef};
 use crate::snapshot::{Auth, Snapshot};
 use crate::usage::{UsageLedger, UsageQuery, UsageReport, UsageReportRow};
-use layout::{abort, decode_id, decode_u64, id_key, Record, Trees, Tx, TxResult, GENERATION};
+use layout::{
+    abort, decode_id, decode_u64, id_key, now_ms, Record, Trees, Tx, TxResult, GENERATION,
+};
 
 pub use apply::ApplyReport;
 pub use schema::SCHEMA_VERSION;
@@ -356,10 +357,4 @@ fn open_error(e: sled::Error, path: &Path) -> TenantError {
         }
         _ => TenantError::Storage(e),
     }
-}
-
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

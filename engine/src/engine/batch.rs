@@ -2,6 +2,7 @@
 //! then prefill chunks in admission order), run it, and turn its output into tokens, finishes
 //! and service accounting.
 
+use super::scratch::{recycle, Scratch, Span};
 use super::{Engine, EngineConfig, EngineEvent, StepReport};
 use crate::clock::Clock;
 use crate::error::EngineError;
@@ -16,15 +17,6 @@ use llguidance::Matcher;
 use std::collections::{BTreeMap, BTreeSet};
 use superinfer_policies::{RequestId, Service, TenantId};
 
-/// One planned entry: request, span to run, whether it samples.
-#[derive(Clone, Copy, Debug)]
-struct Span {
-    id: RequestId,
-    pos: u32,
-    end: u32,
-    sample: bool,
-}
-
 /// Prompt tokens a request that scores its prompt (`SamplingParams::prompt_logprobs`) runs per
 /// step at most: each costs a full row of logits on the host (vocabulary × 4 bytes, ~200 KB
 /// for a 49k vocabulary), so a long prompt is scored in chunks of bounded memory.
@@ -37,29 +29,6 @@ fn score_cap(r: &Request) -> u32 {
     } else {
         u32::MAX
     }
-}
-
-/// Buffers a step fills and empties, kept from step to step: a batch of 2,000 decodes is
-/// ~200 KB of entries and spans, and allocating them afresh each step cost a tenth of its
-/// host time (docs/BENCHMARKS.md, "Per-step cost").
-#[derive(Default)]
-pub(super) struct Scratch {
-    spans: Vec<Span>,
-    /// Always empty between steps: only its allocation is kept (see [`recycle`]).
-    entries: Vec<BatchEntry<'static>>,
-    /// Batch indices of the prefill chunks, in request order.
-    prefills: Vec<usize>,
-    /// Per tenant: the weight and the service of the step.
-    service: Vec<(TenantId, f64, Service)>,
-    /// The step's sampled tokens, in request order, appended in a pass of their own.
-    appends: Vec<(RequestId, u32)>,
-}
-
-/// An emptied vector's allocation for entries that borrow for another lifetime: collecting
-/// in place (same layout) reuses it, and no element is ever mapped.
-fn recycle<'b>(mut v: Vec<BatchEntry<'_>>) -> Vec<BatchEntry<'b>> {
-    v.clear();
-    v.into_iter().map(|_| unreachable!("emptied")).collect()
 }
 
 /// The batch under the token budget into `spans` and `entries` (both empty): decode tokens

@@ -1,6 +1,10 @@
 //! [`RequestStream`]: one request's events, its acceptance signal, and the abort on drop.
 
-use super::{Shared, StreamEvent};
+use super::shared::Shared;
+use crate::error::EngineError;
+use crate::kv::PrefixHit;
+use crate::request::FinishReason;
+use crate::sampling::TokenLogprobs;
 use std::sync::Arc;
 use superinfer_policies::RequestId;
 use tokio::sync::{mpsc as tmpsc, oneshot};
@@ -78,6 +82,70 @@ impl RequestStream {
             accepted: Some(accepted),
             shared,
             done: false,
+        }
+    }
+}
+
+/// What a request's stream yields.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamEvent {
+    /// A token, at engine time `t` (seconds since the engine started), with its
+    /// log-probabilities when the request asked for them (`SamplingParams::logprobs`).
+    Token {
+        token: u32,
+        t: f64,
+        logprobs: Option<TokenLogprobs>,
+        /// Prompt tokens found in the prefix cache (as `Finished`'s).
+        cached: PrefixHit,
+        /// With the first token of a request with `SamplingParams::prompt_logprobs`: the
+        /// scores of prompt tokens `1..`.
+        prompt_logprobs: Vec<TokenLogprobs>,
+    },
+    /// The end (always the last event).
+    Finished {
+        reason: FinishReason,
+        t: f64,
+        prompt_tokens: u32,
+        completion_tokens: u32,
+        /// With `FinishReason::Error`: what went wrong, for people (logs, the error body).
+        error: Option<String>,
+        /// With `FinishReason::Error` (and only then): whose fault it was, for programs, so a
+        /// caller picks its answer without reading `error`.
+        error_kind: Option<StreamErrorKind>,
+        /// Prompt tokens found in the prefix cache (`usage.prompt_tokens_details`).
+        cached: PrefixHit,
+    },
+}
+
+/// Why a request ended with `FinishReason::Error` ([`StreamEvent::Finished`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamErrorKind {
+    /// Something of this request's own: the engine refused it (an empty prompt, one too long
+    /// for HBM, an option the runner lacks), or its model step or grammar failed. The engine
+    /// serves on.
+    Request,
+    /// The engine's queue was full when the request reached it. The request itself was
+    /// fine; it may be tried again (as may the next three).
+    QueueFull,
+    /// It would have waited past its TTFT SLO (`shed_late`).
+    WouldMissSlo,
+    /// The engine shut down.
+    Stopped,
+    /// A step failed as a whole (every request in it ends so).
+    StepFailed,
+    /// The engine failed (a panic in its loop) and serves nothing more
+    /// ([`EngineHealth::Failed`]). The request itself was fine.
+    EngineFailed,
+}
+
+impl StreamErrorKind {
+    /// The kind of an error with which the engine refused a submitted request.
+    pub(super) fn of_refusal(e: &EngineError) -> StreamErrorKind {
+        match e {
+            EngineError::QueueFull(_) => StreamErrorKind::QueueFull,
+            EngineError::WouldMissSlo { .. } => StreamErrorKind::WouldMissSlo,
+            EngineError::Stopped => StreamErrorKind::Stopped,
+            _ => StreamErrorKind::Request,
         }
     }
 }

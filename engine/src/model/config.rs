@@ -89,41 +89,19 @@ fn default_act() -> candle_nn::Activation {
     candle_nn::Activation::Silu
 }
 
-fn err(path: &Path, msg: impl Into<String>) -> EngineError {
-    EngineError::ModelFiles {
-        file: path.display().to_string(),
-        msg: msg.into(),
-    }
-}
-
 impl ModelConfig {
-    /// Reads `dir/config.json`, or the metadata of `dir` when it is a GGUF file.
-    pub fn from_model_dir(dir: &Path) -> Result<ModelConfig, EngineError> {
-        if super::gguf::is_gguf(dir) {
-            return super::gguf::GgufFile::open(dir)?.config();
-        }
-        let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                err(&path, "not found (a model directory needs config.json)")
-            } else {
-                err(&path, format!("cannot read: {e}"))
-            }
-        })?;
-        ModelConfig::from_json(&text, &path)
-    }
-
     /// Parses the text of a `config.json`; `path` is used in errors only.
     pub fn from_json(text: &str, path: &Path) -> Result<ModelConfig, EngineError> {
-        let raw: RawConfig = serde_json::from_str(text).map_err(|e| err(path, e.to_string()))?;
+        let raw: RawConfig = serde_json::from_str(text)
+            .map_err(|e| EngineError::model_files(path, e.to_string()))?;
         let architecture = raw.architectures.first().cloned().ok_or_else(|| {
-            err(
+            EngineError::model_files(
                 path,
                 "field architectures: missing or empty (expected e.g. [\"LlamaForCausalLM\"])",
             )
         })?;
         if !SUPPORTED_ARCHITECTURES.contains(&architecture.as_str()) {
-            return Err(err(
+            return Err(EngineError::model_files(
                 path,
                 format!(
                     "field architectures: {architecture} is not supported (supported: {})",
@@ -133,7 +111,10 @@ impl ModelConfig {
         }
         let positive = |v: usize, field: &str| {
             if v == 0 {
-                Err(err(path, format!("field {field}: must be positive")))
+                Err(EngineError::model_files(
+                    path,
+                    format!("field {field}: must be positive"),
+                ))
             } else {
                 Ok(v)
             }
@@ -144,7 +125,7 @@ impl ModelConfig {
             "num_key_value_heads",
         )?;
         if num_heads % num_kv_heads != 0 {
-            return Err(err(
+            return Err(EngineError::model_files(
                 path,
                 format!(
                     "field num_key_value_heads: {num_kv_heads} does not divide \
@@ -155,7 +136,10 @@ impl ModelConfig {
         let hidden_size = positive(raw.hidden_size, "hidden_size")?;
         let head_dim = positive(raw.head_dim.unwrap_or(hidden_size / num_heads), "head_dim")?;
         if head_dim % 2 != 0 {
-            return Err(err(path, format!("field head_dim: {head_dim} is odd")));
+            return Err(EngineError::model_files(
+                path,
+                format!("field head_dim: {head_dim} is odd"),
+            ));
         }
         let qwen = architecture == "Qwen2ForCausalLM";
         let sliding_window = match (qwen, raw.use_sliding_window) {
@@ -269,11 +253,11 @@ fn rope_scaling(
     match kind {
         "llama3" => serde_json::from_value(v.clone())
             .map(Some)
-            .map_err(|e| err(path, format!("field {field}: {e}"))),
+            .map_err(|e| EngineError::model_files(path, format!("field {field}: {e}"))),
         // transformers >= 5 writes `rope_parameters` for every model, with the type "default".
         "default" | "" if field == "rope_parameters" => Ok(None),
         "default" => Ok(None),
-        other => Err(err(
+        other => Err(EngineError::model_files(
             path,
             format!("field {field}: rope type {other:?} is not supported (only llama3)"),
         )),

@@ -9,42 +9,8 @@
 //! Chats whose content holds no special token's text (nearly all) are tokenized whole, as
 //! before, so their ids are exactly those of the model's reference tokenizer.
 
-use aho_corasick::AhoCorasick;
-use tokenizers::Tokenizer;
-
 use super::{ChatMessage, TextCodec};
 use crate::error::EngineError;
-
-/// What a codec needs to find special tokens in content and to tokenize it as plain text;
-/// made on first use.
-pub(super) struct PlainText {
-    /// The special tokens' texts.
-    specials: Option<AhoCorasick>,
-    /// The tokenizer with special tokens read as text.
-    plain: Tokenizer,
-}
-
-impl PlainText {
-    pub(super) fn new(tokenizer: &Tokenizer) -> PlainText {
-        let texts: Vec<String> = tokenizer
-            .get_added_tokens_decoder()
-            .into_values()
-            .filter(|t| t.special && !t.content.is_empty())
-            .map(|t| t.content)
-            .collect();
-        let specials = (!texts.is_empty())
-            .then(|| AhoCorasick::new(&texts).ok())
-            .flatten();
-        let mut plain = tokenizer.clone();
-        plain.set_encode_special_tokens(true);
-        PlainText { specials, plain }
-    }
-
-    /// Whether `text` holds a special token's text.
-    fn holds_special(&self, text: &str) -> bool {
-        self.specials.as_ref().is_some_and(|a| a.is_match(text))
-    }
-}
 
 impl TextCodec {
     /// Token ids of the chat `messages` (with `tools` for templates that render them),

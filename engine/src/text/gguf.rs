@@ -16,7 +16,6 @@
 #[cfg(test)]
 mod tests;
 
-use super::files_err;
 use crate::error::EngineError;
 use crate::model::gguf::GgufFile;
 use candle_core::quantized::gguf_file::Value;
@@ -133,7 +132,7 @@ fn numbers(file: &GgufFile, key: &str) -> R<Option<Vec<f64>>> {
 }
 
 fn tok_err(file: &GgufFile, what: &str, e: impl std::fmt::Display) -> EngineError {
-    files_err(file.path(), format!("building the tokenizer ({what}): {e}"))
+    EngineError::model_files(file.path(), format!("building the tokenizer ({what}): {e}"))
 }
 
 /// The special token ids of the metadata.

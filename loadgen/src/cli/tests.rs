@@ -1,5 +1,8 @@
 use super::*;
 use crate::record::RequestRecord;
+use crate::report::ReportConfig;
+use crate::target::Target;
+use crate::workload::RequestSpec;
 use crate::workload::{ArrivalSpec, LengthSpec, TenantSpec};
 
 fn parse(extra: &[&str]) -> Result<SimArgs, clap::Error> {

@@ -1,6 +1,6 @@
 //! `summary.md`: one table of all runs, then a per-tenant table per run.
 
-use super::writer::ReportMeta;
+use super::meta::ReportMeta;
 use super::{RunSummary, Summary};
 use std::fmt::Write;
 

@@ -1,6 +1,6 @@
 //! SVG plots: attainment against offered load, and the TTFT distribution at the highest load.
 
-use super::writer::TtftSample;
+use super::meta::TtftSample;
 use super::RunSummary;
 use crate::error::Error;
 use plotters::prelude::*;

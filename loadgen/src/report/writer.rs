@@ -2,6 +2,7 @@
 //! complete, so a long sweep never holds every token time in memory; the summaries, the
 //! table and the plots are written by [`ReportWriter::finish`].
 
+use super::meta::{ReportMeta, TtftSample};
 use super::stats::Outcome;
 use super::{analyze, markdown, plots, ReportConfig, RunInput, RunSummary, Summary};
 use crate::error::Error;
@@ -17,15 +18,6 @@ pub const REQUESTS_JSONL: &str = "requests.jsonl";
 pub const ATTAINMENT_SVG: &str = "attainment_vs_rps.svg";
 pub const TTFT_CDF_SVG: &str = "ttft_cdf.svg";
 
-/// How the results were produced, printed at the top of `summary.md`.
-#[derive(Clone, Debug, Default)]
-pub struct ReportMeta {
-    /// The command line.
-    pub command: String,
-    /// Further facts worth reading next to the numbers (profile, seed, workload).
-    pub context: Vec<(String, String)>,
-}
-
 /// One line of `requests.jsonl`: the record, the run it belongs to, and its verdicts.
 #[derive(Serialize)]
 struct RequestLine<'a> {
@@ -37,14 +29,6 @@ struct RequestLine<'a> {
     ttft_met: bool,
     tbt_gaps: u32,
     tbt_gaps_met: u32,
-}
-
-/// TTFTs of one run, kept for the CDF plot.
-pub(crate) struct TtftSample {
-    pub policy: String,
-    pub rps: f64,
-    /// Sorted; unserved requests at `end - arrival`.
-    pub ttft_s: Vec<f64>,
 }
 
 /// Writes a sweep's results into one directory.

@@ -1,7 +1,7 @@
 //! Field checks shared by creation and patching. Each error names the field as the admin API
 //! spells it and says what a valid value looks like.
 
-use super::{Quotas, Slo};
+use super::terms::{Quotas, Slo};
 use crate::error::{Result, TenantError};
 
 /// Longest tenant name, in characters.

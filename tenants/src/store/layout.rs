@@ -32,6 +32,13 @@ pub(crate) const NEXT_ID: &[u8] = b"next_id";
 pub(crate) const GENERATION: &[u8] = b"generation";
 pub(crate) const LEDGER_ID: &[u8] = b"ledger_id";
 
+/// Now, in milliseconds since the Unix epoch (0 before it).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// A new store's ledger id: 16 bytes from the OS, so two stores never share one.
 pub(crate) fn new_ledger_id() -> Result<[u8; 16]> {
     use rand::TryRngCore;

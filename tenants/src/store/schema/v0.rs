@@ -45,7 +45,7 @@ fn failed(reason: String) -> TenantError {
 /// Rewrites a version-0 store as version 1 in one transaction.
 pub(crate) fn migrate_to_v1(db: &Db) -> Result<()> {
     let trees = Trees::open(db)?;
-    let created_at_ms = super::super::now_ms();
+    let created_at_ms = super::super::layout::now_ms();
     let mut old_keys = Vec::new();
     let mut records = Vec::new();
     let (mut ids, mut hashes) = (HashSet::new(), HashSet::new());
