@@ -19,19 +19,20 @@ use superinfer_policies::{PolicyKind, VltConfig, WaitCapScope, WlvfConfig};
 mod http;
 mod parse;
 mod replay;
+mod replay_flags;
 mod run;
+mod sweep;
 mod workload;
 
 use http::run_http;
 pub use http::HttpArgs;
 use parse::parse_fraction;
 pub(crate) use parse::{parse_non_negative, parse_positive, parse_rps};
-pub use replay::ReplayFlags;
+pub use replay_flags::ReplayFlags;
 pub use run::execute;
 pub(crate) use run::{finish, report_settings};
-pub use workload::{
-    prepare_workload, ConversationFlags, DefaultTenantFlags, Load, Sweep, WorkloadFlags,
-};
+pub use sweep::{ConversationFlags, DefaultTenantFlags, Load, Sweep, WorkloadFlags};
+pub use workload::prepare_workload;
 
 /// Seconds of arrivals when `--duration` is not given.
 const DEFAULT_DURATION_S: f64 = 120.0;

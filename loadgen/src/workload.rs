@@ -11,52 +11,24 @@
 
 pub mod arrivals;
 pub mod conversation;
+pub mod file;
 pub mod lengths;
 pub mod prefix_ideal;
 pub mod replay;
+pub mod request;
 pub mod tenants;
 pub mod trace;
 
 pub use arrivals::ArrivalSpec;
 pub use conversation::{ConversationSpec, Turn};
+pub use file::{load_tenants, load_workload, parse_tenants, parse_workload, WorkloadFile};
 pub use lengths::{LengthLimits, LengthSampler, LengthSpec, TokenLognormal};
-pub use tenants::{
-    load_tenants, load_workload, parse_tenants, parse_workload, validate_tenants, TenantSpec,
-    WorkloadFile,
-};
+pub use request::{RequestSpec, TraceBlocks};
+pub use tenants::{validate_tenants, TenantSpec};
 
 use crate::error::Error;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
-
-/// One request to send: who, when, how long, and what it says.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RequestSpec {
-    /// 0.. in order of `arrival_s`.
-    pub id: u64,
-    /// Index into the tenants slice.
-    pub tenant: usize,
-    /// When it is sent. For a follow-up turn this is only a lower bound (the conversation's
-    /// start plus the think times so far): the target sends it `turn.think_s` after the
-    /// previous turn finished.
-    pub arrival_s: f64,
-    /// The whole prompt as planned: system prompt + history (earlier messages and answers of
-    /// their requested lengths) + the new message.
-    pub prompt_tokens: u32,
-    pub output_tokens: u32,
-    /// Tokens of the tenant's system prompt at the start of the prompt.
-    pub system_tokens: u32,
-    /// Tokens of the new user message (the end of the prompt).
-    pub message_tokens: u32,
-    /// Seed of the new message's content.
-    pub content_seed: u64,
-    /// Place in a multi-turn conversation; `None`: a single request.
-    pub turn: Option<Turn>,
-    /// A replayed trace row's prompt blocks; `None`: the content comes from the seeds.
-    #[serde(skip)]
-    pub blocks: Option<replay::TraceBlocks>,
-}
 
 /// ChaCha stream for a tenant's arrival times.
 const ARRIVAL_STREAM: u64 = 0;

@@ -1,4 +1,12 @@
-//! Parsers of the flags' numbers, each with a message that says what a valid value is.
+//! Parsers of the flags' numbers, each with a message that says what a valid value is, and
+//! the error of a bad combination of flags.
+
+use crate::error::Error;
+
+/// A bad combination of flags (exit status 2).
+pub(crate) fn usage(msg: String) -> Error {
+    Error::Usage(msg)
+}
 
 pub(crate) fn parse_positive(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {

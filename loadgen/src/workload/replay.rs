@@ -6,14 +6,14 @@
 //! `[[tenant]]` tables give names, weights, SLOs and keys but no `arrivals` or `dataset`
 //! (both come from the trace). `docs/WORKLOADS.md` has the options.
 
+use super::request::{RequestSpec, TraceBlocks};
+use super::tenants::TenantSpec;
 use super::trace::{self, TraceFile, TraceFormat, TraceRow};
-use super::{RequestSpec, TenantSpec};
 use crate::error::Error;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
 
 /// How rows are given to tenants.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,39 +164,6 @@ impl ReplaySpec {
         self.validate()?;
         trace::read(&dir.join(&self.path), self.format, self.key_column())
     }
-}
-
-/// A prompt made of a trace's blocks: hash id k is `block_tokens` fixed token ids, the same
-/// wherever k appears; the prompt is the blocks in order, cut at `prompt_tokens` (and filled
-/// with the row's own tokens where the ids cover less).
-#[derive(Clone, Debug, PartialEq)]
-pub struct TraceBlocks {
-    pub hash_ids: Arc<[u64]>,
-    pub block_tokens: u32,
-}
-
-impl TraceBlocks {
-    /// The prompt's token ids; `seed` fills what the blocks do not cover.
-    pub fn prompt_ids(&self, seed: u64, prompt_tokens: u32) -> Vec<u32> {
-        let mut ids = Vec::with_capacity(prompt_tokens as usize);
-        for &h in self.hash_ids.iter() {
-            if ids.len() >= prompt_tokens as usize {
-                break;
-            }
-            ids.extend(super::conversation::token_ids(
-                block_seed(h),
-                self.block_tokens,
-            ));
-        }
-        ids.truncate(prompt_tokens as usize);
-        let rest = prompt_tokens - ids.len() as u32;
-        ids.extend(super::conversation::token_ids(seed, rest));
-        ids
-    }
-}
-
-fn block_seed(hash_id: u64) -> u64 {
-    super::conversation::text_seed(&format!("trace block {hash_id}"))
 }
 
 /// What a replay left out, and what it is: for the report.

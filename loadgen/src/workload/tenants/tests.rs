@@ -1,4 +1,5 @@
 use super::*;
+use crate::workload::file::{load_tenants, parse_tenants};
 use std::path::Path;
 
 const EXAMPLE: &str = r#"
