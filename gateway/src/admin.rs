@@ -28,26 +28,12 @@ use serde_json::json;
 use superinfer_engine::kv::CacheScope;
 use superinfer_engine::EngineError;
 use superinfer_policies::TenantId as EngineTenantId;
-use superinfer_tenants::{KeyHash, NewTenant, Tenant, TenantPatch, TenantRef, TenantStore};
+use superinfer_tenants::{NewTenant, Tenant, TenantPatch, TenantRef, TenantStore};
 
 use crate::auth::bearer;
 use crate::error::{GatewayError, Result};
 use crate::state::Shared;
-
-/// The admin token, kept as a hash and compared in constant time.
-#[derive(Clone)]
-pub struct AdminToken(KeyHash);
-
-impl AdminToken {
-    pub fn new(token: &str) -> AdminToken {
-        AdminToken(KeyHash::of(token))
-    }
-
-    pub fn matches(&self, presented: &str) -> bool {
-        // KeyHash equality is constant-time.
-        self.0 == KeyHash::of(presented)
-    }
-}
+use crate::stats::stats_body;
 
 pub fn router(state: Shared) -> Router<Shared> {
     Router::new()
@@ -100,7 +86,8 @@ fn parse<T: DeserializeOwned>(
     state: &Shared,
     body: std::result::Result<Bytes, BytesRejection>,
 ) -> Result<T> {
-    let bytes = body.map_err(|e| GatewayError::from_body(&e, state))?;
+    let bytes =
+        body.map_err(|e| GatewayError::from_body(&e, state.max_body_bytes, state.body_timeout_s))?;
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -178,7 +165,7 @@ async fn stats(State(state): State<Shared>, Path(key): Path<String>) -> Result<R
         .registry
         .get(tenant.id)
         .ok_or_else(|| GatewayError::TenantNotFound(format!("named `{}`", tenant.name)))?;
-    Ok(Json(crate::openai::stats_body(&ctx)).into_response())
+    Ok(Json(stats_body(&ctx.tenant, ctx.limits.in_flight(), &ctx.stats)).into_response())
 }
 
 /// `DELETE /admin/v1/tenants/{tenant}/prefix-cache`: drops the tenant's own prefix-cache

@@ -1,15 +1,41 @@
 //! The auth layer: the bearer key → the tenant's live context, attached to the request as an
 //! extension. Missing or unknown key → 401; disabled tenant → 403. Uses only the in-memory
 //! directory (no disk access per request).
+//!
+//! Also the admin API's credential, [`AdminToken`], which `crate::admin` checks.
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use superinfer_tenants::Auth;
+use std::sync::Arc;
+use superinfer_tenants::{Auth, KeyHash};
 
 use crate::error::GatewayError;
-use crate::state::Shared;
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+
+/// The admin token, kept as a hash and compared in constant time.
+#[derive(Clone)]
+pub struct AdminToken(KeyHash);
+
+impl AdminToken {
+    pub fn new(token: &str) -> AdminToken {
+        AdminToken(KeyHash::of(token))
+    }
+
+    pub fn matches(&self, presented: &str) -> bool {
+        // KeyHash equality is constant-time.
+        self.0 == KeyHash::of(presented)
+    }
+}
+
+/// The auth layer's own state: the tenant directory, and the metrics that count refusals.
+#[derive(Clone)]
+pub struct AuthState {
+    pub registry: Arc<Registry>,
+    pub metrics: Metrics,
+}
 
 /// The value of `Authorization: Bearer <token>`, if present.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -18,7 +44,7 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-pub async fn layer(State(state): State<Shared>, mut req: Request, next: Next) -> Response {
+pub async fn layer(State(state): State<AuthState>, mut req: Request, next: Next) -> Response {
     let Some(key) = bearer(req.headers()) else {
         return GatewayError::MissingKey.into_response();
     };

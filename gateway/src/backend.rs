@@ -23,7 +23,7 @@ use superinfer_engine::{spawn, EngineConfig, EngineHandle, EngineThread, HandleC
 use superinfer_policies::{PolicyKind, WlvfConfig};
 
 use crate::text::Text;
-use crate::validate::ModelInfo;
+use crate::wire::ModelInfo;
 
 /// The default simulated profile.
 pub const DEFAULT_SIM_PROFILE: &str = "h200-llama-3-8b";

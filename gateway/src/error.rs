@@ -8,8 +8,6 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use superinfer_tenants::TenantError;
 
-use crate::state::AppState;
-
 /// Everything a request can fail with. Every message says what to change.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -98,19 +96,19 @@ impl GatewayError {
         }
     }
 
-    /// A request body that could not be read: over the limit (413), too slow (408), or cut
-    /// off (400).
-    pub fn from_body(e: &BytesRejection, state: &AppState) -> Self {
+    /// A request body that could not be read: over the limit of `max_body_bytes` (413), not
+    /// arrived within `body_timeout_s` seconds (408), or cut off (400).
+    pub fn from_body(e: &BytesRejection, max_body_bytes: usize, body_timeout_s: u64) -> Self {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             return GatewayError::BodyTooLarge {
-                limit: state.max_body_bytes,
+                limit: max_body_bytes,
             };
         }
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
         while let Some(s) = source {
             if s.is::<tower_http::timeout::TimeoutError>() {
                 return GatewayError::BodyTimeout {
-                    seconds: state.body_timeout_s,
+                    seconds: body_timeout_s,
                 };
             }
             source = s.source();

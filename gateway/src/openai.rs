@@ -3,12 +3,13 @@
 //! `GET /v1/tenant/stats`; vLLM's extra endpoints are in [`extra`]. The auth and quota layers have run before these handlers; each
 //! handler then validates, admits and streams, in that order.
 
+mod errors;
 pub mod extra;
 mod response;
 mod several;
 mod sse;
 
-pub use sse::StreamLimits;
+pub use crate::config::StreamLimits;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -16,22 +17,22 @@ use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::admission;
 use crate::conn::ConnKill;
 use crate::error::{GatewayError, Result};
-use crate::generate::{Admitted, EndError, Generation, Outcome, Piece, StopMatcher};
+use crate::generate::{Admitted, Generation, Piece, StopMatcher};
 use crate::metrics::Metrics;
 use crate::quota::Slot;
 use crate::registry::TenantCtx;
 use crate::state::Shared;
+use crate::stats::stats_body;
 use crate::usage::UsageTicket;
 use crate::validate::{self, Endpoint};
+pub use errors::{engine_failure, refusal_error};
 use response::{ResponseMeta, Usage};
-use superinfer_engine::StreamErrorKind;
 
 pub async fn completions(
     State(state): State<Shared>,
@@ -72,7 +73,12 @@ async fn generate(
         state.metrics.rejected(&ctx.tenant.name, reason);
         e
     };
-    let bytes = body.map_err(|e| refuse("invalid", GatewayError::from_body(&e, &state)))?;
+    let bytes = body.map_err(|e| {
+        refuse(
+            "invalid",
+            GatewayError::from_body(&e, state.max_body_bytes, state.body_timeout_s),
+        )
+    })?;
     let (tenant, model, text) = (ctx.tenant.clone(), state.model.clone(), state.text.clone());
     // Parsing, tokenization and templating are CPU work: off the reactor, in the bounded pool.
     let size = bytes.len();
@@ -191,42 +197,6 @@ async fn collect(mut gen: Generation, meta: ResponseMeta, metrics: &Metrics) -> 
     ))
 }
 
-/// The HTTP error of a request the engine refused at submission.
-pub fn refusal_error(end: Outcome, metrics: &Metrics) -> GatewayError {
-    match end.error {
-        Some(err) => engine_failure(err, 0, metrics),
-        None => GatewayError::Engine("the engine refused the request without a reason".into()),
-    }
-}
-
-/// The engine refused or failed a request after admission, by the error's kind (never by
-/// its text): the request's own fault (its grammar failed at run time) is a 400; a full
-/// queue, a request that would miss its TTFT SLO or a failed step is overload (503 with
-/// Retry-After; the first two counted as shed); a stopped engine is a shutdown (503); a
-/// failed engine, 503 while the process exits for its supervisor to restart it.
-pub fn engine_failure(err: EndError, tokens: u32, metrics: &Metrics) -> GatewayError {
-    let overloaded = |reason: Option<&'static str>| {
-        if let (Some(reason), 0) = (reason, tokens) {
-            metrics.shed(reason);
-        }
-        GatewayError::Overloaded {
-            message: format!("{}; retry after the Retry-After seconds", err.message),
-            retry_after_s: 1,
-        }
-    };
-    match err.kind {
-        StreamErrorKind::Request => {
-            tracing::warn!(error = %err.message, "a request failed in the engine");
-            GatewayError::bad_request(err.message)
-        }
-        StreamErrorKind::QueueFull => overloaded(Some("queue_full")),
-        StreamErrorKind::WouldMissSlo => overloaded(Some("slo")),
-        StreamErrorKind::StepFailed => overloaded(None),
-        StreamErrorKind::Stopped => GatewayError::ShuttingDown,
-        StreamErrorKind::EngineFailed => GatewayError::EngineFailed(err.message),
-    }
-}
-
 /// `GET /v1/models`: the one served model.
 pub async fn models(State(state): State<Shared>) -> Response {
     Json(serde_json::json!({
@@ -239,91 +209,5 @@ pub async fn models(State(state): State<Shared>) -> Response {
 /// `GET /v1/tenant/stats`: the calling tenant's own statistics. There is no parameter that
 /// names a tenant: the key decides whose statistics these are.
 pub async fn tenant_stats(Extension(ctx): Extension<Arc<TenantCtx>>) -> Response {
-    Json(stats_body(&ctx)).into_response()
-}
-
-/// A tenant's settings, live usage and statistics (also the admin API's per-tenant stats).
-pub fn stats_body(ctx: &TenantCtx) -> serde_json::Value {
-    let t = &ctx.tenant;
-    serde_json::json!({
-        "object": "tenant.stats",
-        "tenant": {"id": t.id, "name": t.name},
-        "slo": t.slo,
-        "weight": t.weight,
-        "quotas": t.quotas,
-        "in_flight": ctx.limits.in_flight(),
-        "stats": ctx.stats.report(t.slo.ttft_s(), t.slo.tbt_s()),
-    })
-}
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-
-/// A response id: unique within this process, not guessable across restarts.
-fn response_id(prefix: &str) -> String {
-    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let salt = *SALT.get_or_init(rand::random::<u32>);
-    format!("{prefix}-{salt:08x}{n:012x}")
-}
-
-static SALT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-
-#[cfg(test)]
-mod tests {
-    use super::engine_failure;
-    use crate::error::GatewayError;
-    use crate::generate::EndError;
-    use crate::metrics::{Metrics, SHED};
-    use superinfer_engine::EngineError;
-    use superinfer_engine::StreamErrorKind;
-    use superinfer_policies::RequestId;
-
-    fn end(kind: StreamErrorKind, message: String) -> EndError {
-        EndError { kind, message }
-    }
-
-    #[test]
-    fn a_request_refused_for_its_slo_is_overload_not_a_fault() {
-        let refused = EngineError::WouldMissSlo {
-            id: RequestId(7),
-            wait_s: 3.2,
-        };
-        let m = Metrics::new();
-        assert!(matches!(
-            engine_failure(
-                end(StreamErrorKind::WouldMissSlo, refused.to_string()),
-                0,
-                &m
-            ),
-            GatewayError::Overloaded { .. }
-        ));
-        let full = EngineError::QueueFull(3).to_string();
-        assert!(matches!(
-            engine_failure(end(StreamErrorKind::QueueFull, full), 0, &m),
-            GatewayError::Overloaded { .. }
-        ));
-        // The kind decides, not the words.
-        let grammar = end(
-            StreamErrorKind::Request,
-            "structured output: stopped".into(),
-        );
-        assert!(matches!(
-            engine_failure(grammar, 0, &m),
-            GatewayError::InvalidRequest { .. }
-        ));
-        let failed = end(
-            StreamErrorKind::EngineFailed,
-            "the engine failed: boom".into(),
-        );
-        let e = engine_failure(failed, 0, &m);
-        assert_eq!(e.status(), 503);
-        let text = m.render(&Default::default(), "m");
-        assert!(
-            text.contains(&format!("{SHED}{{reason=\"slo\"}} 1")),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("{SHED}{{reason=\"queue_full\"}} 1")),
-            "{text}"
-        );
-    }
+    Json(stats_body(&ctx.tenant, ctx.limits.in_flight(), &ctx.stats)).into_response()
 }

@@ -27,8 +27,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use crate::error::GatewayError;
+use crate::metrics::Metrics;
 use crate::registry::TenantCtx;
-use crate::state::Shared;
 
 pub const OBJECTIVE_HEADER: &str = "x-gateway-inference-objective";
 pub const FAIRNESS_HEADER: &str = "x-gateway-inference-fairness-id";
@@ -166,9 +166,17 @@ impl ProxyConfig {
     }
 }
 
+/// The proxy layer's own state: the trusted networks and objectives, and the metrics that
+/// count refusals.
+#[derive(Clone)]
+pub struct ProxyState {
+    pub config: Arc<ProxyConfig>,
+    pub metrics: Metrics,
+}
+
 /// The layer (after auth, before quota on the generation routes): refuses the headers from
 /// an untrusted peer, and applies them from a trusted one.
-pub async fn layer(State(state): State<Shared>, mut req: Request, next: Next) -> Response {
+pub async fn layer(State(state): State<ProxyState>, mut req: Request, next: Next) -> Response {
     let h = req.headers();
     let (objective, fairness) = (
         at_most_once(h, OBJECTIVE_HEADER),
@@ -191,7 +199,7 @@ pub async fn layer(State(state): State<Shared>, mut req: Request, next: Next) ->
     };
     let objective = objective.map(|v| v.to_str().map(str::trim));
     let fairness = fairness.map(|v| v.to_str().map(str::trim));
-    if !state.proxy.trusts(peer) {
+    if !state.config.trusts(peer) {
         let name = if objective.is_some() {
             OBJECTIVE_HEADER
         } else {
@@ -227,9 +235,9 @@ pub async fn layer(State(state): State<Shared>, mut req: Request, next: Next) ->
         }
     }
     if let Some(o) = objective {
-        let spec = o.ok().and_then(|o| state.proxy.objectives.get(o));
+        let spec = o.ok().and_then(|o| state.config.objectives.get(o));
         let Some(spec) = spec else {
-            let known: Vec<&str> = state.proxy.objectives.keys().map(String::as_str).collect();
+            let known: Vec<&str> = state.config.objectives.keys().map(String::as_str).collect();
             return refuse(
                 "objective",
                 GatewayError::invalid(

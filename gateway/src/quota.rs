@@ -13,20 +13,17 @@
 //! freed when the response (streamed or not) is complete.
 
 pub mod fleet;
+mod layer;
 pub mod local;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use futures_util::future::BoxFuture;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use superinfer_tenants::{Quotas, Tenant};
 
 use crate::error::GatewayError;
-use crate::registry::TenantCtx;
-use crate::state::Shared;
 
+pub use layer::layer;
 pub use local::{LocalLimiter, LocalStore};
 
 /// Where quota state lives: makes each tenant's [`Limiter`].
@@ -181,23 +178,5 @@ pub struct Slot(Arc<Mutex<Option<InFlight>>>);
 impl Slot {
     pub fn take(&self) -> Option<InFlight> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
-    }
-}
-
-pub async fn layer(State(state): State<Shared>, mut req: Request, next: Next) -> Response {
-    let Some(ctx) = req.extensions().get::<Arc<TenantCtx>>().cloned() else {
-        // The auth layer runs first; without it there is no tenant to charge.
-        return GatewayError::Internal("quota layer without auth".into()).into_response();
-    };
-    match ctx.limits.admit().await {
-        Ok(slot) => {
-            req.extensions_mut()
-                .insert(Slot(Arc::new(Mutex::new(Some(slot)))));
-            next.run(req).await
-        }
-        Err(refusal) => {
-            state.metrics.rejected(&ctx.tenant.name, refusal.reason());
-            refusal.into_error().into_response()
-        }
     }
 }

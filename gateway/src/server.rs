@@ -39,7 +39,8 @@ use tower_http::request_id::{
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::admin::{self, AdminToken};
+use crate::admin;
+use crate::auth::AdminToken;
 use crate::backend::{self, Backend};
 use crate::config::{EdgeConfig, ServeConfig};
 use crate::conn::Accept;
@@ -119,13 +120,10 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         max_body_bytes: cfg.max_body_bytes,
         body_timeout_s: cfg.edge.body_timeout.as_secs().max(1),
         max_headers: cfg.edge.max_headers,
-        stream: openai::StreamLimits {
-            buffer: cfg.edge.stream_buffer,
-            stall_timeout: cfg.edge.stream_stall_timeout,
-        },
+        stream: cfg.edge.stream_limits(),
         text_pool: TextPool::new(cfg.edge.text_pool),
         draining: AtomicBool::new(false),
-        proxy: cfg.proxy.clone(),
+        proxy: Arc::new(cfg.proxy.clone()),
         started_unix_s: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -232,6 +230,14 @@ async fn open_tenants(
 }
 
 pub fn router(state: Shared, edge: &EdgeConfig, with_metrics: bool) -> Router {
+    let auth_state = auth::AuthState {
+        registry: state.registry.clone(),
+        metrics: state.metrics.clone(),
+    };
+    let proxy_state = proxy::ProxyState {
+        config: state.proxy.clone(),
+        metrics: state.metrics.clone(),
+    };
     // Tokenizing is work on the node too: `/tokenize` and `/detokenize` are admitted by the
     // same quota layer (request rate, a concurrency seat while they run, token debt).
     let generate = Router::new()
@@ -239,14 +245,14 @@ pub fn router(state: Shared, edge: &EdgeConfig, with_metrics: bool) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/tokenize", post(openai::extra::tokenize))
         .route("/detokenize", post(openai::extra::detokenize))
-        .layer(from_fn_with_state(state.clone(), quota::layer))
-        .layer(from_fn_with_state(state.clone(), proxy::layer))
-        .layer(from_fn_with_state(state.clone(), auth::layer));
+        .layer(from_fn_with_state(state.metrics.clone(), quota::layer))
+        .layer(from_fn_with_state(proxy_state, proxy::layer))
+        .layer(from_fn_with_state(auth_state.clone(), auth::layer));
     let tenant_reads = Router::new()
         .route("/v1/models", get(openai::models))
         .route("/v1/tenant/stats", get(openai::tenant_stats))
         .route("/v1/models/{*id}", get(openai::extra::model))
-        .layer(from_fn_with_state(state.clone(), auth::layer));
+        .layer(from_fn_with_state(auth_state, auth::layer));
     let mut open = Router::new()
         .route(LIVENESS_PATH, get(healthz))
         .route(READINESS_PATH, get(readyz))

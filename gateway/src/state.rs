@@ -4,11 +4,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use superinfer_engine::EngineHandle;
 
-use crate::admin::AdminToken;
+use crate::auth::AdminToken;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::text::{Text, TextPool};
-use crate::validate::ModelInfo;
+use crate::wire::ModelInfo;
 
 /// The server's shared state; handlers get it as `State<Arc<AppState>>`.
 pub struct AppState {
@@ -30,11 +30,11 @@ pub struct AppState {
     /// Header fields in one request, at most.
     pub max_headers: usize,
     /// Slow readers: how much of a stream waits for its client, and for how long.
-    pub stream: crate::openai::StreamLimits,
+    pub stream: crate::config::StreamLimits,
     /// Set when shutdown began: new requests get 503, `/readyz` fails.
     pub draining: AtomicBool,
     /// Who may send the inference extension's headers (`crate::proxy`).
-    pub proxy: crate::proxy::ProxyConfig,
+    pub proxy: Arc<crate::proxy::ProxyConfig>,
     /// Unix seconds when the server started (the model's `created`).
     pub started_unix_s: u64,
 }

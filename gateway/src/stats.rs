@@ -5,6 +5,7 @@
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
+use superinfer_tenants::Tenant;
 
 /// Latency samples kept for percentiles.
 const WINDOW: usize = 4096;
@@ -183,6 +184,20 @@ impl TenantStats {
             e2e: s.e2e.percentiles(),
         }
     }
+}
+
+/// A tenant's settings, requests in flight and statistics: the body of `GET /v1/tenant/stats`
+/// and of the admin API's per-tenant stats.
+pub fn stats_body(t: &Tenant, in_flight: u32, stats: &TenantStats) -> serde_json::Value {
+    serde_json::json!({
+        "object": "tenant.stats",
+        "tenant": {"id": t.id, "name": t.name},
+        "slo": t.slo,
+        "weight": t.weight,
+        "quotas": t.quotas,
+        "in_flight": in_flight,
+        "stats": stats.report(t.slo.ttft_s(), t.slo.tbt_s()),
+    })
 }
 
 #[cfg(test)]

@@ -16,37 +16,12 @@
 
 mod pool;
 
+pub use crate::wire::ChatMessage;
 pub use pool::{TextPool, TextPoolConfig};
 
 use std::sync::{Arc, OnceLock};
 use superinfer_engine::grammar::GrammarCompiler;
 use superinfer_engine::{IncrementalDecoder, TextCodec};
-
-/// One chat message after parsing: a role and its text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-    /// An assistant's calls (`[{"id", "type", "function": {"name", "arguments"}}]`,
-    /// `arguments` an object, as chat templates take them).
-    pub tool_calls: Option<serde_json::Value>,
-    /// A `tool` message: the call it answers.
-    pub tool_call_id: Option<String>,
-    /// The participant's name, for templates that render it.
-    pub name: Option<String>,
-}
-
-impl ChatMessage {
-    pub fn new(role: &str, content: &str) -> ChatMessage {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
-            tool_calls: None,
-            tool_call_id: None,
-            name: None,
-        }
-    }
-}
 
 /// A tokenizer + chat template + detokenizer. Cheap to clone.
 #[derive(Clone, Debug)]

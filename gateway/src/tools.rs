@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use superinfer_engine::grammar::GrammarSpec;
 
 use crate::error::{GatewayError, Result};
+use crate::wire::ChatMessage;
 
 /// How the model writes a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,11 +266,7 @@ pub fn validate(
 /// described in the system message (added first when there is none), an assistant's calls
 /// become `<tool_call>` blocks of its text and a tool's result a `<tool_response>` block, so
 /// the model sees them in the Hermes form that [`parse`] reads back.
-pub fn without_template_support(
-    messages: &[crate::text::ChatMessage],
-    tools: &[Value],
-) -> Vec<crate::text::ChatMessage> {
-    use crate::text::ChatMessage;
+pub fn without_template_support(messages: &[ChatMessage], tools: &[Value]) -> Vec<ChatMessage> {
     let listing: Vec<String> = tools
         .iter()
         .map(|t| t.get("function").unwrap_or(t).to_string())

@@ -5,6 +5,7 @@
 use superinfer_engine::SamplingParams;
 use superinfer_tenants::Tenant;
 
+mod endpoint;
 mod extras;
 mod fields;
 pub mod limits;
@@ -15,31 +16,16 @@ pub(crate) mod structured;
 pub(crate) use prompt::chat_messages;
 use prompt::{chat_tokens, prompt_list, PromptLimit};
 
+pub use endpoint::Endpoint;
 pub use extras::MAX_CACHE_SALT_BYTES;
 use extras::{cache_salt, continuous_usage, echo_text, logit_bias, min_tokens};
+pub use prompt::MAX_PROMPTS;
 
 use crate::error::{GatewayError, Result};
-use crate::text::{ChatMessage, Text};
+use crate::text::Text;
+use crate::wire::ChatMessage;
+pub use crate::wire::ModelInfo;
 use crate::wire::{Body, Content, Message, Prompt, Stop};
-
-/// Which OpenAI endpoint a request came to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Endpoint {
-    Completions,
-    Chat,
-}
-
-/// The served model as validation needs it.
-#[derive(Clone, Debug)]
-pub struct ModelInfo {
-    /// The `id` of `GET /v1/models`; requests naming another model get 404.
-    pub id: String,
-    /// Prompt plus output tokens of one request, at most.
-    pub max_model_len: u32,
-    /// The backend scores prompt tokens (`echo` with `logprobs`): the CPU model path does;
-    /// the simulated engine and the GPU path do not.
-    pub prompt_logprobs: bool,
-}
 
 /// A request that passed validation.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,8 +66,6 @@ pub const MAX_TOP_LOGPROBS: u32 = 20;
 
 /// `max_tokens` of a completion that leaves it out (OpenAI's default).
 pub const DEFAULT_COMPLETION_TOKENS: u32 = 16;
-/// At most this many prompts in one completions request (one choice each).
-pub const MAX_PROMPTS: usize = 64;
 /// At most this many stop strings (OpenAI's limit).
 pub const MAX_STOP_STRINGS: usize = 4;
 /// Each stop string has at most this many bytes (UTF-8): stop strings are matched on every

@@ -8,6 +8,10 @@
 //! `structured_outputs` and the `guided_*` fields. `priority` is
 //! read and has no effect: a tenant's priority comes only from its weight and SLO, never from
 //! the body (DESIGN.md); `user` is OpenAI's end-user tag and has none either.
+//!
+//! Also the plain types that requests are checked against and turned into, shared by the
+//! layers without depending on any of them: the served model ([`ModelInfo`]) and a chat
+//! message after parsing ([`ChatMessage`]).
 
 use serde::Deserialize;
 
@@ -131,4 +135,42 @@ pub struct Part {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
+}
+
+/// The served model as validation needs it.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    /// The `id` of `GET /v1/models`; requests naming another model get 404.
+    pub id: String,
+    /// Prompt plus output tokens of one request, at most.
+    pub max_model_len: u32,
+    /// The backend scores prompt tokens (`echo` with `logprobs`): the CPU model path does;
+    /// the simulated engine and the GPU path do not.
+    pub prompt_logprobs: bool,
+}
+
+/// One chat message after parsing: a role and its text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+    /// An assistant's calls (`[{"id", "type", "function": {"name", "arguments"}}]`,
+    /// `arguments` an object, as chat templates take them).
+    pub tool_calls: Option<serde_json::Value>,
+    /// A `tool` message: the call it answers.
+    pub tool_call_id: Option<String>,
+    /// The participant's name, for templates that render it.
+    pub name: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: &str) -> ChatMessage {
+        ChatMessage {
+            role: role.into(),
+            content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
+        }
+    }
 }

@@ -4,7 +4,7 @@
 use anyhow::bail;
 use std::time::Duration;
 
-use super::Settings;
+use super::settings::Settings;
 use crate::text::TextPoolConfig;
 
 /// Connection limits, timeouts and the text pool's size.
@@ -23,6 +23,15 @@ pub struct EdgeConfig {
     /// A stream whose buffer stayed full this long is aborted (a client that stopped reading).
     pub stream_stall_timeout: Duration,
     pub text_pool: TextPoolConfig,
+}
+
+/// How much of a stream may wait for a client that does not read, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// Events buffered in the gateway (beyond what the socket and hyper hold).
+    pub buffer: usize,
+    /// With the buffer full this long, the stream is aborted and its connection closed.
+    pub stall_timeout: Duration,
 }
 
 pub const DEFAULT_HEADER_TIMEOUT_S: f64 = 10.0;
@@ -49,6 +58,14 @@ impl Default for EdgeConfig {
 }
 
 impl EdgeConfig {
+    /// The limits of one stream whose client does not read.
+    pub fn stream_limits(&self) -> StreamLimits {
+        StreamLimits {
+            buffer: self.stream_buffer,
+            stall_timeout: self.stream_stall_timeout,
+        }
+    }
+
     pub fn resolve(s: &Settings) -> anyhow::Result<EdgeConfig> {
         let d = EdgeConfig::default();
         let secs = |name: &str, v: Option<f64>, default: Duration| match v {

@@ -1,4 +1,6 @@
 use super::*;
+use crate::quota::fleet::FailureMode;
+use superinfer_policies::{PolicyKind, WaitCapScope};
 
 #[test]
 fn no_settings_give_the_documented_defaults() {

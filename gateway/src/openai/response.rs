@@ -6,6 +6,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::generate::{Generation, Outcome, TokenLogprob};
@@ -196,7 +197,7 @@ impl ResponseMeta {
         };
         ResponseMeta {
             endpoint,
-            id: super::response_id(prefix),
+            id: response_id(prefix),
             created: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -512,3 +513,14 @@ fn calls_delta<'a>(call: Value) -> Delta<'a> {
         ..Delta::default()
     }
 }
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// A response id: unique within this process, not guessable across restarts.
+fn response_id(prefix: &str) -> String {
+    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let salt = *SALT.get_or_init(rand::random::<u32>);
+    format!("{prefix}-{salt:08x}{n:012x}")
+}
+
+static SALT: std::sync::OnceLock<u32> = std::sync::OnceLock::new();

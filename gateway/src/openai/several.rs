@@ -106,7 +106,7 @@ pub async fn generate(
         if let Some(end) = g.refusal().await {
             state.metrics.rejected(&ctx.tenant.name, "overloaded");
             slot.usage.fail();
-            return Err(super::refusal_error(end, &state.metrics));
+            return Err(super::errors::refusal_error(end, &state.metrics));
         }
     }
     let mut meta = ResponseMeta::new(valid.endpoint, &state.model.id, valid.include_usage, false);
@@ -141,7 +141,11 @@ async fn collect_one(
             Piece::Text(t) => text.push_str(&t),
             Piece::Done(o) => {
                 if let Some(err) = o.error {
-                    return Err(super::engine_failure(err, o.completion_tokens, metrics));
+                    return Err(super::errors::engine_failure(
+                        err,
+                        o.completion_tokens,
+                        metrics,
+                    ));
                 }
                 let usage = Usage::of(&o);
                 let mean = if count > 0 {
@@ -258,7 +262,7 @@ fn respond(gens: Vec<Generation>, meta: ResponseMeta, per_prompt: u32, out: Out)
                     // One choice failed: the error, then the end; the others are dropped.
                     m.open = 0;
                     m.tail = vec![Bytes::from_static(DONE)];
-                    let e = super::engine_failure(err, o.completion_tokens, &m.metrics);
+                    let e = super::errors::engine_failure(err, o.completion_tokens, &m.metrics);
                     event(&serde_json::to_vec(&e.body()).unwrap_or_default())
                 } else {
                     let first = i % m.per_prompt == 0;

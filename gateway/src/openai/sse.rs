@@ -11,11 +11,11 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures_util::{stream, Stream, StreamExt};
 use std::convert::Infallible;
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::SendTimeoutError;
 
 use super::response::{event, ChunkKind, ResponseMeta, Usage, DONE};
+use crate::config::StreamLimits;
 use crate::conn::ConnKill;
 use crate::generate::{Generation, Piece};
 use crate::metrics::Metrics;
@@ -26,15 +26,6 @@ enum State {
     Running(Generation),
     /// Events computed but not yet sent, then the end.
     Tail(Vec<Bytes>),
-}
-
-/// How much of a stream may wait for a client that does not read, and for how long.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StreamLimits {
-    /// Events buffered in the gateway (beyond what the socket and hyper hold).
-    pub buffer: usize,
-    /// With the buffer full this long, the stream is aborted and its connection closed.
-    pub stall_timeout: Duration,
 }
 
 /// Where a stream's events go and what it may use.
@@ -161,7 +152,11 @@ fn events(gen: Generation, meta: ResponseMeta, metrics: Metrics) -> impl Stream<
                         }
                         match o.error.take() {
                             Some(err) => {
-                                let e = super::engine_failure(err, o.completion_tokens, &metrics);
+                                let e = super::errors::engine_failure(
+                                    err,
+                                    o.completion_tokens,
+                                    &metrics,
+                                );
                                 tail.push(event(
                                     &serde_json::to_vec(&e.body()).unwrap_or_default(),
                                 ));

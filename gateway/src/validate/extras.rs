@@ -3,9 +3,10 @@
 
 use superinfer_engine::SamplingParams;
 
-use super::{Endpoint, ModelInfo};
+use super::endpoint::Endpoint;
 use crate::error::{GatewayError, Result};
 use crate::text::Text;
+use crate::wire::ModelInfo;
 
 #[cfg(test)]
 mod tests;

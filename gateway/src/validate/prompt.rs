@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// At most this many prompts in one completions request (one choice each).
+pub const MAX_PROMPTS: usize = 64;
+
 /// Refuses text that cannot fit the tenant's `max_prompt_tokens` by its length in bytes alone,
 /// before any of it is tokenized (a token covers at most [`Text::max_prompt_bytes`] bytes).
 pub(super) fn check_bytes(

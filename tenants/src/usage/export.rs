@@ -74,8 +74,7 @@ impl UsageReport {
             }
         }
         out.data = rows.into_values().collect();
-        out.data
-            .sort_by(|a, b| (a.tenant_id, a.hour_unix_s).cmp(&(b.tenant_id, b.hour_unix_s)));
+        out.data.sort_by_key(|r| (r.tenant_id, r.hour_unix_s));
         Ok(out)
     }
 }
