@@ -37,7 +37,8 @@ pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 ///
 /// One rule for both: the request is billed what its client received, and the quota is
 /// charged exactly that. A stream that ends in an error was still received up to the error
-/// (its tokens are billed); a non-streamed answer that is an error was not (nothing is). A
+/// (its tokens are billed); an answer that is an HTTP error, streamed or not, was not (nothing
+/// is, though some of its choices were accepted: one of several refused). A
 /// request the engine never accepted (refused at submission, or at its queue) is not in the
 /// ledger and its whole reservation is refunded.
 pub struct UsageTicket {
@@ -55,6 +56,8 @@ struct Ticket {
     accepted: u32,
     sum: UsageCounts,
     error: bool,
+    /// Answered with an HTTP error: nothing of it reached the client ([`UsageTicket::fail`]).
+    unsent: bool,
     recorded: bool,
 }
 
@@ -91,6 +94,7 @@ impl UsageTicket {
                 accepted: 0,
                 sum: UsageCounts::default(),
                 error: false,
+                unsent: false,
                 recorded: false,
             }),
         }
@@ -117,9 +121,12 @@ impl UsageTicket {
         }
     }
 
-    /// The request is answered with an error although some of it was admitted.
+    /// The request is answered with an HTTP error although some of it was admitted: its
+    /// client receives no token, streamed or not, so none is billed.
     pub fn fail(&self) {
-        self.lock().error = true;
+        let mut t = self.lock();
+        t.error = true;
+        t.unsent = true;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Ticket> {
@@ -129,7 +136,7 @@ impl UsageTicket {
     /// Bills the request (when the engine accepted any of it) and settles its reservation.
     fn settle(&self, t: &mut Ticket) {
         t.recorded = true;
-        let received = self.streamed || !t.error;
+        let received = !t.unsent && (self.streamed || !t.error);
         let counts = UsageCounts {
             requests: 1,
             sequences: u64::from(t.accepted),
@@ -163,6 +170,7 @@ impl Drop for UsageTicket {
                 accepted: 0,
                 sum: UsageCounts::default(),
                 error: false,
+                unsent: false,
                 recorded: true,
             },
         );

@@ -1,0 +1,241 @@
+//! Every token accounted once, over random mixes of requests: completions and chats, streamed
+//! or not, `n` 1–2, lists of prompts, stop strings, streams the client drops after their first
+//! chunk, requests the engine refuses (a queue of 2, a prompt too long for its KV tier) and
+//! requests the quotas refuse (a tenant with 2 seats and few tokens per minute), sent
+//! concurrently. After each mix, for every tenant: the ledger equals the `usage` the clients
+//! received (a dropped stream within what it could have generated), the tenant's statistics and
+//! TTFT series count the ledger's sequences, and no seat stays held.
+
+use futures_util::StreamExt;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use superinfer_gateway::Settings;
+use superinfer_tests::{sse_events, TestOptions, TestServer, ADMIN_TOKEN};
+
+/// What the clients of one tenant saw: (requests, sequences, prompt, completion) from the
+/// `usage` of answers received whole, and the bound on what dropped streams may have cost.
+#[derive(Debug, Default)]
+struct Seen {
+    received: [u64; 4],
+    /// Dropped streams: requests, sequences, and their most completion tokens.
+    dropped: [u64; 3],
+    refused: u64,
+}
+
+struct Op {
+    tenant: usize,
+    chat: bool,
+    stream: bool,
+    n: u64,
+    prompts: u64,
+    max_tokens: u64,
+    stop: bool,
+    long: bool,
+    drop_after_first: bool,
+}
+
+fn random_op(rng: &mut ChaCha8Rng) -> Op {
+    let chat = rng.random_bool(0.4);
+    let stream = rng.random_bool(0.5);
+    Op {
+        tenant: rng.random_range(0..2),
+        chat,
+        stream,
+        n: rng.random_range(1..=2),
+        prompts: if chat { 1 } else { rng.random_range(1..=2) },
+        max_tokens: rng.random_range(1..=6),
+        stop: rng.random_bool(0.3),
+        long: rng.random_bool(0.1),
+        drop_after_first: stream && rng.random_bool(0.25),
+    }
+}
+
+fn body(op: &Op, model: &str) -> Value {
+    let words = if op.long { 3000 } else { 4 };
+    let text = |i: u64| format!("prompt {i} ") + &"word ".repeat(words);
+    let mut b = if op.chat {
+        json!({"model": model, "messages": [{"role": "user", "content": text(0)}]})
+    } else if op.prompts == 1 {
+        json!({"model": model, "prompt": text(0)})
+    } else {
+        json!({"model": model, "prompt": (0..op.prompts).map(text).collect::<Vec<_>>()})
+    };
+    b["max_tokens"] = json!(op.max_tokens);
+    b["n"] = json!(op.n);
+    if op.stop {
+        b["stop"] = json!(["w"]);
+    }
+    if op.stream {
+        b["stream"] = json!(true);
+        b["stream_options"] = json!({"include_usage": true});
+    }
+    b
+}
+
+/// Sends `op`; records what its client saw.
+async fn send(s: &TestServer, key: &str, op: &Op, seen: &mut Seen) {
+    let path = if op.chat {
+        "/v1/chat/completions"
+    } else {
+        "/v1/completions"
+    };
+    let resp = s.post(path, key, &body(op, &s.model())).await;
+    if resp.status() != StatusCode::OK {
+        assert!(
+            [
+                StatusCode::BAD_REQUEST,
+                StatusCode::TOO_MANY_REQUESTS,
+                StatusCode::SERVICE_UNAVAILABLE
+            ]
+            .contains(&resp.status()),
+            "{}",
+            resp.status()
+        );
+        seen.refused += 1;
+        return;
+    }
+    let sequences = op.n * op.prompts;
+    if op.drop_after_first {
+        let mut chunks = resp.bytes_stream();
+        let _first = chunks.next().await;
+        drop(chunks);
+        seen.dropped[0] += 1;
+        seen.dropped[1] += sequences;
+        seen.dropped[2] += sequences * op.max_tokens;
+        return;
+    }
+    let text = resp.text().await.expect("a body");
+    let usage = if op.stream {
+        let events = sse_events(&text);
+        assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{text}");
+        let with_usage: Vec<Value> = events
+            .iter()
+            .filter(|e| e.as_str() != "[DONE]")
+            .map(|e| serde_json::from_str::<Value>(e).expect("a JSON chunk"))
+            .filter(|v| !v["usage"].is_null())
+            .collect();
+        assert_eq!(with_usage.len(), 1, "{text}");
+        with_usage[0]["usage"].clone()
+    } else {
+        serde_json::from_str::<Value>(&text).expect("JSON")["usage"].clone()
+    };
+    let r = &mut seen.received;
+    r[0] += 1;
+    r[1] += sequences;
+    r[2] += usage["prompt_tokens"].as_u64().expect("prompt_tokens");
+    r[3] += usage["completion_tokens"]
+        .as_u64()
+        .expect("completion_tokens");
+}
+
+async fn admin_get(s: &TestServer, path: &str) -> Value {
+    let resp = s
+        .client
+        .get(s.url(path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("the server answers");
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.json().await.expect("JSON")
+}
+
+/// Runs one mix; returns the requests refused and the streams dropped, over both tenants.
+async fn one_mix(seed: u64) -> (u64, u64) {
+    let s = TestServer::start_with(TestOptions {
+        max_queue: Some(2),
+        hbm_blocks: Some(96),
+        settings: Settings::default(),
+        ..TestOptions::default()
+    })
+    .await;
+    let (roomy_id, roomy) = s.create_tenant(json!({"name": "roomy"})).await;
+    let (tight_id, tight) = s
+        .create_tenant(json!({"name": "tight",
+            "quotas": {"max_concurrent": 2, "tokens_per_min": 400}}))
+        .await;
+    let keys = [roomy, tight];
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let ops: Vec<Op> = (0..24).map(|_| random_op(&mut rng)).collect();
+    let mut seen: [Seen; 2] = Default::default();
+    // Four at a time, so that queues fill and seats run out.
+    for group in ops.chunks(4) {
+        let runs = group.iter().map(|op| {
+            let key = keys[op.tenant].clone();
+            let s = &s;
+            async move {
+                let mut one = Seen::default();
+                send(s, &key, op, &mut one).await;
+                (op.tenant, one)
+            }
+        });
+        for (t, one) in futures_util::future::join_all(runs).await {
+            let e = &mut seen[t];
+            for i in 0..4 {
+                e.received[i] += one.received[i];
+            }
+            for i in 0..3 {
+                e.dropped[i] += one.dropped[i];
+            }
+            e.refused += one.refused;
+        }
+    }
+    // Dropped streams end within a step or two; then every seat is back.
+    for (id, seen) in [(roomy_id, &seen[0]), (tight_id, &seen[1])] {
+        let mut stats = Value::Null;
+        for _ in 0..100 {
+            stats = admin_get(&s, &format!("/admin/v1/tenants/{id}/stats")).await;
+            if stats["in_flight"] == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert_eq!(stats["in_flight"], 0, "seed {seed}: {stats}");
+        let usage = admin_get(&s, &format!("/admin/v1/usage?tenant={id}")).await;
+        let t = &usage["totals"];
+        let got = |f: &str| t[f].as_u64().expect("a count");
+        let (r, d) = (seen.received, seen.dropped);
+        let ctx = format!("seed {seed}, tenant {id}: {seen:?} vs {t}");
+        // A request of several choices whose later choice the engine refused is an HTTP
+        // error, yet its earlier choices were accepted: a request with an error, no tokens.
+        let errors = got("errors");
+        assert!(errors <= seen.refused, "{ctx}");
+        assert_eq!(got("requests"), r[0] + d[0] + errors, "{ctx}");
+        assert!(got("sequences") >= r[1] + d[1] + errors, "{ctx}");
+        if d[0] == 0 {
+            assert_eq!(got("prompt_tokens"), r[2], "{ctx}");
+            assert_eq!(got("completion_tokens"), r[3], "{ctx}");
+        } else {
+            assert!(got("prompt_tokens") > r[2], "{ctx}");
+            let c = got("completion_tokens");
+            assert!(c >= r[3] && c <= r[3] + d[2], "{ctx}");
+        }
+        // The statistics and the TTFT series count the ledger's units.
+        let st = &stats["stats"];
+        assert_eq!(st["requests_admitted"], got("requests"), "{ctx}");
+        assert_eq!(st["sequences_admitted"], got("sequences"), "{ctx}");
+        assert_eq!(st["ttft"]["count"], got("sequences"), "{ctx}");
+        assert_eq!(st["completion_tokens"], got("completion_tokens"), "{ctx}");
+    }
+    s.shutdown().await;
+    let refused = seen.iter().map(|e| e.refused).sum();
+    let dropped = seen.iter().map(|e| e.dropped[0]).sum();
+    (refused, dropped)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_mixes_are_accounted_once_everywhere() {
+    let (mut refused, mut dropped) = (0, 0);
+    for seed in 0..6 {
+        let (r, d) = one_mix(seed).await;
+        refused += r;
+        dropped += d;
+    }
+    // The mixes did reach the refusals and the dropped streams they are about.
+    assert!(
+        refused > 0 && dropped > 0,
+        "{refused} refused, {dropped} dropped"
+    );
+}
