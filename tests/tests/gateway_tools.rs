@@ -178,6 +178,27 @@ async fn the_openai_client_does_a_tool_call_round_trip() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn litellms_tool_loop_runs_as_its_documentation_writes_it() {
+    let (s, key) = smollm2().await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/litellm_tools.py");
+    let (base, model) = (s.base.clone(), s.model());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("python3")
+            .arg(script)
+            .args([&base, &key, &model])
+            .output()
+            .expect("python3 runs (with the `litellm` package, which scripts/test installs)")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ok"), "{stdout}");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_llama_json_form_is_constrained_and_parsed_too() {
     let s = TestServer::start_with(TestOptions {
         sim_profile: None,
