@@ -14,21 +14,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import litellm  # noqa: E402
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "The current weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string", "maxLength": 20}},
-                "required": ["city"],
-                "additionalProperties": False,
-            },
-        },
-    }
-]
+# The same tool as the openai client's round trip (a script beside this one).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from openai_tools import TOOLS  # noqa: E402
 
 
 def main() -> None:

@@ -392,3 +392,42 @@ impl LogCapture {
             .collect()
     }
 }
+
+/// Runs `tests/python/<script>` with `python3` (the test environment's, first on PATH) and
+/// the server's base URL, `key` and model; panics unless it exits 0 and prints "ok". Returns
+/// its standard output.
+pub async fn run_python_client(script: &str, s: &TestServer, key: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("python")
+        .join(script);
+    let args = [s.base.clone(), key.to_string(), s.model()];
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(path)
+            .args(args)
+            .output()
+            .expect("python3 runs (scripts/test installs the packages the scripts use)")
+    })
+    .await
+    .expect("the script's task");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{script}:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("ok"), "{script}: {stdout}");
+    stdout
+}
+
+/// The `usage` of an SSE body: the one chunk that carries it (asserting that there is
+/// exactly one, and that the stream ended with `[DONE]`).
+pub fn sse_usage(body: &str) -> Value {
+    let events = sse_events(body);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{body}");
+    let with_usage: Vec<Value> = events
+        .iter()
+        .filter(|e| e.as_str() != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).expect("a JSON chunk"))
+        .filter(|v| !v["usage"].is_null())
+        .collect();
+    assert_eq!(with_usage.len(), 1, "one usage chunk: {body}");
+    with_usage[0]["usage"].clone()
+}

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use superinfer_gateway::Settings;
-use superinfer_tests::{sse_events, TestOptions, TestServer, ADMIN_TOKEN};
+use superinfer_tests::{sse_usage, TestOptions, TestServer, ADMIN_TOKEN};
 
 /// What the clients of one tenant saw: (requests, sequences, prompt, completion) from the
 /// `usage` of answers received whole, and the bound on what dropped streams may have cost.
@@ -108,16 +108,7 @@ async fn send(s: &TestServer, key: &str, op: &Op, seen: &mut Seen) {
     }
     let text = resp.text().await.expect("a body");
     let usage = if op.stream {
-        let events = sse_events(&text);
-        assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{text}");
-        let with_usage: Vec<Value> = events
-            .iter()
-            .filter(|e| e.as_str() != "[DONE]")
-            .map(|e| serde_json::from_str::<Value>(e).expect("a JSON chunk"))
-            .filter(|v| !v["usage"].is_null())
-            .collect();
-        assert_eq!(with_usage.len(), 1, "{text}");
-        with_usage[0]["usage"].clone()
+        sse_usage(&text)
     } else {
         serde_json::from_str::<Value>(&text).expect("JSON")["usage"].clone()
     };

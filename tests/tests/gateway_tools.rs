@@ -6,9 +6,9 @@
 use futures_util::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::Command;
-use superinfer_tests::{smollm2_gguf, smollm2_server, sse_events, TestOptions, TestServer};
+use superinfer_tests::{
+    run_python_client, smollm2_gguf, smollm2_server, sse_events, TestOptions, TestServer,
+};
 
 async fn smollm2() -> (TestServer, String) {
     smollm2_server("tools").await
@@ -159,42 +159,14 @@ async fn required_and_named_answers_are_valid_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_client_does_a_tool_call_round_trip() {
     let (s, key) = smollm2().await;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/openai_tools.py");
-    let (base, model) = (s.base.clone(), s.model());
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .arg(script)
-            .args([&base, &key, &model])
-            .output()
-            .expect("python3 runs (with the `openai` package, which .ci/run installs)")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("ok"), "{stdout}");
+    run_python_client("openai_tools.py", &s, &key).await;
     s.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn litellms_tool_loop_runs_as_its_documentation_writes_it() {
     let (s, key) = smollm2().await;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/litellm_tools.py");
-    let (base, model) = (s.base.clone(), s.model());
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("python3")
-            .arg(script)
-            .args([&base, &key, &model])
-            .output()
-            .expect("python3 runs (with the `litellm` package, which scripts/test installs)")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("ok"), "{stdout}");
+    run_python_client("litellm_tools.py", &s, &key).await;
     s.shutdown().await;
 }
 

@@ -5,7 +5,7 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use superinfer_tests::{sse_events, TestOptions, TestServer, ADMIN_TOKEN};
+use superinfer_tests::{sse_usage, TestOptions, TestServer, ADMIN_TOKEN};
 
 /// (requests, sequences, prompt, cached, completion) summed per tenant on the client side.
 type Sums = HashMap<String, [u64; 5]>;
@@ -43,16 +43,7 @@ async fn usage_of(s: &TestServer, key: &str, path: &str, body: Value) -> Value {
         let v: Value = serde_json::from_str(&text).expect("JSON");
         return v["usage"].clone();
     }
-    let events = sse_events(&text);
-    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
-    let with_usage: Vec<Value> = events
-        .iter()
-        .filter(|e| e.as_str() != "[DONE]")
-        .map(|e| serde_json::from_str::<Value>(e).expect("a JSON chunk"))
-        .filter(|v| !v["usage"].is_null())
-        .collect();
-    assert_eq!(with_usage.len(), 1, "one usage chunk: {text}");
-    with_usage[0]["usage"].clone()
+    sse_usage(&text)
 }
 
 async fn ledger(s: &TestServer, query: &str) -> reqwest::Response {
