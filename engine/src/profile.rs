@@ -111,6 +111,10 @@ const MODELS: &[(&str, &str)] = &[
         "llama-3-8b",
         include_str!("../profiles/models/llama-3-8b.toml"),
     ),
+    (
+        "llama-3.1-8b",
+        include_str!("../profiles/models/llama-3.1-8b.toml"),
+    ),
 ];
 
 /// Names of every built-in profile.

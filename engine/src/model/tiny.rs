@@ -58,6 +58,9 @@ pub struct RandomLlama {
     pub max_position_embeddings: usize,
     pub rope_theta: f64,
     pub tie_word_embeddings: bool,
+    /// Llama 3.1's RoPE scaling (`rope_type` llama3: factor 8, low/high frequency factors 1
+    /// and 4, over an original context of 8,192), which stretches it to 131,072 positions.
+    pub llama3_rope_scaling: bool,
 }
 
 impl RandomLlama {
@@ -73,6 +76,7 @@ impl RandomLlama {
         max_position_embeddings: 4096,
         rope_theta: 10000.0,
         tie_word_embeddings: false,
+        llama3_rope_scaling: false,
     };
 
     /// A ~100 M-parameter Llama-shaped model for benchmarks: 16 layers, hidden 768, 12 heads
@@ -87,6 +91,7 @@ impl RandomLlama {
         max_position_embeddings: 4096,
         rope_theta: 10000.0,
         tie_word_embeddings: false,
+        llama3_rope_scaling: false,
     };
 
     /// Llama-3-8B's shape (32 layers, hidden 4096, 32 heads over 8 KV heads, MLP 14336,
@@ -101,6 +106,15 @@ impl RandomLlama {
         max_position_embeddings: 8192,
         rope_theta: 500_000.0,
         tie_word_embeddings: false,
+        llama3_rope_scaling: false,
+    };
+
+    /// Llama-3.1-8B's shape: Llama-3-8B's with a 131,072-token context through Llama 3's RoPE
+    /// scaling: for `random:llama-3.1-8b`, the long-context shape.
+    pub const LLAMA_3_1_8B: RandomLlama = RandomLlama {
+        max_position_embeddings: 131_072,
+        llama3_rope_scaling: true,
+        ..RandomLlama::LLAMA_3_8B
     };
 
     /// Qwen2.5-7B's shape (28 layers, hidden 3584, 28 heads over 4 KV heads, MLP 18944, q/k/v
@@ -115,6 +129,7 @@ impl RandomLlama {
         max_position_embeddings: 32768,
         rope_theta: 1_000_000.0,
         tie_word_embeddings: false,
+        llama3_rope_scaling: false,
     };
 
     /// Qwen2.5-32B's shape (64 layers, hidden 5120, 40 heads over 8 KV heads, MLP 27648).
@@ -128,11 +143,13 @@ impl RandomLlama {
         max_position_embeddings: 32768,
         rope_theta: 1_000_000.0,
         tie_word_embeddings: false,
+        llama3_rope_scaling: false,
     };
 
     /// The built-in real-size shapes `random:NAME` accepts, with their vocabulary sizes.
-    pub const NAMED: [(&'static str, RandomLlama, usize); 4] = [
+    pub const NAMED: [(&'static str, RandomLlama, usize); 5] = [
         ("llama-3-8b", RandomLlama::LLAMA_3_8B, 128_256),
+        ("llama-3.1-8b", RandomLlama::LLAMA_3_1_8B, 128_256),
         ("qwen2.5-7b", RandomLlama::QWEN2_5_7B, 152_064),
         ("qwen2.5-32b", RandomLlama::QWEN2_5_32B, 152_064),
         ("tiny", RandomLlama::TINY, TOKENIZER_VOCAB),
@@ -255,6 +272,15 @@ impl RandomLlama {
             "torch_dtype": "float32",
             "_comment": "Random weights from superinfer-engine: the text this model writes is meaningless."
         });
+        if self.llama3_rope_scaling {
+            c["rope_scaling"] = json!({
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192
+            });
+        }
         if self.qwen2() {
             c["sliding_window"] = json!(self.max_position_embeddings);
             c["max_window_layers"] = json!(self.num_layers);
@@ -431,5 +457,34 @@ mod tests {
         assert!((1_000_000..2_000_000).contains(&tiny), "{tiny}");
         let small = RandomLlama::SMALL_100M.params();
         assert!((90_000_000..130_000_000).contains(&small), "{small}");
+    }
+
+    #[test]
+    fn llama_3_1_8b_is_llama_3_8b_with_a_131k_context_through_rope_scaling() {
+        let (long, vocab) = RandomLlama::named("llama-3.1-8b").unwrap();
+        let (short, _) = RandomLlama::named("llama-3-8b").unwrap();
+        assert_eq!(long.params(), short.params());
+        let (cl, cs) = (
+            long.model_config(vocab).unwrap(),
+            short.model_config(vocab).unwrap(),
+        );
+        assert_eq!(cl.max_position_embeddings, 131_072);
+        let s = cl.rope_scaling.as_ref().expect("llama3 scaling");
+        assert_eq!((s.factor, s.original_max_position_embeddings), (8.0, 8192));
+        assert!(cs.rope_scaling.is_none());
+        // High frequencies are kept, the lowest divided by the factor.
+        let (fl, fs) = (cl.inv_freq(), cs.inv_freq());
+        assert_eq!(fl[0], fs[0]);
+        let last = fl.len() - 1;
+        assert!(
+            (fl[last] * 8.0 - fs[last]).abs() <= 1e-6 * fs[last],
+            "{} {}",
+            fl[last],
+            fs[last]
+        );
+        // The twin has the shape on every hardware profile.
+        for hw in ["h100", "h200", "gh200"] {
+            crate::profile::Profile::builtin(&format!("{hw}-llama-3.1-8b")).unwrap();
+        }
     }
 }
