@@ -176,8 +176,8 @@ pub struct Settings {
     #[arg(long, env = "SUPERINFER_TEXT_QUEUE")]
     pub text_queue: Option<usize>,
     /// Where the model runs: `cpu` (the default) or `cuda` (a build with `--features cuda`).
-    /// On `cuda`, `--model` also takes `random:NAME` (`llama-3-8b`, `qwen2.5-7b`,
-    /// `qwen2.5-32b`): random weights at real size, built in GPU memory.
+    /// On `cuda`, `--model` also takes `random:NAME` (`llama-3-8b`, `llama-3.1-8b`,
+    /// `qwen2.5-7b`, `qwen2.5-32b`): random weights at real size, built in GPU memory.
     #[arg(long, env = "SUPERINFER_DEVICE")]
     pub device: Option<ComputeDevice>,
     /// CUDA: fraction of GPU memory for weights + KV + activations [default: 0.9].
