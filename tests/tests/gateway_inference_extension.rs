@@ -83,7 +83,11 @@ async fn paced(trusted: &str) -> TestServer {
 }
 
 async fn complete_with(s: &TestServer, headers: &[(&str, &str)]) -> (StatusCode, Value) {
-    let body = json!({"model": s.model(), "prompt": "Say hello", "max_tokens": 2});
+    // A prompt of 1,500 words: its prefill (tens of milliseconds on the paced profile) keeps
+    // the time to first token far above the strict objective's 1 ms even when the paced
+    // engine runs behind its clock under a loaded machine.
+    let prompt = format!("Say hello {}", "again ".repeat(1500));
+    let body = json!({"model": s.model(), "prompt": prompt, "max_tokens": 2});
     let mut req = s
         .client
         .post(s.url("/v1/completions"))
