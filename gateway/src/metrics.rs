@@ -131,9 +131,10 @@ impl Metrics {
             ),
             (
                 ADMITTED,
-                "What the engine accepted, per tenant and unit: requests (one per HTTP \
-                 request) and sequences (each choice of each prompt; the unit of the TTFT \
-                 SLO checks), as the usage ledger counts them.",
+                "What was submitted to the engine past admission, per tenant and unit: \
+                 requests (one per HTTP request) and sequences (each choice of each prompt; \
+                 the unit of the TTFT SLO checks). The usage ledger holds what the engine \
+                 accepted of it.",
             ),
             (
                 REJECTED,
@@ -386,7 +387,7 @@ pub struct TenantMetrics {
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
-    /// What the engine accepted: requests, sequences.
+    /// What was submitted to the engine: requests, sequences.
     pub admitted: [Counter; 2],
     /// Prompt tokens of accepted requests, each prompt once (as `usage.prompt_tokens`).
     pub prompt_tokens: Counter,

@@ -26,7 +26,7 @@ pub struct TenantCtx {
 }
 
 impl TenantCtx {
-    /// One sequence the engine accepted, in the statistics and the metrics: the first of its
+    /// One sequence submitted to the engine, in the statistics and the metrics: the first of its
     /// request or not, and the prompt tokens it brings (0 for a choice following another
     /// with the same prompt, which the usage counts once).
     pub fn admitted(&self, first_of_request: bool, prompt_tokens: u32) {

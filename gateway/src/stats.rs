@@ -116,7 +116,7 @@ pub struct LatencyReport {
 /// The counters and latency reports of one tenant.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StatsReport {
-    /// Requests the engine accepted (one per HTTP request).
+    /// Requests submitted to the engine past admission (one per HTTP request).
     pub requests_admitted: u64,
     /// Their sequences (each choice of each prompt): the unit of the TTFT series.
     pub sequences_admitted: u64,
@@ -134,7 +134,7 @@ impl TenantStats {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// One sequence the engine accepted: the first of its request or not, and the prompt
+    /// One sequence submitted to the engine: the first of its request or not, and the prompt
     /// tokens it adds (0 for a choice whose prompt an earlier choice brought).
     pub fn admitted(&self, first_of_request: bool, prompt_tokens: u64) {
         let mut s = self.lock();

@@ -4,7 +4,8 @@
 //! requests the quotas refuse (a tenant with 2 seats and few tokens per minute), sent
 //! concurrently. After each mix, for every tenant: the ledger equals the `usage` the clients
 //! received (a dropped stream within what it could have generated), the tenant's statistics and
-//! TTFT series count the ledger's sequences, and no seat stays held.
+//! TTFT series count every sequence submitted, the ledger's less those the engine refused at
+//! its queue (shed), and no seat stays held.
 
 use futures_util::StreamExt;
 use rand::{Rng, SeedableRng};
@@ -12,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use superinfer_gateway::Settings;
-use superinfer_tests::{sse_usage, TestOptions, TestServer, ADMIN_TOKEN};
+use superinfer_tests::{metric_value, sse_usage, TestOptions, TestServer, ADMIN_TOKEN};
 
 /// What the clients of one tenant saw: (requests, sequences, prompt, completion) from the
 /// `usage` of answers received whole, and the bound on what dropped streams may have cost.
@@ -203,11 +204,29 @@ async fn one_mix(seed: u64) -> (u64, u64) {
             let c = got("completion_tokens");
             assert!(c >= r[3] && c <= r[3] + d[2], "{ctx}");
         }
-        // The statistics and the TTFT series count the ledger's units.
+        // The statistics and the TTFT series count every sequence submitted to the engine;
+        // the ledger those the engine accepted: the difference is what the engine refused at
+        // its queue, each a TTFT miss with reason `shed` (no other shedding is on here).
         let st = &stats["stats"];
-        assert_eq!(st["requests_admitted"], got("requests"), "{ctx}");
-        assert_eq!(st["sequences_admitted"], got("sequences"), "{ctx}");
-        assert_eq!(st["ttft"]["count"], got("sequences"), "{ctx}");
+        let admitted = st["sequences_admitted"].as_u64().expect("a count");
+        assert_eq!(st["ttft"]["count"], admitted, "{ctx}");
+        let name = stats["tenant"]["name"]
+            .as_str()
+            .expect("a name")
+            .to_string();
+        let metrics = s.client.get(s.url("/metrics")).send().await.unwrap();
+        let metrics = metrics.text().await.unwrap();
+        let shed = metric_value(
+            &metrics,
+            "superinfer_ttft_unserved_total",
+            &[("tenant", &name), ("reason", "shed")],
+        )
+        .unwrap_or(0.0) as u64;
+        assert_eq!(admitted - got("sequences"), shed, "{ctx}");
+        assert!(
+            st["requests_admitted"].as_u64() >= Some(got("requests")),
+            "{ctx}"
+        );
         assert_eq!(st["completion_tokens"], got("completion_tokens"), "{ctx}");
     }
     s.shutdown().await;
