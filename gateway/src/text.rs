@@ -195,10 +195,7 @@ impl Text {
                 ids.push(word_id("assistant", vocab));
                 Ok(ids)
             }
-            Backend::Model { codec: c, .. } => {
-                let msgs = engine_messages(messages);
-                c.encode_chat(&msgs).map_err(|e| e.to_string())
-            }
+            Backend::Model { codec: c, .. } => c.encode_chat(messages).map_err(|e| e.to_string()),
         }
     }
 
@@ -221,11 +218,10 @@ impl Text {
                 Ok(ids)
             }
             Backend::Model { codec: c, .. } => if self.template_takes_tools() {
-                let msgs = engine_messages(messages);
-                c.encode_chat_content_as_text(&msgs, Some(tools))
+                c.encode_chat_content_as_text(messages, Some(tools))
             } else {
                 let msgs = crate::tools::without_template_support(messages, tools);
-                c.encode_chat(&engine_messages(&msgs))
+                c.encode_chat(&msgs)
             }
             .map_err(|e| e.to_string()),
         }
@@ -287,9 +283,8 @@ impl Text {
                 Ok(ids)
             }
             Backend::Model { codec: c, .. } => {
-                let msgs = engine_messages(messages);
                 let text = c
-                    .render_chat(&msgs, add_generation_prompt)
+                    .render_chat(messages, add_generation_prompt)
                     .map_err(|e| e.to_string())?;
                 c.encode(&text, add_special_tokens)
                     .map_err(|e| e.to_string())
@@ -381,19 +376,6 @@ impl Decoder {
     pub fn finish(&mut self) -> String {
         self.model.as_mut().map(|d| d.finish()).unwrap_or_default()
     }
-}
-
-/// The conversation as the engine's chat template takes it.
-fn engine_messages(messages: &[ChatMessage]) -> Vec<superinfer_engine::ChatMessage> {
-    messages
-        .iter()
-        .map(|m| superinfer_engine::ChatMessage {
-            tool_calls: m.tool_calls.clone(),
-            tool_call_id: m.tool_call_id.clone(),
-            name: m.name.clone(),
-            ..superinfer_engine::ChatMessage::new(&m.role, &m.content)
-        })
-        .collect()
 }
 
 #[cfg(test)]

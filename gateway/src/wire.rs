@@ -149,28 +149,7 @@ pub struct ModelInfo {
     pub prompt_logprobs: bool,
 }
 
-/// One chat message after parsing: a role and its text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-    /// An assistant's calls (`[{"id", "type", "function": {"name", "arguments"}}]`,
-    /// `arguments` an object, as chat templates take them).
-    pub tool_calls: Option<serde_json::Value>,
-    /// A `tool` message: the call it answers.
-    pub tool_call_id: Option<String>,
-    /// The participant's name, for templates that render it.
-    pub name: Option<String>,
-}
-
-impl ChatMessage {
-    pub fn new(role: &str, content: &str) -> ChatMessage {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
-            tool_calls: None,
-            tool_call_id: None,
-            name: None,
-        }
-    }
-}
+/// One chat message after parsing: role, text, an assistant's calls, the call a `tool`
+/// message answers, the participant's name. The engine's type, so that the chat template
+/// takes the parsed conversation as it is.
+pub use superinfer_engine::ChatMessage;
