@@ -61,26 +61,39 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.pool.hit_cost(&r.hashes[..limit])
     }
 
-    /// A waiting request that follows another with its prompt (`EngineRequest::follows`)
-    /// stays out of the plan while that leader computes the prompt and the prompt's full
-    /// blocks are not all cache entries yet: admitted then, it finds them cached. It waits
-    /// while the leader waits or prefills, and for at most [`FOLLOW_STEPS`] of its decode
-    /// steps (the writebacks that make the entries take one or two); never when the leader
-    /// is gone, rotated out, or the cache is off.
-    fn awaits_leader(&self, r: &Request) -> bool {
-        let Some(leader) = r.spec.follows.and_then(|l| self.requests.get(&l)) else {
-            return false;
-        };
-        let leader_busy = match leader.state {
-            ReqState::Waiting => true,
-            ReqState::Running => leader.generated < FOLLOW_STEPS,
-            _ => false,
-        };
-        if r.state != ReqState::Waiting || !self.cfg.prefix_cache || !leader_busy {
+    /// Whether a waiting request (`r`, whose cached run is `hit`) stays out of the plan for
+    /// prompt blocks another request is making into cache entries: admitted now, it would
+    /// compute them a second time; a step or a few later it finds them cached. Two makers count:
+    /// the leader it follows with the same prompt (`EngineRequest::follows`) while that leader
+    /// waits or prefills, and any running request of `makers` whose hash chain reaches the
+    /// next uncached block too (the two prompts agree up to it). It waits at most for the
+    /// maker's prefill and [`FOLLOW_STEPS`] of its decode steps (the writebacks that make the
+    /// entries); never when the maker is gone or rotated out, or the cache is off; a request
+    /// scoring its prompt (`prompt_logprobs`) waits only for its leader.
+    fn awaits_blocks(&self, r: &Request, hit: HitCost, makers: &[&Request]) -> bool {
+        if !self.cfg.prefix_cache || r.state != ReqState::Waiting {
             return false;
         }
         let shareable = (r.tokens.len() as u32).saturating_sub(1) / self.cfg.block_size;
-        self.hit_of(r).blocks < shareable.min(r.hashes.len() as u32)
+        let shareable = (shareable as usize).min(r.hashes.len());
+        let next = hit.blocks as usize;
+        if next >= shareable {
+            return false;
+        }
+        let leader_busy = r
+            .spec
+            .follows
+            .and_then(|l| self.requests.get(&l))
+            .is_some_and(|leader| match leader.state {
+                ReqState::Waiting => true,
+                ReqState::Running => leader.generated < FOLLOW_STEPS,
+                _ => false,
+            });
+        leader_busy
+            || (r.spec.sampling.prompt_logprobs.is_none()
+                && makers
+                    .iter()
+                    .any(|m| m.id != r.id && m.hashes.get(next) == Some(&r.hashes[next])))
     }
 
     /// Running requests that may still be making prompt blocks into cache entries: prefilling,
@@ -96,46 +109,26 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             .collect()
     }
 
-    /// A waiting request whose next uncached prompt block a running request is computing
-    /// (its hash chain reaches that block too, so the two prompts agree up to it) stays out of
-    /// the plan until the block is a cache entry: admitted now, it would compute the same
-    /// block a second time; a step or a few later it finds it cached. It waits at most for the
-    /// maker's prefill and [`FOLLOW_STEPS`] of its decode steps, so never for long; a request
-    /// scoring its prompt (`prompt_logprobs`) computes every token anyway and never waits.
-    fn awaits_prefix(&self, r: &Request, makers: &[&Request]) -> bool {
-        if makers.is_empty()
-            || r.state != ReqState::Waiting
-            || r.spec.sampling.prompt_logprobs.is_some()
-        {
-            return false;
-        }
-        let shareable = (r.tokens.len() as u32).saturating_sub(1) / self.cfg.block_size;
-        let shareable = (shareable as usize).min(r.hashes.len());
-        if shareable == 0 {
-            return false;
-        }
-        let next = self.hit_of(r).blocks as usize;
-        next < shareable
-            && makers
-                .iter()
-                .any(|m| m.id != r.id && m.hashes.get(next) == Some(&r.hashes[next]))
-    }
-
     /// Blocks a waiting request takes from what is available, and the copies of its DRAM hits.
     fn admission_cost(&self, r: &Request) -> (u32, HitCost) {
-        let hit = self.hit_of(r);
+        self.admission_cost_with(r, self.hit_of(r))
+    }
+
+    /// [`Self::admission_cost`] with its cached run `hit` already looked up.
+    fn admission_cost_with(&self, r: &Request, hit: HitCost) -> (u32, HitCost) {
         let total = self.blocks_for(r.tokens.len() as u32);
         (total - hit.blocks + hit.slots, hit)
     }
 
-    fn view_of(&self, r: &Request, phase: Phase) -> ReqView {
+    /// The policy's view of `r`; `hit`: a waiting request's cached run, looked up once.
+    fn view_of(&self, r: &Request, phase: Phase, hit: HitCost) -> ReqView {
         let id = r.id;
         let b = self.pool.summary(id);
         let growth = self.blocks_for(r.kv_len + 1).saturating_sub(b.len);
         let (mut copy_in, mut prefill) = (0, 0);
         let blocks = match phase {
             Phase::Waiting => {
-                let (need, hit) = self.admission_cost(r);
+                let (need, hit) = self.admission_cost_with(r, hit);
                 copy_in = hit.copies;
                 prefill = r.remaining() - hit.blocks * self.cfg.block_size;
                 need
@@ -185,12 +178,16 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         }
         let makers = self.prefix_makers();
         let mut view: Vec<ReqView> = Vec::with_capacity(self.requests.len());
-        view.extend(
-            self.requests
-                .values()
-                .filter(|r| !self.awaits_leader(r) && !self.awaits_prefix(r, &makers))
-                .filter_map(|r| r.phase().map(|p| self.view_of(r, p))),
-        );
+        view.extend(self.requests.values().filter_map(|r| {
+            let phase = r.phase()?;
+            let hit = if phase == Phase::Waiting {
+                self.hit_of(r)
+            } else {
+                HitCost::default()
+            };
+            let held = phase == Phase::Waiting && self.awaits_blocks(r, hit, &makers);
+            (!held).then(|| self.view_of(r, phase, hit))
+        }));
         if view.is_empty() {
             return false;
         }
