@@ -78,26 +78,34 @@ impl UsageCounts {
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<UsageCounts> {
-        if bytes.len() != VALUE_BYTES {
-            return Err(TenantError::Corrupt(format!(
-                "a usage value is {} bytes, not {VALUE_BYTES}",
-                bytes.len()
-            )));
-        }
-        let f = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&bytes[8 * i..8 * i + 8]);
-            u64::from_be_bytes(b)
-        };
+        let [requests, sequences, prompt_tokens, cached_tokens, completion_tokens, errors] =
+            be_u64s(bytes).ok_or_else(|| {
+                TenantError::Corrupt(format!(
+                    "a usage value is {} bytes, not {VALUE_BYTES}",
+                    bytes.len()
+                ))
+            })?;
         Ok(UsageCounts {
-            requests: f(0),
-            sequences: f(1),
-            prompt_tokens: f(2),
-            cached_tokens: f(3),
-            completion_tokens: f(4),
-            errors: f(5),
+            requests,
+            sequences,
+            prompt_tokens,
+            cached_tokens,
+            completion_tokens,
+            errors,
         })
     }
+}
+
+/// `N` big-endian u64s, when `bytes` is exactly that long.
+pub(crate) fn be_u64s<const N: usize>(bytes: &[u8]) -> Option<[u64; N]> {
+    if bytes.len() != 8 * N {
+        return None;
+    }
+    let mut out = [0u64; N];
+    for (v, chunk) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+        *v = u64::from_be_bytes(chunk.try_into().expect("8 bytes"));
+    }
+    Some(out)
 }
 
 /// One row of the ledger: a tenant's use in one UTC hour.

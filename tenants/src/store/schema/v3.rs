@@ -11,34 +11,28 @@ use sled::Db;
 
 use super::super::layout::{new_ledger_id, LEDGER_ID, META, SCHEMA_VERSION as VERSION_KEY};
 use crate::error::{Result, TenantError};
-use crate::usage::{UsageCounts, USAGE};
+use crate::usage::{be_u64s, UsageCounts, USAGE};
 
 /// Five big-endian u64 counters: requests, prompt, cached and completion tokens, errors.
 const V3_VALUE_BYTES: usize = 40;
 
 /// A version-3 value as the current counters.
 fn decode_v3(bytes: &[u8]) -> Result<UsageCounts> {
-    if bytes.len() != V3_VALUE_BYTES {
-        return Err(TenantError::Migration {
+    let [requests, prompt_tokens, cached_tokens, completion_tokens, errors] = be_u64s(bytes)
+        .ok_or_else(|| TenantError::Migration {
             from: 3,
             reason: format!(
                 "a usage value is {} bytes, not {V3_VALUE_BYTES}",
                 bytes.len()
             ),
-        });
-    }
-    let f = |i: usize| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&bytes[8 * i..8 * i + 8]);
-        u64::from_be_bytes(b)
-    };
+        })?;
     Ok(UsageCounts {
-        requests: f(0),
-        sequences: f(0),
-        prompt_tokens: f(1),
-        cached_tokens: f(2),
-        completion_tokens: f(3),
-        errors: f(4),
+        requests,
+        sequences: requests,
+        prompt_tokens,
+        cached_tokens,
+        completion_tokens,
+        errors,
     })
 }
 
