@@ -9,7 +9,9 @@
 //! - mixed steps (prompt chunks beside decodes) against the twin's step model (`mixed`);
 //! - the served loop's host term: a GPU engine's decode steps against its runner's (`engine`);
 //! - the attention kernels alone: decode at batch 64 (GB/s of KV read) and a 2,048-token
-//!   causal prefill (TFLOP/s).
+//!   causal prefill (TFLOP/s);
+//! - `long` (alone, e.g. `--model llama-3.1-8b --sections long`): decode at 32k and 128k
+//!   contexts and chunked prefills of 32k and 128k prompts (`gpu_model/long_context.rs`).
 //!
 //! Every figure is the median of `--iters` runs after warm-up, each ended by a device
 //! synchronize (a step ends when its sampled ids reach the host).
@@ -18,12 +20,15 @@
 //! cargo bench -p superinfer-engine --features cuda --bench gpu_model -- \
 //!     [--model llama-3-8b] [--context 512] [--iters 20] [--hbm-tbs 4.11] [--gemm-tflops 786]
 //!     [--sections decode,prefill,matmul,mixed,engine,attention] [--batches 8,32] [--profile]
+//!     [--long-contexts 32768,131072] [--long-prefills 32768,131072] [--twin-profile h100-…]
 //! ```
 
 #[path = "gpu_model/decode_mixed.rs"]
 mod decode_mixed;
 #[path = "gpu_model/engine_loop.rs"]
 mod engine_loop;
+#[path = "gpu_model/long_context.rs"]
+mod long_context;
 #[path = "gpu_model/mixed.rs"]
 mod mixed;
 
@@ -54,6 +59,17 @@ struct Args {
     /// `ncu --profile-from-start off` (scripts/gpu/model.sh profile), a kernel-by-kernel
     /// breakdown of exactly one step per configuration.
     profile: bool,
+    /// The `long` section's decode contexts and prompt lengths, and the twin profile its
+    /// figures are set beside.
+    long_contexts: Vec<usize>,
+    long_prefills: Vec<usize>,
+    twin_profile: String,
+}
+
+fn list(v: &str, what: &str) -> Vec<usize> {
+    v.split(',')
+        .map(|b| b.trim().parse().unwrap_or_else(|_| panic!("{what} N,N,…")))
+        .collect()
 }
 
 fn args() -> Args {
@@ -66,6 +82,9 @@ fn args() -> Args {
         sections: "decode,prefill,matmul,mixed,engine,attention".into(),
         batches: Vec::new(),
         profile: false,
+        long_contexts: vec![32_768, 131_072],
+        long_prefills: vec![32_768, 131_072],
+        twin_profile: "h200-llama-3.1-8b".into(),
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -78,12 +97,10 @@ fn args() -> Args {
             "--hbm-tbs" => a.hbm_tbs = v.parse().expect("--hbm-tbs X"),
             "--gemm-tflops" => a.gemm_tflops = v.parse().expect("--gemm-tflops X"),
             "--sections" => a.sections = v,
-            "--batches" => {
-                a.batches = v
-                    .split(',')
-                    .map(|b| b.trim().parse().expect("--batches N,N,…"))
-                    .collect()
-            }
+            "--batches" => a.batches = list(&v, "--batches"),
+            "--long-contexts" => a.long_contexts = list(&v, "--long-contexts"),
+            "--long-prefills" => a.long_prefills = list(&v, "--long-prefills"),
+            "--twin-profile" => a.twin_profile = v,
             "--profile" => {
                 a.profile = true;
                 i += 1;
@@ -237,6 +254,24 @@ fn main() {
         weights / 1e9,
         t0.elapsed().as_secs_f64()
     );
+    if a.sections == "long" {
+        let batches = if a.batches.is_empty() {
+            vec![1, 8]
+        } else {
+            a.batches.clone()
+        };
+        let long = long_context::LongArgs {
+            contexts: &a.long_contexts,
+            batches: &batches,
+            prefills: &a.long_prefills,
+            iters: a.iters,
+            hbm_tbs: a.hbm_tbs,
+            gemm_tflops: a.gemm_tflops,
+            twin_profile: &a.twin_profile,
+        };
+        long_context::run(model, &dev, &long);
+        return;
+    }
     let cfg = model.config().clone();
     let kv_per_token = (2 * cfg.num_layers * cfg.kv_width() * 2) as f64;
     let shape = AttentionShape {

@@ -3,6 +3,7 @@
 #   here:       scripts/gpu/model.sh build   # stages .gpu-bin/model/ (xz-compressed binaries)
 #   on the GPU: scripts/gpu/model.sh run     # with carry [".gpu-bin/model"]
 # (build-graphs / run-graphs: the CUDA-graph checks alone, carry [".gpu-bin/graphs"].)
+# (build-long / long: the long-context regime, 32k and 128k, beside PyTorch; carry [".gpu-bin/long"].)
 # `run` writes under $OUT: env.txt, hf.log (the transformers reference), checks.log (the
 # ignored GPU tests of engine/tests/gpu_model_path.rs, gpu_engine_path.rs and gpu_decode_graphs.rs), bench.log
 # (benches/gpu_model.rs), torch.log (scripts/gpu/torch_decoder.py: torch.compile'd decoder,
@@ -127,6 +128,39 @@ case "${1:-}" in
       (cd "$dir" && sha256sum -c "$root/.gpu-bin/gguf-$2/sha256")
     fi
     ls -l "$dir" ;;
+  build-long)
+    # Only the bench (~10 MB), for `long`: .gpu-bin/long.
+    set -e
+    eval "$("${CUDA_TOOLCHAIN_SH:-$root/../shared/cuda-toolchain.sh}")"
+    bench=$(build bench --bench gpu_model)
+    stage_bins .gpu-bin/long gpu_model_bench="$bench" ;;
+  long)
+    # On the GPU, with carry [".gpu-bin/long"]: the long-context regime in one call. PyTorch
+    # first (torch.log: flash SDPA + cuBLAS, decode compiled at 32k × batch 1 and 8 and 128k ×
+    # batch 1, and one-shot causal prefills of 32k and 128k tokens), then our bench's `long`
+    # section (bench.log) for random:llama-3.1-8b against the rates torch measured, with the
+    # twin profile of this GPU beside it. Extra arguments go to the bench.
+    shift
+    gpu_setup .gpu-bin/long /tmp/superinfer-long-bins
+    {
+      echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1
+      echo "commit: $(git rev-parse --short HEAD 2>/dev/null) (+ working tree)"
+    } | tee "$out/env.txt"
+    case "$(nvidia-smi --query-gpu=name --format=csv,noheader)" in
+      *H100*) twin=h100-llama-3.1-8b ;;
+      *GH200*) twin=gh200-llama-3.1-8b ;;
+      *) twin=h200-llama-3.1-8b ;;
+    esac
+    rates=()
+    if [ -z "${NO_TORCH:-}" ]; then
+      torch_reference --context 32768 --batches 1,8 --iters 10 --prefill 32768,131072
+      PYTHONUNBUFFERED=1 python3 scripts/gpu/torch_decoder.py --context 131072 --batches 1 \
+        --iters 10 --no-rates 2>&1 | tee -a "$out/torch.log"
+    fi
+    "$bins/gpu_model_bench" "${rates[@]}" --model llama-3.1-8b --sections long --iters 5 \
+      --twin-profile "$twin" "$@" 2>&1 | tee "$out/bench.log"
+    exit "${PIPESTATUS[0]}" ;;
   build-graphs)
     # Only the graph checks (engine/tests/gpu_decode_graphs.rs), ~8 MB: a call that needs
     # nothing else carries .gpu-bin/graphs instead of .gpu-bin/model.

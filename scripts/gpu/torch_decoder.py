@@ -8,7 +8,11 @@ It also measures the two rates our figures are judged against: the HBM read rate
 reduction over 8 GiB) and the bf16 GEMM rate (8192^3 matmuls).
 
     python3 scripts/gpu/torch_decoder.py [--context 512] [--iters 50] [--batches 1,8,32,64]
-        [--profile]
+        [--profile] [--prefill 32768,131072] [--no-rates]
+
+--prefill: also one-shot causal prefills of those lengths (batch 1, eager: flash SDPA through
+F.scaled_dot_product_attention(is_causal=True) and cuBLAS matmuls), TFLOP/s against the GEMM
+rate. --no-rates: skip measuring the HBM and GEMM rates (a second call in the same run).
 
 Prints one JSON line per figure (prefixed "RESULT ") and a markdown table. With --profile,
 also each batch's compiled step kernel by kernel (torch.profiler over 10 steps: GPU time per
@@ -31,9 +35,9 @@ def result(**kw):
     print("RESULT " + json.dumps(kw), flush=True)
 
 
-def timed(fn, iters):
+def timed(fn, iters, warmup=5):
     """Median seconds of fn() over iters runs after warm-up, each ended by a synchronize."""
-    for _ in range(5):
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     ts = []
@@ -65,7 +69,7 @@ def gemm_rate(iters):
 class Decoder(torch.nn.Module):
     """Weights stored as the matmuls read them (x @ W^T through F.linear)."""
 
-    def __init__(self, batch, cache_len):
+    def __init__(self, batch, cache_len, caches=True):
         super().__init__()
         dev, dt = "cuda", torch.bfloat16
 
@@ -85,6 +89,8 @@ class Decoder(torch.nn.Module):
             reg(f"down{i}", w(HIDDEN, INTER))
             reg(f"norm1_{i}", torch.ones(HIDDEN, device=dev, dtype=dt))
             reg(f"norm2_{i}", torch.ones(HIDDEN, device=dev, dtype=dt))
+            if not caches:
+                continue
             # Static cache: (batch, kv heads, cache_len, head dim), filled with random keys.
             reg(f"k_cache{i}", torch.randn(batch, KV_HEADS, cache_len, HEAD_DIM, device=dev,
                                            dtype=dt))
@@ -107,8 +113,8 @@ class Decoder(torch.nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).to(x.dtype) * w
 
     def rope(self, x, pos):
-        # x: (batch, heads, 1, head dim); rotate-half form, as Llama.
-        c, s = self.cos[pos].view(1, 1, 1, -1), self.sin[pos].view(1, 1, 1, -1)
+        # x: (batch, heads, tokens, head dim); rotate-half form, as Llama.
+        c, s = self.cos[pos].view(1, 1, -1, HEAD_DIM // 2), self.sin[pos].view(1, 1, -1, HEAD_DIM // 2)
         x1, x2 = x[..., : HEAD_DIM // 2], x[..., HEAD_DIM // 2:]
         return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
@@ -135,6 +141,29 @@ class Decoder(torch.nn.Module):
             x = x + F.linear(F.silu(g) * u, layer("down"))
         logits = F.linear(self.rms(x, self.norm_f), self.lm_head)
         return logits.argmax(-1)
+
+
+    def prefill(self, ids):
+        """A causal prefill of ids (tokens,) in one pass (no cache kept); the greedy next id."""
+        n = ids.shape[0]
+        pos = torch.arange(n, device=ids.device)
+        x = self.embed[ids]
+        for i in range(LAYERS):
+            layer = lambda name: getattr(self, f"{name}{i}")  # noqa: E731
+            h = self.rms(x, layer("norm1_"))
+            q, k, v = F.linear(h, layer("qkv")).split(
+                [HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], -1)
+            q = self.rope(q.view(1, n, HEADS, HEAD_DIM).transpose(1, 2), pos)
+            k = self.rope(k.view(1, n, KV_HEADS, HEAD_DIM).transpose(1, 2), pos)
+            v = v.view(1, n, KV_HEADS, HEAD_DIM).transpose(1, 2)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = x + F.linear(a.transpose(1, 2).reshape(n, HEADS * HEAD_DIM), layer("o"))
+            del q, k, v, a
+            h = self.rms(x, layer("norm2_"))
+            g, u = F.linear(h, layer("gate_up")).chunk(2, -1)
+            x = x + F.linear(F.silu(g) * u, layer("down"))
+            del h, g, u
+        return F.linear(self.rms(x[-1:], self.norm_f), self.lm_head).argmax(-1)
 
 
 def kernel_table(step, batch, steps=10):
@@ -166,15 +195,19 @@ def main():
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--batches", default="1,8,32,64")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--prefill", default="")
+    ap.add_argument("--no-rates", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     print(f"torch {torch.__version__}, {props.name}, {props.total_memory / 2**30:.0f} GiB")
 
-    hbm = hbm_read_rate(args.iters)
-    result(figure="hbm_read_rate", tb_per_s=hbm / 1e12)
-    gemm = gemm_rate(args.iters)
-    result(figure="bf16_gemm_rate", tflop_per_s=gemm / 1e12)
+    hbm, gemm = 0.0, 0.0
+    if not args.no_rates:
+        hbm = hbm_read_rate(args.iters)
+        result(figure="hbm_read_rate", tb_per_s=hbm / 1e12)
+        gemm = gemm_rate(args.iters)
+        result(figure="bf16_gemm_rate", tflop_per_s=gemm / 1e12)
 
     # Every sequence has `context` tokens of KV and decodes its next one: the cache holds
     # context + 1 rows and the step attends over all of them (513 keys at the default).
@@ -191,7 +224,7 @@ def main():
             if args.profile:
                 kernel_table(lambda: step(ids, pos), batch)
         kv = 2 * LAYERS * KV_HEADS * HEAD_DIM * 2 * batch * keys
-        roof = (model.weight_bytes() + kv) / hbm
+        roof = (model.weight_bytes() + kv) / hbm if hbm else float("nan")
         rows.append((batch, t, t_eager, roof))
         result(figure="torch_compile_decode", batch=batch, keys=keys, ms=t * 1e3,
                eager_ms=t_eager * 1e3, roofline_ms=roof * 1e3, x_roofline=t / roof)
@@ -199,11 +232,32 @@ def main():
         torch._dynamo.reset()
         torch.cuda.empty_cache()
 
+    prefills = []
+    for n in [int(p) for p in args.prefill.split(",") if p]:
+        model = Decoder(1, n, caches=False)
+        ids = torch.randint(0, VOCAB, (n,), device="cuda")
+        with torch.no_grad():
+            t = timed(lambda: model.prefill(ids), 1 if n > 65536 else 3, warmup=1)
+        params = model.weight_bytes() / 2 - VOCAB * HIDDEN
+        flops = 2 * params * n + 2 * VOCAB * HIDDEN + 2 * 2 * n * n / 2 * HEADS * HEAD_DIM * LAYERS
+        prefills.append((n, t, flops / t))
+        result(figure="torch_prefill", tokens=n, ms=t * 1e3, tflop_per_s=flops / t / 1e12,
+               of_gemm_rate=flops / t / gemm if gemm else None)
+        del model
+        torch.cuda.empty_cache()
+
     print(f"\nHBM read rate {hbm / 1e12:.2f} TB/s, bf16 GEMM {gemm / 1e12:.0f} TFLOP/s")
+    print(f"decode, {keys} keys per sequence")
     print("| batch | torch.compile ms | eager ms | roofline ms | x roofline |")
     print("| --- | --- | --- | --- | --- |")
     for batch, t, te, roof in rows:
         print(f"| {batch} | {t * 1e3:.2f} | {te * 1e3:.2f} | {roof * 1e3:.2f} | {t / roof:.2f} |")
+    if prefills:
+        print("| prefill tokens | ms | TFLOP/s | of GEMM rate |")
+        print("| --- | --- | --- | --- |")
+        for n, t, rate in prefills:
+            share = f"{rate / gemm:.0%}" if gemm else "—"
+            print(f"| {n} | {t * 1e3:.0f} | {rate / 1e12:.0f} | {share} |")
 
 
 if __name__ == "__main__":
