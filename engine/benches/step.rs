@@ -58,6 +58,7 @@ fn request(i: u64, context: u32) -> EngineRequest {
         arrival: None,
         cache: None,
         follows: None,
+        queue_deadline_s: None,
     }
 }
 

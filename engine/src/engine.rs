@@ -6,6 +6,7 @@
 mod apply;
 mod batch;
 mod copy_fault;
+mod deadline;
 mod scratch;
 mod shed;
 mod xfer;
@@ -15,7 +16,7 @@ pub use xfer::measure_duplex_rate;
 use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::kv::{CacheScope, KvPool, PrefixHit};
-use crate::request::{EngineRequest, FinishReason, ReqState, Request};
+use crate::request::{EngineRequest, ErrorCause, FinishReason, ReqState, Request};
 use crate::runner::ModelRunner;
 use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
@@ -77,9 +78,26 @@ pub struct EngineConfig {
     /// Only time the engine could see it land counts: a model step longer than this is no
     /// fault of the copies issued before it (`engine/copy_fault.rs`).
     pub copy_timeout_s: f64,
+    /// A request still waiting for its first admission this many times its TTFT target after
+    /// arriving is shed (`engine/src/engine/deadline.rs`), unless it names its own deadline
+    /// (`EngineRequest::queue_deadline_s`). `None`: only requests with their own deadline.
+    pub queue_deadline_ttfts: Option<f64>,
 }
 
 impl EngineConfig {
+    /// `queue_deadline_ttfts` from a command-line or file setting: unset, the default; 0,
+    /// off; otherwise that many TTFT targets (finite and positive).
+    pub fn queue_deadline_setting(v: Option<f64>) -> Result<Option<f64>, String> {
+        match v {
+            None => Ok(Some(DEFAULT_QUEUE_DEADLINE_TTFTS)),
+            Some(k) if k == 0.0 => Ok(None),
+            Some(k) if k.is_finite() && k > 0.0 => Ok(Some(k)),
+            Some(k) => Err(format!(
+                "queue_deadline_ttfts must be a positive number of TTFT targets (0: off), got {k}"
+            )),
+        }
+    }
+
     /// The long-prefill threshold in effect.
     pub fn long_prefill(&self) -> u32 {
         self.long_prefill_tokens
@@ -87,6 +105,10 @@ impl EngineConfig {
             .max(1)
     }
 }
+
+/// The default queue deadline, in TTFT targets: past ten times its target a first token is
+/// worth little to an interactive client, and most client timeouts have given up.
+pub const DEFAULT_QUEUE_DEADLINE_TTFTS: f64 = 10.0;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -107,6 +129,7 @@ impl Default for EngineConfig {
             prefix_cache: true,
             prefix_cache_dram: true,
             copy_timeout_s: 10.0,
+            queue_deadline_ttfts: Some(DEFAULT_QUEUE_DEADLINE_TTFTS),
         }
     }
 }
@@ -147,6 +170,8 @@ pub struct RequestEnd {
     pub preemptions: u32,
     /// With `FinishReason::Error`: what went wrong.
     pub error: Option<String>,
+    /// With `FinishReason::Error`: whether it was the request's own fault or it was shed.
+    pub error_cause: Option<ErrorCause>,
     /// Prompt tokens found in the prefix cache at its first admission.
     pub cached: PrefixHit,
 }
@@ -205,6 +230,8 @@ pub struct EngineStats {
     pub copy_faults: u64,
     /// Requests refused at submit because they would wait past their TTFT SLO.
     pub shed: u64,
+    /// Requests shed while waiting, at their queue deadline.
+    pub shed_deadline: u64,
     pub steps: u64,
     pub bytes_h2d: u64,
     pub bytes_d2h: u64,
@@ -272,6 +299,7 @@ pub struct Engine<R, T, C> {
     counters: EngineStats,
     census: Census,
     late: shed::LateGuard,
+    deadlines: deadline::Deadlines,
     /// Start of the previous step, if the engine still had live requests after it (so the
     /// time since is iteration time, not idle time).
     busy_since: Option<f64>,
@@ -309,6 +337,14 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 cfg.block_size
             )));
         }
+        if let Some(k) = cfg
+            .queue_deadline_ttfts
+            .filter(|k| !(k.is_finite() && *k > 0.0))
+        {
+            return Err(EngineError::Config(format!(
+                "queue_deadline_ttfts must be positive, got {k}"
+            )));
+        }
         let share = cfg.b_xfer_link_share;
         if !(share.is_finite() && share > 0.0) {
             return Err(EngineError::Config(format!(
@@ -344,6 +380,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             counters: EngineStats::default(),
             census: Census::default(),
             late: shed::LateGuard::default(),
+            deadlines: deadline::Deadlines::default(),
             busy_since: None,
             xfer,
             writeback_due: BTreeSet::new(),
@@ -416,7 +453,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             return Err(EngineError::EmptyPrompt(id));
         }
         let ok_num = |x: f64| x.is_finite() && x > 0.0;
-        if !ok_num(spec.weight) || !ok_num(spec.slo.ttft_s) || !ok_num(spec.slo.tbt_s) {
+        if !ok_num(spec.weight)
+            || !ok_num(spec.slo.ttft_s)
+            || !ok_num(spec.slo.tbt_s)
+            || !spec.queue_deadline_s.is_none_or(ok_num)
+        {
             return Err(EngineError::BadRequest {
                 id,
                 weight: spec.weight,
@@ -455,7 +496,15 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 });
             }
         }
+        let deadline = deadline::Deadlines::of(
+            &spec,
+            spec.arrival.unwrap_or(self.clock.now()),
+            self.cfg.queue_deadline_ttfts,
+        );
         let mut req = Request::new(spec, self.clock.now());
+        if let Some(t) = deadline {
+            self.deadlines.push(t, id);
+        }
         if self.cfg.prefix_cache {
             let scope = req
                 .spec
@@ -503,8 +552,14 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         self.finish_with(id, reason, t, None);
     }
 
-    /// Ends a request with `reason` (and, for errors, what went wrong).
-    fn finish_with(&mut self, id: RequestId, reason: FinishReason, t: f64, error: Option<String>) {
+    /// Ends a request with `reason` (and, for errors, why and what went wrong).
+    fn finish_with(
+        &mut self,
+        id: RequestId,
+        reason: FinishReason,
+        t: f64,
+        error: Option<(ErrorCause, String)>,
+    ) {
         let Some(req) = self.requests.remove(&id) else {
             return;
         };
@@ -526,7 +581,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 prompt_tokens: req.prompt_len,
                 completion_tokens: req.generated,
                 preemptions: req.rotations + req.recomputes,
-                error,
+                error_cause: error.as_ref().map(|e| e.0),
+                error: error.map(|e| e.1),
                 cached: req.cached,
             }),
         });
@@ -570,6 +626,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             self.xfer.observe(now - t);
         }
         self.ingest_copies(now);
+        self.shed_past_deadline(now);
         let mut copies = crate::transfer::CopyBatch::default();
         let grown = self.schedule(now, &mut copies);
         self.grow_and_write_back(grown, &mut copies);

@@ -17,7 +17,7 @@ use crate::clock::Clock;
 use crate::engine::{Engine, EngineEvent, EngineStats};
 use crate::error::EngineError;
 use crate::kv::PrefixHit;
-use crate::request::{EngineRequest, FinishReason};
+use crate::request::{EngineRequest, ErrorCause, FinishReason};
 use crate::runner::ModelRunner;
 use crate::transfer::Transfer;
 use std::collections::HashMap;
@@ -455,7 +455,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                             prompt_tokens: end.prompt_tokens,
                             completion_tokens: end.completion_tokens,
                             error: end.error,
-                            error_kind: failed.then_some(StreamErrorKind::Request),
+                            error_kind: failed.then(|| match end.error_cause {
+                                Some(ErrorCause::QueueDeadline) => StreamErrorKind::QueueDeadline,
+                                _ => StreamErrorKind::Request,
+                            }),
                             cached: end.cached,
                         });
                     }

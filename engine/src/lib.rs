@@ -46,6 +46,6 @@ pub use handle::{
     StreamEvent,
 };
 pub use kv::{CacheScope, PrefixHit};
-pub use request::{EngineRequest, FinishReason, ReqState};
+pub use request::{EngineRequest, ErrorCause, FinishReason, ReqState};
 pub use sampling::{SamplingParams, TokenLogprobs};
 pub use text::{ChatMessage, IncrementalDecoder, TextCodec};

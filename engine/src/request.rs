@@ -33,6 +33,10 @@ pub struct EngineRequest {
     /// waits (for a few iterations at most), then finds the prompt's full blocks cached
     /// instead of computing them a second time. `None`: admitted as any other.
     pub follows: Option<RequestId>,
+    /// Seconds after arrival by which it must have been admitted, else it is shed
+    /// (`engine/src/engine/deadline.rs`); `None`: `EngineConfig::queue_deadline_ttfts` times
+    /// its TTFT target.
+    pub queue_deadline_s: Option<f64>,
 }
 
 impl EngineRequest {
@@ -53,8 +57,19 @@ impl EngineRequest {
             arrival: None,
             cache: None,
             follows: None,
+            queue_deadline_s: None,
         }
     }
+}
+
+/// Why the engine ended a request with `FinishReason::Error` ([`crate::RequestEnd`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCause {
+    /// Something of its own: its model step or its grammar failed.
+    Request,
+    /// It was still waiting for its first admission at its queue deadline
+    /// (`EngineRequest::queue_deadline_s`): shed, for overload, not for a fault of its own.
+    QueueDeadline,
 }
 
 /// Where a request is in its life. `Evicting` and `Restoring` are the in-flight states

@@ -91,6 +91,9 @@ pub struct EngineOptions {
     pub progress_tokens: u32,
     /// Refuse requests that would wait past their TTFT SLO (`EngineConfig::shed_late`).
     pub shed_late: Option<f64>,
+    /// Shed requests still waiting this many TTFT targets after arrival
+    /// (`EngineConfig::queue_deadline_ttfts`).
+    pub queue_deadline_ttfts: Option<f64>,
     /// Tokens per KV block.
     pub block_size: u32,
     pub dtype: ModelDtype,
@@ -123,6 +126,7 @@ impl Default for EngineOptions {
             max_queue: 4096,
             progress_tokens: EngineConfig::default().progress_tokens,
             shed_late: None,
+            queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
             block_size: 16,
             dtype: ModelDtype::F32,
             seed: None,
@@ -147,6 +151,7 @@ impl EngineOptions {
             max_queue: self.max_queue,
             progress_tokens: self.progress_tokens,
             shed_late: self.shed_late,
+            queue_deadline_ttfts: self.queue_deadline_ttfts,
             prefix_cache: self.prefix_cache,
             prefix_cache_dram: self.prefix_cache_dram,
             copy_timeout_s: self.copy_timeout_s,

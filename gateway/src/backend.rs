@@ -84,6 +84,9 @@ pub struct EngineOptions {
     pub progress_tokens: Option<u32>,
     /// Refuse requests that would wait past their TTFT SLO (503); `None`: never.
     pub shed_late: Option<f64>,
+    /// Shed a request still waiting this many TTFT targets after arrival (503); `None`:
+    /// never (`EngineConfig::queue_deadline_ttfts`).
+    pub queue_deadline_ttfts: Option<f64>,
     /// Requests waiting for admission beyond this are refused (503).
     pub max_queue: usize,
     /// Longest prompt + output of one request; capped by the KV capacity.
@@ -109,6 +112,7 @@ impl Default for EngineOptions {
             max_num_seqs: None,
             progress_tokens: None,
             shed_late: None,
+            queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
             max_queue: 1024,
             max_model_len: 8192,
             prefix_cache: true,
@@ -191,6 +195,7 @@ fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptio
         max_num_seqs: opts.max_num_seqs.unwrap_or(defaults.max_num_seqs),
         progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),
         shed_late: opts.shed_late,
+        queue_deadline_ttfts: opts.queue_deadline_ttfts,
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         prefix_cache: opts.prefix_cache,
@@ -355,6 +360,7 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
         dram_blocks: opts.dram_blocks.unwrap_or(dram),
         progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),
         shed_late: opts.shed_late,
+        queue_deadline_ttfts: opts.queue_deadline_ttfts,
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         prefix_cache: opts.prefix_cache,

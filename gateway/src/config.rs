@@ -10,6 +10,7 @@ use anyhow::bail;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use superinfer_engine::EngineConfig;
 use superinfer_policies::{VltConfig, WlvfConfig};
 
 use crate::backend::{gpu_options, EngineOptions, GpuOptions, ModelSource};
@@ -174,6 +175,8 @@ impl ServeConfig {
                     }
                     f => f,
                 },
+                queue_deadline_ttfts: EngineConfig::queue_deadline_setting(s.queue_deadline_ttfts)
+                    .map_err(anyhow::Error::msg)?,
                 max_queue: match s.max_queue {
                     Some(0) => bail!(
                         "max_queue must be at least 1 (0 would refuse every request with 503)"

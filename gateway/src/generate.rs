@@ -343,6 +343,7 @@ impl Generation {
         let unserved = match outcome.error.as_ref().map(|e| e.kind) {
             None => "aborted",
             Some(StreamErrorKind::QueueFull | StreamErrorKind::WouldMissSlo) => "shed",
+            Some(StreamErrorKind::QueueDeadline) => "deadline",
             Some(StreamErrorKind::Stopped) => "stopped",
             Some(StreamErrorKind::StepFailed | StreamErrorKind::EngineFailed) => "failed",
             Some(StreamErrorKind::Request) => "invalid",

@@ -37,9 +37,12 @@ pub const SLO_MET: &str = "superinfer_slo_met_total";
 pub const TTFT_UNSERVED: &str = "superinfer_ttft_unserved_total";
 
 /// Why an admitted request ended without a first token ([`TTFT_UNSERVED`]'s `reason`): its
-/// client went away, the engine shed it (queue full, would miss its SLO), the engine stopped,
-/// the engine or its step failed, or the request itself failed (e.g. its grammar).
-pub const UNSERVED_REASONS: [&str; 5] = ["aborted", "shed", "stopped", "failed", "invalid"];
+/// client went away, the engine shed it at submission (queue full, would miss its SLO), it was
+/// shed past its queue deadline, the engine stopped, the engine or its step failed, or the
+/// request itself failed (e.g. its grammar).
+pub const UNSERVED_REASONS: [&str; 6] = [
+    "aborted", "shed", "deadline", "stopped", "failed", "invalid",
+];
 pub const QUOTA_STORE_UP: &str = "superinfer_quota_store_up";
 pub const QUOTA_STORE_ERRORS: &str = "superinfer_quota_store_errors_total";
 pub const QUOTA_STORE_FALLBACK: &str = "superinfer_quota_store_fallback_total";
@@ -49,6 +52,7 @@ pub const SHED_REASONS: &[&str] = &[
     "queue_full",
     "inbox_full",
     "slo",
+    "deadline",
     "text_pool",
     "connections",
     "draining",
@@ -152,7 +156,7 @@ impl Metrics {
             (
                 SHED,
                 "Requests shed on purpose under overload, by reason (queue_full, inbox_full, \
-                 slo, text_pool, connections, draining).",
+                 slo, deadline, text_pool, connections, draining).",
             ),
             (
                 STREAMS_ABORTED,
@@ -184,7 +188,7 @@ impl Metrics {
             (
                 TTFT_UNSERVED,
                 "Admitted requests that ended without a first token, per tenant and reason \
-                 (aborted, shed, stopped, failed, invalid); each is a TTFT miss.",
+                 (aborted, shed, deadline, stopped, failed, invalid); each is a TTFT miss.",
             ),
             (
                 SLO_MET,
@@ -403,7 +407,7 @@ pub struct TenantMetrics {
     pub slo_checks: [Counter; 2],
     pub slo_met: [Counter; 2],
     /// Admitted requests that ended without a first token, by [`UNSERVED_REASONS`].
-    pub ttft_unserved: [Counter; 5],
+    pub ttft_unserved: [Counter; 6],
     pub ttft_attainment: Gauge,
     pub tbt_attainment: Gauge,
 }

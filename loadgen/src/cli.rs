@@ -26,7 +26,7 @@ mod workload;
 
 use http::run_http;
 pub use http::HttpArgs;
-use parse::parse_fraction;
+use parse::{parse_deadline_ttfts, parse_fraction};
 pub(crate) use parse::{parse_non_negative, parse_positive, parse_rps};
 pub use replay_flags::ReplayFlags;
 pub use run::execute;
@@ -126,6 +126,10 @@ pub struct SimArgs {
     /// counts as a miss). Off by default.
     #[arg(long, value_parser = parse_positive)]
     pub shed_late: Option<f64>,
+    /// Shed a request still waiting for its first admission this many times its TTFT target
+    /// after it arrived (counted as refused with 503, and a miss); 0: never [default: 10].
+    #[arg(long, value_parser = parse_deadline_ttfts)]
+    pub queue_deadline_ttfts: Option<Option<f64>>,
     /// Weighted LVF: fairness band in cost units (prompt tokens) per unit of weight.
     #[arg(long, default_value_t = WlvfConfig::default().fairness_quantum_tokens, value_parser = parse_positive)]
     pub fairness_quantum: f64,
@@ -222,6 +226,9 @@ pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
         max_num_seqs: args.max_num_seqs,
         progress_tokens: args.progress_tokens,
         shed_late: args.shed_late,
+        queue_deadline_ttfts: args
+            .queue_deadline_ttfts
+            .unwrap_or(EngineConfig::default().queue_deadline_ttfts),
         policy: wlvf_config(args),
         drain_s: args.drain_s,
         prefix_cache: !args.no_prefix_cache,

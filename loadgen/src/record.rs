@@ -34,8 +34,9 @@ pub struct RequestRecord {
     pub conversation: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
-    /// The target refused the request when it was submitted, with this HTTP status (the
-    /// twin: 400 for a request the node can never hold, 503 for a full queue or a shed).
+    /// The target refused the request with this HTTP status, when it was submitted or later
+    /// but before its first token (the twin: 400 for a request the node can never hold, 503
+    /// for a full queue, a shed at submission or one past its queue deadline).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<u16>,
 }

@@ -5,7 +5,7 @@
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use superinfer_tests::{error_message, TestOptions, TestServer};
+use superinfer_tests::{error_message, metric_value, TestOptions, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_quota_is_429_with_retry_after_and_other_tenants_are_unaffected() {
@@ -222,6 +222,9 @@ async fn a_stream_the_engine_refuses_is_an_http_error() {
         dram_blocks: Some(0),
         settings: superinfer_gateway::Settings {
             shed_late: Some(0.5),
+            // No queue deadline: the second request must wait to be admitted (at 10 × the
+            // 1-ms target it would be shed instead).
+            queue_deadline_ttfts: Some(0.0),
             // First come, first served: no preemption, so each waits its turn whole.
             policy: Some(superinfer_policies::PolicyKind::Fcfs),
             ..Default::default()
@@ -288,5 +291,87 @@ async fn a_stream_the_engine_refuses_is_an_http_error() {
     for h in [first, second, third] {
         assert_eq!(h.await.unwrap(), StatusCode::OK);
     }
+    s.shutdown().await;
+}
+
+/// A request still queued at its deadline (2 × its tenant's 100-ms TTFT target) is shed: 503
+/// with Retry-After that says why, counted per tenant and reason; the server serves on, and
+/// another tenant's requests are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_queued_past_its_deadline_is_shed_with_503_and_counted() {
+    // One 90-token prompt at a time (8 HBM blocks), each holding them about half a second.
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: Some("gh200-qwen2.5-32b".into()),
+        hbm_blocks: Some(8),
+        dram_blocks: Some(0),
+        settings: superinfer_gateway::Settings {
+            queue_deadline_ttfts: Some(2.0),
+            policy: Some(superinfer_policies::PolicyKind::Fcfs),
+            ..Default::default()
+        },
+        ..TestOptions::default()
+    })
+    .await;
+    let (_, key) = s
+        .create_tenant(json!({"name": "hurried", "slo": {"ttft_ms": 100}}))
+        .await;
+    let engine = s.server.state.engine.clone();
+    let long = json!({"prompt": "w ".repeat(90), "max_tokens": 30, "ignore_eos": true});
+    let first = {
+        let (client, url, key, body) = (
+            s.client.clone(),
+            s.url("/v1/completions"),
+            key.clone(),
+            long.clone(),
+        );
+        tokio::spawn(async move {
+            let r = client.post(url).bearer_auth(key).json(&body).send().await;
+            r.unwrap().status()
+        })
+    };
+    let start = Instant::now();
+    while engine.stats().running == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "the first runs");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Queued behind it for ~0.5 s, past its 0.2 s deadline.
+    let t = Instant::now();
+    let resp = s.post("/v1/completions", &key, &long).await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        t.elapsed() < Duration::from_millis(450),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(resp.headers().contains_key("retry-after"));
+    let v: Value = resp.json().await.unwrap();
+    assert!(error_message(&v).contains("queue deadline"), "{v}");
+    assert_eq!(first.await.unwrap(), StatusCode::OK);
+    assert_eq!(engine.stats().shed_deadline, 1);
+    let text = s
+        .client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let unserved = [("tenant", "hurried"), ("reason", "deadline")];
+    assert_eq!(
+        metric_value(&text, "superinfer_ttft_unserved_total", &unserved),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric_value(
+            &text,
+            "superinfer_requests_shed_total",
+            &[("reason", "deadline")]
+        ),
+        Some(1.0)
+    );
+    // The node serves on.
+    assert_eq!(s.complete(&key, 2).await.0, StatusCode::OK);
     s.shutdown().await;
 }

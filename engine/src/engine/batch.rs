@@ -9,7 +9,7 @@ use crate::error::EngineError;
 use crate::grammar::{MaskBoard, MaskRef};
 use crate::kv::pool::LogicalBlock;
 use crate::kv::KvPool;
-use crate::request::{FinishReason, ReqState, Request};
+use crate::request::{ErrorCause, FinishReason, ReqState, Request};
 use crate::runner::{BatchEntry, ModelRunner, StepBatch, StepOutput};
 use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
@@ -126,10 +126,14 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let decodes = plan_batch(&self.requests, &self.pool, &self.cfg, spans, &mut entries);
         if spans.is_empty() {
             return Ok(StepReport {
-                idle_until: [self.transfer.next_completion(), self.copy_deadline()]
-                    .into_iter()
-                    .flatten()
-                    .reduce(f64::min),
+                idle_until: [
+                    self.transfer.next_completion(),
+                    self.copy_deadline(),
+                    self.deadlines.next(),
+                ]
+                .into_iter()
+                .flatten()
+                .reduce(f64::min),
                 ..Default::default()
             });
         }
@@ -234,6 +238,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         debug_assert!(order.next().is_none(), "batch ids are live");
         append_tokens(&mut self.requests, &scratch.appends);
         for (id, (reason, error)) in ends {
+            let error = error.map(|e| (ErrorCause::Request, e));
             self.finish_with(id, reason, t, error);
         }
         service.sort_unstable_by_key(|e| e.0);
@@ -249,7 +254,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let t = self.clock.now();
         self.counters.failed_steps += 1;
         for span in spans {
-            self.finish_with(span.id, FinishReason::Error, t, Some(error.clone()));
+            let error = Some((ErrorCause::Request, error.clone()));
+            self.finish_with(span.id, FinishReason::Error, t, error);
         }
         StepReport {
             batch_size: spans.len(),

@@ -12,6 +12,7 @@ use superinfer_policies::TenantId;
 use superinfer_policies::{PolicyKind, Slo, WlvfConfig};
 
 mod copy_timeout;
+mod deadline;
 mod faults;
 mod long_prompts;
 mod prefix;
@@ -67,6 +68,7 @@ fn request(id: u64, tenant: u32, prompt: u32, max_tokens: u32) -> EngineRequest 
         arrival: None,
         cache: None,
         follows: None,
+        queue_deadline_s: None,
     }
 }
 

@@ -129,6 +129,9 @@ pub enum StreamErrorKind {
     QueueFull,
     /// It would have waited past its TTFT SLO (`shed_late`).
     WouldMissSlo,
+    /// It was still waiting for its first admission at its queue deadline
+    /// (`EngineRequest::queue_deadline_s`), and was shed. The request itself was fine.
+    QueueDeadline,
     /// The engine shut down.
     Stopped,
     /// A step failed as a whole (every request in it ends so).

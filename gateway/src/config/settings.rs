@@ -102,6 +102,11 @@ pub struct Settings {
     /// (docs/SCHEDULING.md, "Overload") [default: off].
     #[arg(long, env = "SUPERINFER_SHED_LATE")]
     pub shed_late: Option<f64>,
+    /// Shed a request still waiting for its first admission this many times its tenant's TTFT
+    /// target after it arrived (503 with Retry-After; docs/SCHEDULING.md, "Overload"); 0:
+    /// never [default: 10].
+    #[arg(long, env = "SUPERINFER_QUEUE_DEADLINE_TTFTS")]
+    pub queue_deadline_ttfts: Option<f64>,
     /// Turn the prefix cache off: every prompt is prefilled from its first token
     /// (docs/OPERATIONS.md, "Prefix cache") [default: the cache is on].
     #[arg(long, env = "SUPERINFER_NO_PREFIX_CACHE", num_args = 0..=1, default_missing_value = "true")]
@@ -250,6 +255,7 @@ impl Settings {
             max_rotations: self.max_rotations.or(lower.max_rotations),
             progress_tokens: self.progress_tokens.or(lower.progress_tokens),
             shed_late: self.shed_late.or(lower.shed_late),
+            queue_deadline_ttfts: self.queue_deadline_ttfts.or(lower.queue_deadline_ttfts),
             fairness_quantum: self.fairness_quantum.or(lower.fairness_quantum),
             decode_cost: self.decode_cost.or(lower.decode_cost),
             defer_late: self.defer_late.or(lower.defer_late),

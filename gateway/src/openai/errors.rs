@@ -17,8 +17,8 @@ pub fn refusal_error(end: Outcome, metrics: &Metrics) -> GatewayError {
 
 /// The engine refused or failed a request after admission, by the error's kind (never by
 /// its text): the request's own fault (its grammar failed at run time) is a 400; a full
-/// queue, a request that would miss its TTFT SLO or a failed step is overload (503 with
-/// Retry-After; the first two counted as shed); a stopped engine is a shutdown (503); a
+/// queue, a request that would miss its TTFT SLO, one shed at its queue deadline or a failed
+/// step is overload (503 with Retry-After; the first three counted as shed); a stopped engine is a shutdown (503); a
 /// failed engine, 503 while the process exits for its supervisor to restart it.
 pub fn engine_failure(err: EndError, tokens: u32, metrics: &Metrics) -> GatewayError {
     let overloaded = |reason: Option<&'static str>| {
@@ -37,6 +37,7 @@ pub fn engine_failure(err: EndError, tokens: u32, metrics: &Metrics) -> GatewayE
         }
         StreamErrorKind::QueueFull => overloaded(Some("queue_full")),
         StreamErrorKind::WouldMissSlo => overloaded(Some("slo")),
+        StreamErrorKind::QueueDeadline => overloaded(Some("deadline")),
         StreamErrorKind::StepFailed => overloaded(None),
         StreamErrorKind::Stopped => GatewayError::ShuttingDown,
         StreamErrorKind::EngineFailed => GatewayError::EngineFailed(err.message),

@@ -35,3 +35,12 @@ pub(crate) fn parse_rps(s: &str) -> Result<f64, String> {
     parse_positive(s)
         .map_err(|e| format!("offered load {e} (use a comma-separated list like 5,10,15)"))
 }
+
+/// `--queue-deadline-ttfts`: a positive number of TTFT targets, or 0 for no deadline.
+pub(crate) fn parse_deadline_ttfts(s: &str) -> Result<Option<f64>, String> {
+    let v = s
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    superinfer_engine::EngineConfig::queue_deadline_setting(Some(v))
+}

@@ -62,7 +62,7 @@ fn replay_section(s: &mut String, summary: &Summary) {
             .collect();
         let _ = writeln!(
             s,
-            "- requests: {} offered, {} refused at submission ({}), {} completed",
+            "- requests: {} offered, {} refused before a first token ({}), {} completed",
             r.submitted,
             r.refused.values().sum::<u64>(),
             if refused.is_empty() {

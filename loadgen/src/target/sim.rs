@@ -52,6 +52,9 @@ pub struct SimTargetConfig {
     pub progress_tokens: u32,
     /// Refuse requests that would wait past their TTFT SLO (`EngineConfig::shed_late`).
     pub shed_late: Option<f64>,
+    /// Shed requests still waiting this many TTFT targets after arrival
+    /// (`EngineConfig::queue_deadline_ttfts`).
+    pub queue_deadline_ttfts: Option<f64>,
     /// VLT knobs and weighted-LVF caps (used by the policies that have them).
     pub policy: WlvfConfig,
     /// After the last arrival, keep serving for at most this long; requests not served by
@@ -78,6 +81,7 @@ impl Default for SimTargetConfig {
             max_num_seqs: EngineConfig::default().max_num_seqs,
             progress_tokens: EngineConfig::default().progress_tokens,
             shed_late: EngineConfig::default().shed_late,
+            queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
             policy: WlvfConfig::default(),
             drain_s: 60.0,
             prefix_cache: EngineConfig::default().prefix_cache,
@@ -125,6 +129,7 @@ impl SimTarget {
             dram_blocks,
             progress_tokens: cfg.progress_tokens,
             shed_late: cfg.shed_late,
+            queue_deadline_ttfts: cfg.queue_deadline_ttfts,
             prefix_cache: cfg.prefix_cache,
             prefix_cache_dram: cfg.prefix_cache_dram,
             ..EngineConfig::default()

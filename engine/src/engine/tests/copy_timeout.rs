@@ -98,6 +98,9 @@ fn slow_engine(lag: bool) -> SlowEngine {
         b_xfer: Some(16),
         max_batched_tokens: 256,
         max_num_seqs: 64,
+        // Steps of minutes: every queued request would pass its queue deadline; this test is
+        // about copies, and wants each request served to its end.
+        queue_deadline_ttfts: None,
         ..EngineConfig::default()
     };
     assert!(STEP_S > cfg.copy_timeout_s);

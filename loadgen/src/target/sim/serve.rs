@@ -14,7 +14,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use superinfer_engine::clock::Clock;
 use superinfer_engine::sim::SimEngine;
-use superinfer_engine::{EngineError, EngineEvent, EngineRequest, FinishReason, RequestEnd};
+use superinfer_engine::{
+    EngineError, EngineEvent, EngineRequest, ErrorCause, FinishReason, RequestEnd,
+};
 use superinfer_policies::{RequestId, Slo, TenantId};
 
 /// What a run sent and generated, beyond the records.
@@ -221,9 +223,15 @@ impl<'a> Live<'a> {
                         preemptions,
                         reason,
                         cached,
+                        error_cause,
                         ..
                     } = *end;
                     if let Some(r) = self.records.get_mut(&id.0) {
+                        // Shed past its queue deadline: the 503 a server answers before the
+                        // first byte.
+                        if error_cause == Some(ErrorCause::QueueDeadline) {
+                            r.refused = Some(503);
+                        }
                         r.finish_s = Some(t);
                         r.preemptions = preemptions;
                         r.cached_tokens = Some(cached.tokens());
