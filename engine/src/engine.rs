@@ -200,8 +200,11 @@ pub struct StepReport {
     pub batch_size: usize,
     pub prefill_tokens: u32,
     pub decode_tokens: u32,
-    /// Nothing could run: the engine time of the next copy completion (on a virtual clock) or
-    /// of the next copy timeout, whichever is first.
+    /// Bytes of KV the batch's attention reads: every entry's keys and values up to its end,
+    /// over all layers (each once; what a step's HBM traffic for attention is at least).
+    pub kv_read_bytes: u64,
+    /// Nothing could run: the engine time of the next copy completion (on a virtual clock),
+    /// of the next copy timeout or of the next queue deadline, whichever is first.
     pub idle_until: Option<f64>,
 }
 

@@ -31,7 +31,7 @@ use superinfer_policies::RequestId;
 use tokio::sync::mpsc as tmpsc;
 
 /// How the serving loop behaves.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct HandleConfig {
     /// Submissions queued for the engine thread beyond this are refused (`QueueFull`).
     pub inbox_capacity: usize,
@@ -40,6 +40,8 @@ pub struct HandleConfig {
     /// Sleep for each step's reported time (a simulated runner on the real clock then serves
     /// at the profile's speed). Off: steps take only their real time.
     pub pace: bool,
+    /// Histograms recorded after every step that ran; `None`: none.
+    pub step_metrics: Option<StepMetrics>,
 }
 
 impl Default for HandleConfig {
@@ -48,6 +50,7 @@ impl Default for HandleConfig {
             inbox_capacity: 4096,
             idle_wait: Duration::from_millis(5),
             pace: false,
+            step_metrics: None,
         }
     }
 }
@@ -310,8 +313,13 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
         if !self.engine.is_empty() {
             #[cfg(feature = "fault-injection")]
             self.fault.before_step();
+            let started = std::time::Instant::now();
             match self.engine.step() {
                 Ok(report) => {
+                    if let (Some(m), true) = (&cfg.step_metrics, report.ran) {
+                        let wall = started.elapsed().as_secs_f64();
+                        m.observe(&report, if cfg.pace { report.elapsed } else { wall });
+                    }
                     // The gauges first: a client that sees its request finish and then reads
                     // the metrics must not find it still running.
                     self.publish_stats();
@@ -485,8 +493,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 mod shared;
+mod step_metrics;
 mod stream;
 use shared::Shared;
+pub use step_metrics::StepMetrics;
 pub use stream::{RequestStream, StreamErrorKind, StreamEvent};
 #[cfg(test)]
 mod tests;

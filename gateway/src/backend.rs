@@ -19,7 +19,9 @@ use superinfer_engine::clock::RealClock;
 use superinfer_engine::profile::{HardwareProfile, Profile};
 pub use superinfer_engine::serve::GpuOptions;
 use superinfer_engine::sim::sim_engine_on;
-use superinfer_engine::{spawn, EngineConfig, EngineHandle, EngineThread, HandleConfig};
+use superinfer_engine::{
+    spawn, EngineConfig, EngineHandle, EngineThread, HandleConfig, StepMetrics,
+};
 use superinfer_policies::{PolicyKind, WlvfConfig};
 
 use crate::text::Text;
@@ -132,16 +134,22 @@ pub struct Backend {
 
 const BLOCK_SIZE: u32 = 16;
 
-pub fn start(source: &ModelSource, opts: &EngineOptions) -> anyhow::Result<Backend> {
+/// Loads the model and starts its engine thread, which records its per-step histograms into
+/// `steps` (when given).
+pub fn start(
+    source: &ModelSource,
+    opts: &EngineOptions,
+    steps: Option<StepMetrics>,
+) -> anyhow::Result<Backend> {
     match source {
-        ModelSource::Sim(profile) => start_sim(profile, opts),
-        ModelSource::Gpu { model, gpu } => start_gpu(model, gpu, opts),
-        ModelSource::Dir(dir) => start_cpu(dir, model_id(dir), opts),
+        ModelSource::Sim(profile) => start_sim(profile, opts, steps),
+        ModelSource::Gpu { model, gpu } => start_gpu(model, gpu, opts, steps),
+        ModelSource::Dir(dir) => start_cpu(dir, model_id(dir), opts, steps),
         ModelSource::Tiny(dir) => {
             if !dir.join("config.json").exists() {
                 write_tiny(dir)?;
             }
-            start_cpu(dir, TINY_MODEL_ID.into(), opts)
+            start_cpu(dir, TINY_MODEL_ID.into(), opts, steps)
         }
     }
 }
@@ -204,7 +212,12 @@ fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptio
     }
 }
 
-fn start_cpu(dir: &Path, id: String, opts: &EngineOptions) -> anyhow::Result<Backend> {
+fn start_cpu(
+    dir: &Path,
+    id: String,
+    opts: &EngineOptions,
+    steps: Option<StepMetrics>,
+) -> anyhow::Result<Backend> {
     use superinfer_engine::serve;
     let cpu = engine_options(opts);
     let (engine, codec) = serve::cpu_engine(dir, &cpu)
@@ -215,7 +228,7 @@ fn start_cpu(dir: &Path, id: String, opts: &EngineOptions) -> anyhow::Result<Bac
         max_model_len: context_len(&config),
         prompt_logprobs: true,
     };
-    serve_engine(engine, opts, false, Text::model(codec), model)
+    serve_engine(engine, (opts, steps), false, Text::model(codec), model)
 }
 
 /// The model's context length as a token count.
@@ -228,7 +241,7 @@ fn context_len(config: &superinfer_engine::model::ModelConfig) -> u32 {
 /// limit and by what the HBM tier holds.
 fn serve_engine<R, T, C>(
     engine: superinfer_engine::Engine<R, T, C>,
-    opts: &EngineOptions,
+    (opts, steps): (&EngineOptions, Option<StepMetrics>),
     pace: bool,
     text: Text,
     model: ModelInfo,
@@ -254,6 +267,7 @@ where
     let handle_cfg = HandleConfig {
         inbox_capacity: opts.max_queue.max(1),
         pace,
+        step_metrics: steps,
         ..HandleConfig::default()
     };
     let (handle, thread) = spawn(engine, handle_cfg)?;
@@ -269,7 +283,12 @@ where
 }
 
 #[cfg(not(feature = "cuda"))]
-fn start_gpu(_model: &str, _gpu: &GpuOptions, _opts: &EngineOptions) -> anyhow::Result<Backend> {
+fn start_gpu(
+    _model: &str,
+    _gpu: &GpuOptions,
+    _opts: &EngineOptions,
+    _steps: Option<StepMetrics>,
+) -> anyhow::Result<Backend> {
     anyhow::bail!(
         "this superinfer was built without CUDA; build it with \
          `cargo build --release -p superinfer-gateway --features cuda`"
@@ -277,7 +296,12 @@ fn start_gpu(_model: &str, _gpu: &GpuOptions, _opts: &EngineOptions) -> anyhow::
 }
 
 #[cfg(feature = "cuda")]
-fn start_gpu(model: &str, gpu: &GpuOptions, opts: &EngineOptions) -> anyhow::Result<Backend> {
+fn start_gpu(
+    model: &str,
+    gpu: &GpuOptions,
+    opts: &EngineOptions,
+    steps: Option<StepMetrics>,
+) -> anyhow::Result<Backend> {
     use superinfer_engine::serve::gpu::{gpu_engine, GpuModel};
     use superinfer_engine::serve::{self, ModelDtype};
     let eo = serve::EngineOptions {
@@ -306,7 +330,7 @@ fn start_gpu(model: &str, gpu: &GpuOptions, opts: &EngineOptions) -> anyhow::Res
     // A random model has no tokenizer: the word stand-in, inside its vocabulary.
     let vocab = u32::try_from(config.vocab_size).unwrap_or(u32::MAX);
     let text = codec.map_or_else(|| Text::words_for_vocab(vocab), Text::model);
-    serve_engine(engine, opts, false, text, info)
+    serve_engine(engine, (opts, steps), false, text, info)
 }
 
 /// A profile whose steps and copies take no modelled time.
@@ -338,7 +362,11 @@ pub fn zero_profile() -> anyhow::Result<Profile> {
     })
 }
 
-fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
+fn start_sim(
+    name: &str,
+    opts: &EngineOptions,
+    steps: Option<StepMetrics>,
+) -> anyhow::Result<Backend> {
     let zero = name == ZERO_PROFILE;
     let profile = if zero {
         zero_profile()?
@@ -374,7 +402,7 @@ fn start_sim(name: &str, opts: &EngineOptions) -> anyhow::Result<Backend> {
         max_model_len: u32::MAX,
         prompt_logprobs: false,
     };
-    serve_engine(engine, opts, !zero, Text::words(), model)
+    serve_engine(engine, (opts, steps), !zero, Text::words(), model)
 }
 
 #[cfg(test)]
@@ -388,7 +416,7 @@ mod tests {
             model: "random:llama-3-8b".into(),
             gpu: gpu_options(None, Some(4.0), None).unwrap(),
         };
-        let e = start(&source, &EngineOptions::default())
+        let e = start(&source, &EngineOptions::default(), None)
             .err()
             .expect("no CUDA in this build")
             .to_string();

@@ -13,7 +13,7 @@ use metrics_exporter_prometheus::{
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use superinfer_engine::EngineStats;
+use superinfer_engine::{EngineStats, StepMetrics};
 
 pub mod vllm;
 
@@ -61,6 +61,30 @@ pub const SHED_REASONS: &[&str] = &[
 /// At most one WARN summary of shed requests per this period.
 pub const SHED_LOG_PERIOD: Duration = Duration::from_secs(10);
 
+/// The engine's per-step histograms ([`Metrics::step_metrics`]).
+pub const STEP_SECONDS: &str = "superinfer_step_seconds";
+pub const STEP_BATCH_SIZE: &str = "superinfer_step_batch_size";
+pub const STEP_KV_READ_BYTES: &str = "superinfer_step_kv_read_bytes";
+
+const STEP_BUCKETS: &[f64] = &[
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0,
+];
+const BATCH_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
+];
+/// 1 MiB to 64 GiB, by powers of 4.
+const KV_READ_BUCKETS: &[f64] = &[
+    1048576.0,
+    4194304.0,
+    16777216.0,
+    67108864.0,
+    268435456.0,
+    1073741824.0,
+    4294967296.0,
+    17179869184.0,
+    68719476736.0,
+];
+
 const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0,
@@ -95,6 +119,15 @@ impl Metrics {
                 .set_buckets_for_metric(Matcher::Full(name.into()), LATENCY_BUCKETS)
                 .expect("the bucket list is a non-empty constant");
         }
+        for (name, buckets) in [
+            (STEP_SECONDS, STEP_BUCKETS),
+            (STEP_BATCH_SIZE, BATCH_BUCKETS),
+            (STEP_KV_READ_BYTES, KV_READ_BUCKETS),
+        ] {
+            builder = builder
+                .set_buckets_for_metric(Matcher::Full(name.into()), buckets)
+                .expect("the bucket list is a non-empty constant");
+        }
         let recorder = builder.build_recorder();
         let handle = recorder.handle();
         let m = Metrics {
@@ -115,6 +148,15 @@ impl Metrics {
         m
     }
 
+    /// The engine thread's per-step histograms, registered with this server's recorder.
+    pub fn step_metrics(&self) -> StepMetrics {
+        self.with(|| StepMetrics {
+            step_seconds: metrics::histogram!(STEP_SECONDS),
+            batch_size: metrics::histogram!(STEP_BATCH_SIZE),
+            kv_read_bytes: metrics::histogram!(STEP_KV_READ_BYTES),
+        })
+    }
+
     /// Runs `f` with this server's recorder as the `metrics` macros' target.
     pub fn with<T>(&self, f: impl FnOnce() -> T) -> T {
         metrics::with_local_recorder(&*self.recorder, f)
@@ -129,6 +171,20 @@ impl Metrics {
             ),
             (ITL, "Time between consecutive output tokens, per tenant."),
             (E2E, "Time from arrival to the last token, per tenant."),
+            (
+                STEP_SECONDS,
+                "Seconds of each engine iteration that ran a batch (plan, copies, model step, \
+                 events).",
+            ),
+            (
+                STEP_BATCH_SIZE,
+                "Requests in each engine step's batch (decodes and prompt chunks).",
+            ),
+            (
+                STEP_KV_READ_BYTES,
+                "Bytes of KV each engine step's attention read (every entry's keys and values \
+                 up to its end, all layers).",
+            ),
             (
                 REQUESTS,
                 "Sequences finished (each choice of a request), per tenant and finish reason.",

@@ -106,9 +106,12 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
         thread,
         text,
         model,
-    } = tokio::task::spawn_blocking(move || backend::start(&model, &engine_opts))
-        .await
-        .context("the engine start task")??;
+    } = tokio::task::spawn_blocking({
+        let steps = metrics.step_metrics();
+        move || backend::start(&model, &engine_opts, Some(steps))
+    })
+    .await
+    .context("the engine start task")??;
     let state = Arc::new(AppState {
         engine: handle,
         registry: registry.clone(),

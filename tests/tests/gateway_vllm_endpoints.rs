@@ -202,3 +202,38 @@ async fn fields_not_honoured_are_refused_by_name() {
     assert_eq!(status, StatusCode::OK, "{v}");
     s.shutdown().await;
 }
+
+/// The engine's per-step histograms in `/metrics`: one request of 8 tokens on the tiny model
+/// is 8 steps (its prefill, 7 decodes) of batch 1, whose attention read the prompt's KV and
+/// then one more token's each step: (8 P + 28) tokens of KV in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_time_batch_size_and_kv_read_histograms_are_exported() {
+    let (s, _) = tiny().await;
+    let cfg = superinfer_engine::model::ModelConfig::from_model_dir(&s.dir.path().join("model"))
+        .expect("the tiny model's config");
+    // f32 KV (the CPU path's dtype): keys and values of every layer.
+    let per_token = (2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4) as f64;
+    let (status, v) = post(
+        &s,
+        "/v1/completions",
+        json!({"prompt": "the quick brown fox", "max_tokens": 8, "ignore_eos": true}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let p = v["usage"]["prompt_tokens"].as_f64().unwrap();
+    let text = s.scrape().await;
+    let value = |name: &str| {
+        superinfer_tests::metric_value(&text, name, &[])
+            .unwrap_or_else(|| panic!("{name} is not exported:\n{text}"))
+    };
+    assert_eq!(value("superinfer_step_seconds_count"), 8.0);
+    assert!(value("superinfer_step_seconds_sum") > 0.0);
+    assert_eq!(value("superinfer_step_batch_size_count"), 8.0);
+    assert_eq!(value("superinfer_step_batch_size_sum"), 8.0);
+    assert_eq!(
+        value("superinfer_step_kv_read_bytes_sum"),
+        (8.0 * p + 28.0) * per_token
+    );
+    assert!(text.contains("superinfer_step_kv_read_bytes_bucket{le=\"1048576\"}"));
+    s.shutdown().await;
+}

@@ -164,6 +164,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             ran: true,
             elapsed: out.elapsed,
             batch_size: spans.len(),
+            kv_read_bytes: spans.iter().map(|s| u64::from(s.end)).sum::<u64>()
+                * self.runner.geometry().bytes_per_token(),
             ..Default::default()
         };
         // Each entry's result, in request order: decode spans already are (the batch takes
