@@ -174,6 +174,8 @@ pub struct RequestEnd {
     pub error_cause: Option<ErrorCause>,
     /// Prompt tokens found in the prefix cache at its first admission.
     pub cached: PrefixHit,
+    /// Seconds from its arrival to its first admission (to its end if it was never admitted).
+    pub queued_s: f64,
 }
 
 /// The rare parts of a [`EngineEvent::Token`].
@@ -587,6 +589,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 error_cause: error.as_ref().map(|e| e.0),
                 error: error.map(|e| e.1),
                 cached: req.cached,
+                queued_s: req.t_admit.unwrap_or(t) - req.t_arr,
             }),
         });
     }

@@ -283,6 +283,7 @@ fn error_end(error: String, kind: StreamErrorKind) -> StreamEvent {
         error: Some(error),
         error_kind: Some(kind),
         cached: PrefixHit::default(),
+        trace: EndTrace::default(),
     }
 }
 
@@ -468,6 +469,10 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                                 _ => StreamErrorKind::Request,
                             }),
                             cached: end.cached,
+                            trace: EndTrace {
+                                queued_s: end.queued_s,
+                                preemptions: end.preemptions,
+                            },
                         });
                     }
                 }
@@ -497,6 +502,6 @@ mod step_metrics;
 mod stream;
 use shared::Shared;
 pub use step_metrics::StepMetrics;
-pub use stream::{RequestStream, StreamErrorKind, StreamEvent};
+pub use stream::{EndTrace, RequestStream, StreamErrorKind, StreamEvent};
 #[cfg(test)]
 mod tests;

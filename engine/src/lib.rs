@@ -42,8 +42,8 @@ pub use engine::{
 };
 pub use error::EngineError;
 pub use handle::{
-    spawn, EngineHandle, EngineHealth, EngineThread, HandleConfig, RequestStream, StepMetrics,
-    StreamErrorKind, StreamEvent,
+    spawn, EndTrace, EngineHandle, EngineHealth, EngineThread, HandleConfig, RequestStream,
+    StepMetrics, StreamErrorKind, StreamEvent,
 };
 pub use kv::{CacheScope, PrefixHit};
 pub use request::{EngineRequest, ErrorCause, FinishReason, ReqState};

@@ -156,6 +156,8 @@ pub struct Request {
     pub t_last: Option<f64>,
     /// Start of the current running period.
     pub t_run: Option<f64>,
+    /// Its first admission (the end of its wait in the queue).
+    pub t_admit: Option<f64>,
     /// What its first admission found in the prefix cache.
     pub cached: PrefixHit,
     pub t_arr: f64,
@@ -205,6 +207,7 @@ impl Request {
             t_first: None,
             t_last: None,
             t_run: None,
+            t_admit: None,
             cached: PrefixHit::default(),
             t_arr,
             rotations: 0,

@@ -10,6 +10,8 @@ use std::time::Instant;
 use superinfer_engine::kv::PrefixHit;
 use superinfer_engine::{FinishReason, RequestStream, StreamErrorKind, StreamEvent};
 
+mod trace;
+
 use crate::metrics::UNSERVED_REASONS;
 use crate::quota::InFlight;
 use crate::registry::TenantCtx;
@@ -120,6 +122,7 @@ pub struct Generation {
     shares_prompt: bool,
     /// The engine refused the request at submission ([`Generation::refusal`]).
     refused: bool,
+    trace: trace::RequestTrace,
 }
 
 impl Generation {
@@ -134,6 +137,7 @@ impl Generation {
         share: Arc<Admitted>,
     ) -> Generation {
         Generation {
+            trace: trace::RequestTrace::new(&ctx.tenant.name, stream.id().0),
             stream: Some(stream),
             decoder,
             stop,
@@ -238,9 +242,11 @@ impl Generation {
                     error,
                     error_kind,
                     cached,
+                    trace,
                     ..
                 }) => {
                     self.stream = None;
+                    self.trace.engine = trace;
                     if cached.tokens() > 0 || error.is_none() {
                         self.cached = cached;
                     }
@@ -322,6 +328,7 @@ impl Generation {
         match self.last_token {
             None => {
                 let ttft = now.duration_since(self.started).as_secs_f64();
+                self.trace.first_token(ttft, self.cached.tokens());
                 self.ctx.metrics.ttft.record(ttft);
                 let att = self.ctx.stats.first_token(ttft, t.slo.ttft_s());
                 self.ctx.metrics.ttft_attainment.set(att);
@@ -360,6 +367,12 @@ impl Generation {
             return;
         }
         self.finished = true;
+        self.trace.end(
+            reason,
+            (self.prompt_tokens, self.tokens),
+            self.started,
+            self.last_token.is_none().then_some(unserved),
+        );
         if self.last_token.is_none() {
             let m = &self.ctx.metrics;
             let att = self

@@ -362,14 +362,20 @@ impl std::io::Write for LogCapture {
 }
 
 impl LogCapture {
-    /// Installs the capture as this process's tracing subscriber.
+    /// Installs the capture as this process's tracing subscriber (INFO and above).
     pub fn install() -> LogCapture {
+        LogCapture::install_with("info")
+    }
+
+    /// Installs the capture with an `EnvFilter` of `directives` (e.g.
+    /// `info,superinfer::request=debug`).
+    pub fn install_with(directives: &str) -> LogCapture {
         let log = LogCapture::default();
         let w = log.clone();
         tracing_subscriber::fmt()
             .with_writer(move || w.clone())
             .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(directives))
             .init();
         log
     }

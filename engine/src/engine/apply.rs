@@ -391,6 +391,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             }
         }
         req.t_run = Some(now);
+        req.t_admit.get_or_insert(now);
         req.run_tokens = 0;
         // Cached tokens are service at a discount, charged once (like any prefill).
         let cached = u64::from(req.kv_len.saturating_sub(req.charged_kv));

@@ -30,6 +30,11 @@ impl RequestStream {
         }
     }
 
+    /// The engine's id of its request.
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+
     /// The next event; `None` after the stream ended (or the engine stopped).
     pub async fn next(&mut self) -> Option<StreamEvent> {
         let ev = self.rx.recv().await;
@@ -114,7 +119,19 @@ pub enum StreamEvent {
         error_kind: Option<StreamErrorKind>,
         /// Prompt tokens found in the prefix cache (`usage.prompt_tokens_details`).
         cached: PrefixHit,
+        /// How its life went inside the engine (for traces and logs).
+        trace: EndTrace,
     },
+}
+
+/// A request's life inside the engine, with its end ([`StreamEvent::Finished`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EndTrace {
+    /// Seconds from its arrival at the engine to its first admission (to its end if it was
+    /// never admitted).
+    pub queued_s: f64,
+    /// Times it lost its place in HBM (rotations out and recomputes).
+    pub preemptions: u32,
 }
 
 /// Why a request ended with `FinishReason::Error` ([`StreamEvent::Finished`]).
