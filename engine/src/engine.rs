@@ -9,6 +9,7 @@ mod copy_fault;
 mod deadline;
 mod scratch;
 mod shed;
+mod step_budget;
 mod xfer;
 
 pub use xfer::measure_duplex_rate;
@@ -82,6 +83,12 @@ pub struct EngineConfig {
     /// arriving is shed (`engine/src/engine/deadline.rs`), unless it names its own deadline
     /// (`EngineRequest::queue_deadline_s`). `None`: only requests with their own deadline.
     pub queue_deadline_ttfts: Option<f64>,
+    /// With a runner that knows its step cost (`ModelRunner::step_cost`), keep each step's
+    /// predicted time within this share of the tightest TBT target of the requests decoding
+    /// in it: long-context decodes that do not fit skip steps in turn, prompt chunks get the
+    /// time left (`engine/src/engine/step_budget.rs`). `None`: steps are bounded by tokens
+    /// only.
+    pub step_tbt_share: Option<f64>,
 }
 
 impl EngineConfig {
@@ -110,6 +117,10 @@ impl EngineConfig {
 /// worth little to an interactive client, and most client timeouts have given up.
 pub const DEFAULT_QUEUE_DEADLINE_TTFTS: f64 = 10.0;
 
+/// The default share of the tightest decoding TBT target a step may take: room for the host's
+/// work between steps and the model's error.
+pub const DEFAULT_STEP_TBT_SHARE: f64 = 0.8;
+
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
@@ -130,6 +141,7 @@ impl Default for EngineConfig {
             prefix_cache_dram: true,
             copy_timeout_s: 10.0,
             queue_deadline_ttfts: Some(DEFAULT_QUEUE_DEADLINE_TTFTS),
+            step_tbt_share: Some(DEFAULT_STEP_TBT_SHARE),
         }
     }
 }
@@ -305,6 +317,8 @@ pub struct Engine<R, T, C> {
     census: Census,
     late: shed::LateGuard,
     deadlines: deadline::Deadlines,
+    /// The runner's step cost, when it knows it (the step time budget uses it).
+    cost: Option<crate::runner::StepCost>,
     /// Start of the previous step, if the engine still had live requests after it (so the
     /// time since is iteration time, not idle time).
     busy_since: Option<f64>,
@@ -342,6 +356,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 cfg.block_size
             )));
         }
+        if let Some(f) = cfg.step_tbt_share.filter(|f| !(f.is_finite() && *f > 0.0)) {
+            return Err(EngineError::Config(format!(
+                "step_tbt_share must be positive, got {f}"
+            )));
+        }
         if let Some(k) = cfg
             .queue_deadline_ttfts
             .filter(|k| !(k.is_finite() && *k > 0.0))
@@ -368,6 +387,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             )?,
         };
         let xfer = xfer::XferBudget::new(cfg.b_xfer, share, rate);
+        let cost = runner.step_cost();
         let pool = KvPool::new(cfg.hbm_blocks, cfg.dram_blocks)
             .with_prefix_cache(cfg.prefix_cache, cfg.prefix_cache_dram);
         Ok(Engine {
@@ -386,6 +406,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             census: Census::default(),
             late: shed::LateGuard::default(),
             deadlines: deadline::Deadlines::default(),
+            cost,
             busy_since: None,
             xfer,
             writeback_due: BTreeSet::new(),

@@ -158,6 +158,8 @@ pub struct Request {
     pub t_run: Option<f64>,
     /// Its first admission (the end of its wait in the queue).
     pub t_admit: Option<f64>,
+    /// Steps in a row the time budget left its decode out (`engine/step_budget.rs`).
+    pub decode_skips: u32,
     /// What its first admission found in the prefix cache.
     pub cached: PrefixHit,
     pub t_arr: f64,
@@ -208,6 +210,7 @@ impl Request {
             t_last: None,
             t_run: None,
             t_admit: None,
+            decode_skips: 0,
             cached: PrefixHit::default(),
             t_arr,
             rotations: 0,

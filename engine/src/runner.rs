@@ -3,10 +3,13 @@
 //!
 //! Backends: [`sim`] (a cost model from a hardware+model profile), `cpu` (candle) and `cuda`.
 
+mod cost;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod sim;
+
+pub use cost::StepCost;
 
 use crate::error::EngineError;
 use crate::grammar::MaskRef;
@@ -77,5 +80,11 @@ pub trait ModelRunner: Send {
     /// the engine refuses such requests otherwise.
     fn prompt_logprobs(&self) -> bool {
         false
+    }
+    /// What a step costs, term by term, when the runner knows its hardware and model
+    /// (`EngineConfig::step_tbt_share` keeps steps within the running TBT targets with it);
+    /// `None`: not known, and steps are bounded by tokens only.
+    fn step_cost(&self) -> Option<StepCost> {
+        None
     }
 }

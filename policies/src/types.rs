@@ -207,4 +207,10 @@ pub struct Service {
     /// Prompt tokens found in the prefix cache at admission (not prefilled; charged at a
     /// discount by fairness counters, once each).
     pub cached: u64,
+    /// The attention's KV reads (and a chunk's attention beyond its GEMMs), in prompt-token
+    /// equivalents: the time they took as prompt tokens' GEMMs would (`StepCost::
+    /// kv_equivalent`; 0 when the runner has no cost model). A decode at 100k tokens of
+    /// context is ~150, so an equal-weight tenant with long contexts is charged for the GPU
+    /// time it takes, not only its token count.
+    pub kv_read: u64,
 }

@@ -305,7 +305,8 @@ impl Policy for Wlvf {
     fn on_service(&mut self, tenant: TenantId, weight: f64, service: Service) {
         let cost = service.prefill as f64
             + self.cfg.decode_cost * service.decode as f64
-            + self.cfg.cached_cost * service.cached as f64;
+            + self.cfg.cached_cost * service.cached as f64
+            + service.kv_read as f64;
         self.counters.charge(tenant, weight, cost);
     }
 

@@ -3,6 +3,7 @@
 //! and service accounting.
 
 use super::scratch::{recycle, Scratch, Span};
+use super::step_budget::{choose_decodes, Candidate, StepLimit, MIN_CHUNK_TOKENS};
 use super::{Engine, EngineConfig, EngineEvent, StepReport};
 use crate::clock::Clock;
 use crate::error::EngineError;
@@ -10,7 +11,7 @@ use crate::grammar::{MaskBoard, MaskRef};
 use crate::kv::pool::LogicalBlock;
 use crate::kv::KvPool;
 use crate::request::{ErrorCause, FinishReason, ReqState, Request};
-use crate::runner::{BatchEntry, ModelRunner, StepBatch, StepOutput};
+use crate::runner::{BatchEntry, ModelRunner, StepBatch, StepCost, StepOutput};
 use crate::sampling::TokenLogprobs;
 use crate::transfer::Transfer;
 use llguidance::Matcher;
@@ -33,11 +34,15 @@ fn score_cap(r: &Request) -> u32 {
 
 /// The batch under the token budget into `spans` and `entries` (both empty): decode tokens
 /// first (in request order), then prefill chunks in admission order; one lookup of each
-/// request's block table. Returns how many of them decode (the first ones).
+/// request's block table. With a time limit (`limit`: the cost model and the share of the
+/// tightest decoding TBT target, `step_budget.rs`), the decodes that do not fit skip the step
+/// (their ids in `b.skipped`) and prompt chunks get the time left. Returns how many of them
+/// decode (the first ones).
 fn plan_batch<'a>(
     requests: &'a BTreeMap<RequestId, Request>,
     pool: &'a KvPool,
-    cfg: &EngineConfig,
+    (cfg, limit): (&EngineConfig, Option<(StepCost, f64)>),
+    b: &mut BudgetScratch<'_>,
     spans: &mut Vec<Span>,
     entries: &mut Vec<BatchEntry<'a>>,
 ) -> usize {
@@ -59,38 +64,99 @@ fn plan_batch<'a>(
             mask: None,
         });
     };
+    // Decoding requests with room for their next token, in request order.
+    let mut wanting: Vec<(&'a Request, &'a [LogicalBlock])> = Vec::new();
+    let mut tightest = f64::INFINITY;
     for r in requests.values().filter(|r| r.state == ReqState::Running) {
         if r.prefilling() {
             prefills.push((r.t_run.unwrap_or(r.t_arr), r));
             continue;
         }
         let blocks = pool.table(r.id);
-        if budget > 0 && blocks.len() as u32 * bs > r.kv_len {
-            let span = Span {
-                id: r.id,
-                pos: r.kv_len,
-                end: r.kv_len + 1,
-                sample: true,
-            };
-            push(r, blocks, span);
-            budget -= 1;
-            decodes += 1;
+        if blocks.len() as u32 * bs > r.kv_len {
+            if limit.is_some() {
+                tightest = tightest.min(r.spec.slo.tbt_s);
+            }
+            wanting.push((r, blocks));
         }
+    }
+    // The step's time limit, when there is a cost model and a request decoding.
+    let limit = limit
+        .filter(|_| !wanting.is_empty())
+        .map(|(cost, share)| StepLimit {
+            cost,
+            seconds: share * tightest,
+        });
+    let mut left_s = f64::INFINITY;
+    if let Some(l) = &limit {
+        b.candidates.clear();
+        b.candidates.extend(wanting.iter().map(|(r, _)| Candidate {
+            kv_len: r.kv_len,
+            skips: r.decode_skips,
+        }));
+        left_s = l.seconds - choose_decodes(b.candidates, l, b.run, b.order);
+    }
+    for (i, &(r, blocks)) in wanting.iter().enumerate() {
+        if limit.is_some() && !b.run[i] {
+            b.skipped.push(r.id);
+            continue;
+        }
+        if budget == 0 {
+            continue;
+        }
+        let span = Span {
+            id: r.id,
+            pos: r.kv_len,
+            end: r.kv_len + 1,
+            sample: true,
+        };
+        push(r, blocks, span);
+        budget -= 1;
+        decodes += 1;
     }
     prefills.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.spec.id.cmp(&b.1.spec.id)));
     // In admission order, each prefill gets its rest, a long one at most `long` tokens; what
-    // is left then goes to the long ones, in the same order (work-conserving).
+    // is left then goes to the long ones, in the same order (work-conserving). With a time
+    // limit, each chunk also fits the time left (the first at least MIN_CHUNK_TOKENS).
     let long = cfg.long_prefill();
     let mut grants: Vec<(&Request, u32)> = Vec::with_capacity(prefills.len());
-    for (_, r) in prefills {
-        let take = r.remaining().min(long).min(budget).min(score_cap(r));
+    let mut in_time = |r: &Request, already: u32, want: u32, first: bool| -> u32 {
+        let Some(l) = &limit else { return want };
+        // The chunk's cost so far (its fixed part counts once it has tokens).
+        let spent = |n: u32| {
+            if n == 0 {
+                0.0
+            } else {
+                l.cost.chunk_s(r.kv_len, n)
+            }
+        };
+        let fit = l
+            .cost
+            .chunk_tokens_within(r.kv_len, left_s + spent(already))
+            .saturating_sub(already);
+        let take = if first && already == 0 {
+            want.min(fit.max(MIN_CHUNK_TOKENS))
+        } else {
+            want.min(fit)
+        };
+        left_s -= spent(already + take) - spent(already);
+        take
+    };
+    for (k, (_, r)) in prefills.into_iter().enumerate() {
+        let want = r.remaining().min(long).min(budget).min(score_cap(r));
+        let take = in_time(r, 0, want, k == 0);
         budget -= take;
         grants.push((r, take));
     }
     for (r, take) in grants.iter_mut() {
-        let more = (r.remaining() - *take)
+        let want = (r.remaining() - *take)
             .min(budget)
             .min(score_cap(r) - *take);
+        let more = if want == 0 {
+            0
+        } else {
+            in_time(r, *take, want, false)
+        };
         budget -= more;
         *take += more;
     }
@@ -110,6 +176,14 @@ fn plan_batch<'a>(
     decodes
 }
 
+/// The time budget's scratch, borrowed from the step's [`Scratch`].
+struct BudgetScratch<'s> {
+    candidates: &'s mut Vec<Candidate>,
+    run: &'s mut Vec<bool>,
+    order: &'s mut Vec<usize>,
+    skipped: &'s mut Vec<RequestId>,
+}
+
 impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// Runs one batch, if anything can run.
     pub(super) fn run_batch(&mut self) -> Result<StepReport, EngineError> {
@@ -123,7 +197,23 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let spans = &mut scratch.spans;
         spans.clear();
         let mut entries = recycle(std::mem::take(&mut scratch.entries));
-        let decodes = plan_batch(&self.requests, &self.pool, &self.cfg, spans, &mut entries);
+        scratch.skipped.clear();
+        let limit = self.cost.zip(self.cfg.step_tbt_share);
+        let mut b = BudgetScratch {
+            candidates: &mut scratch.candidates,
+            run: &mut scratch.run,
+            order: &mut scratch.order,
+            skipped: &mut scratch.skipped,
+        };
+        let decodes = plan_batch(
+            &self.requests,
+            &self.pool,
+            (&self.cfg, limit),
+            &mut b,
+            spans,
+            &mut entries,
+        );
+
         if spans.is_empty() {
             return Ok(StepReport {
                 idle_until: [
@@ -140,6 +230,11 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let (out, entries, mask_failed) =
             step_with_masks(&mut self.runner, &mut self.constraints, entries);
         scratch.entries = recycle(entries);
+        for id in scratch.skipped.iter() {
+            if let Some(r) = self.requests.get_mut(id) {
+                r.decode_skips += 1;
+            }
+        }
         // A failed matcher is not fed again (after a panic its state is unknown).
         for (id, _) in &mask_failed {
             self.constraints.remove(id);
@@ -216,6 +311,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             let lp = logprobs.get_mut(k).and_then(Option::take);
             let (c, end) = ctx.advance(req, span, (tokens[k], lp));
             if c.decode_step {
+                req.decode_skips = 0;
                 report.decode_tokens += 1;
             } else {
                 report.prefill_tokens += span.end - span.pos;
@@ -231,6 +327,9 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             let s = &mut service[at].2;
             s.prefill += c.service.prefill;
             s.decode += c.service.decode;
+            if let Some(cost) = &self.cost {
+                s.kv_read += cost.kv_equivalent(span.pos, span.end);
+            }
             if let Some(end) = end {
                 ends.push((*id, end));
             } else if req.next_token_needs_block(self.cfg.block_size) {

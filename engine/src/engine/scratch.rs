@@ -1,6 +1,7 @@
 //! What a step plans into and keeps between steps: the planned spans and the reusable
 //! buffers of the batch.
 
+use super::step_budget::Candidate;
 use crate::runner::BatchEntry;
 use superinfer_policies::{RequestId, Service, TenantId};
 
@@ -27,6 +28,13 @@ pub(super) struct Scratch {
     pub(super) service: Vec<(TenantId, f64, Service)>,
     /// The step's sampled tokens, in request order, appended in a pass of their own.
     pub(super) appends: Vec<(RequestId, u32)>,
+    /// The time budget's decode candidates, their choice and its sort order
+    /// (`step_budget.rs`).
+    pub(super) candidates: Vec<Candidate>,
+    pub(super) run: Vec<bool>,
+    pub(super) order: Vec<usize>,
+    /// Decoding requests the time budget left out of this step.
+    pub(super) skipped: Vec<RequestId>,
 }
 
 /// An emptied vector's allocation for entries that borrow for another lifetime: collecting

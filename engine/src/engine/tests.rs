@@ -16,6 +16,7 @@ mod deadline;
 mod faults;
 mod long_prompts;
 mod prefix;
+mod step_budget;
 
 type TestEngine = Engine<SimRunner, SimTransfer, VirtualClock>;
 

@@ -5,7 +5,7 @@
 //! runner replays from a CUDA graph). Sampled tokens are a constant, so lengths come from
 //! `max_tokens` (`ignore_eos`), as in the paper.
 
-use super::{ModelRunner, StepBatch, StepOutput};
+use super::{ModelRunner, StepBatch, StepCost, StepOutput};
 use crate::error::EngineError;
 use crate::kv::BlockGeometry;
 use crate::profile::Profile;
@@ -78,6 +78,10 @@ impl SimRunner {
 impl ModelRunner for SimRunner {
     fn geometry(&self) -> BlockGeometry {
         self.geometry
+    }
+
+    fn step_cost(&self) -> Option<StepCost> {
+        Some(StepCost::of_profile(&self.profile, self.geometry))
     }
 
     fn eos_token_ids(&self) -> &[u32] {

@@ -49,11 +49,26 @@ pub(super) fn prepare_replay(
     } else {
         args.replay.rate_scale.clone()
     };
+    let own: Vec<TenantSpec> = tenants
+        .iter()
+        .filter(|t| !t.arrivals.is_replay())
+        .cloned()
+        .collect();
+    if let Some(t) = own.iter().find(|t| t.conversation.is_some()) {
+        return Err(usage(format!(
+            "tenant '{}': a tenant beside a replayed trace sends single requests (no \
+             conversation)",
+            t.name
+        )));
+    }
     let loads = scales
         .into_iter()
         .map(|scale| {
-            let r = replay::build(&spec, &file, &tenants, scale, context)?;
+            let mut r = replay::build(&spec, &file, &tenants, scale, context)?;
             let run_s = r.info.run_s;
+            if !own.is_empty() {
+                beside_the_trace(&mut r.requests, &tenants, &own, run_s, args.seed)?;
+            }
             let mut per_tenant = vec![0u64; tenants.len()];
             for q in &r.requests {
                 per_tenant[q.tenant] += 1;
@@ -61,11 +76,14 @@ pub(super) fn prepare_replay(
             let tenants = tenants
                 .iter()
                 .zip(&per_tenant)
-                .map(|(t, &n)| TenantSpec {
-                    arrivals: ArrivalSpec::Replay {
-                        rps: n as f64 / run_s,
+                .map(|(t, &n)| match t.arrivals.is_replay() {
+                    true => TenantSpec {
+                        arrivals: ArrivalSpec::Replay {
+                            rps: n as f64 / run_s,
+                        },
+                        ..t.clone()
                     },
-                    ..t.clone()
+                    false => t.clone(),
                 })
                 .collect();
             Ok(Load {
@@ -82,4 +100,29 @@ pub(super) fn prepare_replay(
         duration_s: loads.iter().map(|l| l.duration_s).fold(0.0, f64::max),
         loads,
     })
+}
+
+/// The requests of the tenants with load of their own (`own`, in `tenants`' order) over the
+/// replay's `run_s` seconds, merged into the trace's `requests` by arrival, ids renumbered.
+fn beside_the_trace(
+    requests: &mut Vec<crate::workload::RequestSpec>,
+    tenants: &[TenantSpec],
+    own: &[TenantSpec],
+    run_s: f64,
+    seed: u64,
+) -> Result<(), Error> {
+    let mut extra = crate::workload::generate(own, run_s, seed)?;
+    for q in &mut extra {
+        let name = &own[q.tenant].name;
+        q.tenant = tenants
+            .iter()
+            .position(|t| &t.name == name)
+            .expect("own tenants are from the list");
+    }
+    requests.append(&mut extra);
+    requests.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+    for (id, q) in requests.iter_mut().enumerate() {
+        q.id = id as u64;
+    }
+    Ok(())
 }

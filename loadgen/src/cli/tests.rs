@@ -449,3 +449,57 @@ fn vlt_knobs_that_make_no_ranking_exit_2_before_any_run() {
         assert!(!out.exists(), "nothing ran");
     }
 }
+
+#[test]
+fn a_tenant_with_load_of_its_own_runs_beside_a_replayed_trace() {
+    // The shipped long-context isolation workload: every trace row goes to "long"; "chat"
+    // sends its own Poisson load over the replay's length.
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/workloads/replay/mooncake-beside-chat.toml"
+    );
+    let args = parse(&[
+        "--tenants",
+        p,
+        "--trace-duration-s",
+        "60",
+        "--rate-scale",
+        "1,2",
+    ])
+    .unwrap();
+    let s = prepare(&args).unwrap();
+    assert_eq!(s.loads.len(), 2);
+    for load in &s.loads {
+        let chat = load.requests.iter().filter(|r| r.tenant == 1).count() as f64;
+        let run_s = load.duration_s;
+        assert!(
+            (chat / run_s - 2.0).abs() < 0.8,
+            "{chat} chats in {run_s} s"
+        );
+        assert!(load
+            .requests
+            .iter()
+            .any(|r| r.tenant == 0 && r.blocks.is_some()));
+        assert!(load
+            .requests
+            .iter()
+            .all(|r| (r.tenant == 1) == r.blocks.is_none()));
+        assert!(load
+            .requests
+            .windows(2)
+            .all(|w| w[0].arrival_s <= w[1].arrival_s));
+        assert!(load
+            .requests
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r.id == i as u64));
+        assert_eq!(load.tenants[1].arrivals, ArrivalSpec::Poisson { rps: 2.0 });
+    }
+    // A tenant with only one of arrivals / dataset is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(p).unwrap();
+    let half = dir.path().join("half.toml");
+    std::fs::write(&half, text.replace("dataset = \"sharegpt\"\n", "")).unwrap();
+    let e = prepare(&parse(&["--tenants", half.to_str().unwrap()]).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("arrivals"), "{e}");
+}

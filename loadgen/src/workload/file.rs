@@ -24,6 +24,16 @@ pub struct WorkloadFile {
 }
 
 /// What a replay workload's tenant may say; the rest comes from the trace.
+/// Keys a tenant of a replay workload takes besides [`REPLAY_TENANT_KEYS`] when it sends load
+/// of its own (both `arrivals` and `dataset`).
+const OWN_LOAD_KEYS: [&str; 5] = [
+    "arrivals",
+    "dataset",
+    "max_prompt_tokens",
+    "max_output_tokens",
+    "system_prompt_tokens",
+];
+
 const REPLAY_TENANT_KEYS: [&str; 6] = [
     "name",
     "weight",
@@ -54,14 +64,20 @@ pub fn parse_workload(text: &str, origin: &Path) -> Result<WorkloadFile, Error> 
             .cloned()
             .unwrap_or_default();
         for t in &tables {
-            let keys = t.as_table().into_iter().flat_map(|t| t.keys());
-            if let Some(k) = keys
-                .into_iter()
-                .find(|k| !REPLAY_TENANT_KEYS.contains(&k.as_str()))
-            {
+            let keys: Vec<&String> = t.as_table().into_iter().flat_map(|t| t.keys()).collect();
+            let has = |k: &str| keys.iter().any(|x| x.as_str() == k);
+            // A tenant with both `arrivals` and `dataset` sends load of its own beside the
+            // trace (a chat tenant beside a replayed one); the others get the trace's rows.
+            let own = has("arrivals") && has("dataset");
+            if let Some(k) = keys.iter().find(|k| {
+                !REPLAY_TENANT_KEYS.contains(&k.as_str())
+                    && !(own && OWN_LOAD_KEYS.contains(&k.as_str()))
+            }) {
                 return Err(Error::Usage(format!(
                     "tenant '{}': {k} cannot be set in a replay workload (the trace's rows give \
-                     arrivals and lengths); a tenant there takes {}",
+                     arrivals and lengths); a tenant there takes {}, or `arrivals` and \
+                     `dataset` together for load of its own beside the trace (no \
+                     conversations)",
                     named(t),
                     REPLAY_TENANT_KEYS.join(", ")
                 )));

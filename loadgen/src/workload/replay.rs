@@ -217,14 +217,30 @@ pub fn build(
         )));
     }
     let cap = spec.max_prompt_tokens.or(cap);
+    // The tenants the rows go to: those without load of their own.
+    let takers: Vec<usize> = (0..tenants.len())
+        .filter(|&i| tenants[i].arrivals.is_replay())
+        .collect();
+    if takers.is_empty() {
+        return Err(Error::Usage(
+            "replay: every tenant sends load of its own (arrivals and dataset); at least one \
+             must take the trace's rows"
+                .into(),
+        ));
+    }
     let one = match &spec.assign {
-        Assign::One(name) => Some(tenants.iter().position(|t| &t.name == name).ok_or_else(
-            || {
-                Error::Usage(format!(
-                    "replay: assign names tenant '{name}', which is not defined"
-                ))
-            },
-        )?),
+        Assign::One(name) => Some(
+            takers
+                .iter()
+                .copied()
+                .find(|&i| &tenants[i].name == name)
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "replay: assign names tenant '{name}', which is not defined or sends \
+                         load of its own"
+                    ))
+                })?,
+        ),
         _ => None,
     };
     let end = spec.duration_s.map_or(f64::INFINITY, |d| spec.start_s + d);
@@ -274,9 +290,10 @@ pub fn build(
             info.longest_over_cap = info.longest_over_cap.max(row.prompt_tokens);
             continue;
         }
+        let n = takers.len();
         let tenant = one.unwrap_or_else(|| match &row.key {
-            Some(key) => (super::conversation::text_seed(key) % tenants.len() as u64) as usize,
-            None => k % tenants.len(),
+            Some(key) => takers[(super::conversation::text_seed(key) % n as u64) as usize],
+            None => takers[k % n],
         });
         requests.push(RequestSpec {
             id: requests.len() as u64,

@@ -1,0 +1,100 @@
+//! The step time budget (`engine/src/engine/step_budget.rs`) on the twin's Llama-3.1-8B on an
+//! H100: short chats decoding beside 100k-token contexts keep their TBT target; the long ones
+//! are time-sliced and still finish; without the budget every step waits for the long ones.
+
+use super::*;
+
+fn long_context_engine(share: Option<f64>) -> TestEngine {
+    let profile = Profile::builtin("h100-llama-3.1-8b").unwrap();
+    let transfer = SimTransfer::new(&profile.hw, profile.model.geometry(16).block_bytes());
+    let runner = SimRunner::new(profile, 16);
+    let cfg = EngineConfig {
+        // 400k tokens of HBM: the three long contexts and the chats all fit.
+        hbm_blocks: 25_000,
+        dram_blocks: 50_000,
+        b_xfer: Some(512),
+        step_tbt_share: share,
+        queue_deadline_ttfts: None,
+        ..EngineConfig::default()
+    };
+    let policy = PolicyKind::Wlvf.build(&WlvfConfig::default());
+    Engine::new(cfg, policy, runner, transfer, VirtualClock::new()).unwrap()
+}
+
+/// Serves 3 requests of 100k prompt tokens and, once all three decode, 4 chats of 300 (TBT
+/// target 20 ms for all); returns the largest gap between two tokens of a chat, whether
+/// every request finished, and the long ones' tokens while the chats ran.
+fn serve(share: Option<f64>) -> (f64, bool, u32) {
+    let mut e = long_context_engine(share);
+    let slo = Slo {
+        ttft_s: 60.0,
+        tbt_s: 0.02,
+    };
+    for i in 0..3u64 {
+        let mut r = request(i, 0, 100_000, 400);
+        r.slo = slo;
+        e.submit(r).unwrap();
+    }
+    let chat_ids: Vec<RequestId> = (3..7).map(RequestId).collect();
+    let mut decoding = std::collections::HashSet::new();
+    let mut last: HashMap<RequestId, f64> = HashMap::new();
+    let mut worst_chat_gap = 0f64;
+    let (mut finished, mut chats_done, mut long_while_chats) = (0, 0, 0u32);
+    let mut chats_sent = false;
+    for _ in 0..200_000 {
+        if e.is_empty() {
+            break;
+        }
+        if !chats_sent && decoding.len() == 3 {
+            for id in &chat_ids {
+                let mut r = request(id.0, 1, 300, 100);
+                r.slo = slo;
+                e.submit(r).unwrap();
+            }
+            chats_sent = true;
+        }
+        let r = e.step().unwrap();
+        if let Some(t) = r.idle_until.filter(|_| !r.ran) {
+            e.clock_mut().skip_to(t);
+        }
+        for ev in e.take_events() {
+            match ev {
+                EngineEvent::Token { id, t, .. } => {
+                    if chat_ids.contains(&id) {
+                        if let Some(prev) = last.insert(id, t) {
+                            worst_chat_gap = worst_chat_gap.max(t - prev);
+                        }
+                    } else {
+                        decoding.insert(id);
+                        if chats_sent && chats_done < 4 {
+                            long_while_chats += 1;
+                        }
+                    }
+                }
+                EngineEvent::Finished { id, end, .. } => {
+                    assert_eq!(end.reason, FinishReason::Length);
+                    finished += 1;
+                    chats_done += usize::from(chat_ids.contains(&id));
+                }
+            }
+        }
+    }
+    (worst_chat_gap, finished == 7, long_while_chats)
+}
+
+#[test]
+fn chats_beside_long_contexts_keep_their_tbt_and_the_long_ones_are_time_sliced() {
+    let (gap, all, long_progress) = serve(Some(0.8));
+    assert!(all, "every request finished");
+    assert!(gap <= 0.02, "a chat waited {gap:.4} s between tokens");
+    assert!(
+        long_progress > 0,
+        "the long contexts decoded while the chats ran"
+    );
+    let (plain_gap, all, _) = serve(None);
+    assert!(all);
+    assert!(
+        plain_gap > 0.02,
+        "without the budget every step waits for the long contexts: {plain_gap:.4} s"
+    );
+}
