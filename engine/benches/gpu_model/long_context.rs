@@ -167,10 +167,10 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
         a.hbm_tbs
     );
     println!("| --- | --- | --- | --- | --- | --- | --- |");
-    let k = runner.model().kernels();
     let arena = runner.arena().rows().clone();
     let qw = cfg.q_width();
     for &(ctx, b) in &decode_cases {
+        let k = runner.model().kernels();
         let keys = ctx + 1;
         // The whole model's layout when its KV fits, else one layer's blocks (64 KiB apart
         // instead of a whole block's stride).
@@ -204,6 +204,7 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
         let t = super::time_each(a.iters, 20, dev, || {
             k.attention(&q, &arena, &meta, sh, 0).unwrap();
         });
+
         let bytes = b as f64 * keys as f64 * kv_per_token / cfg.num_layers as f64;
         println!(
             "| {ctx} | {b} | {layout} | {} × {} | {:.1} | {:.0} | {:.0}% |",
@@ -265,6 +266,7 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
         let attn = 2.0 * 2.0 * (n * n) as f64 / 2.0 * attn_layer * cfg.num_layers as f64;
         let flops = 2.0 * params * n as f64 + 2.0 * lm * spans.len() as f64 + attn;
         // The last chunk's attention, one layer, times the layers.
+        let k = runner.model().kernels();
         let &(pos, end) = spans.last().unwrap();
         let table: Vec<u32> = q.blocks.iter().map(|x| x.hbm.unwrap().0).collect();
         let span = [SeqSpan {
