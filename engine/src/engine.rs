@@ -105,6 +105,19 @@ impl EngineConfig {
         }
     }
 
+    /// `step_tbt_share` from a command-line or file setting: unset, the default; 0, off;
+    /// otherwise that share (finite and positive).
+    pub fn step_tbt_share_setting(v: Option<f64>) -> Result<Option<f64>, String> {
+        match v {
+            None => Ok(Some(DEFAULT_STEP_TBT_SHARE)),
+            Some(f) if f == 0.0 => Ok(None),
+            Some(f) if f.is_finite() && f > 0.0 => Ok(Some(f)),
+            Some(f) => Err(format!(
+                "step_tbt_share must be a positive share of the TBT target (0: off), got {f}"
+            )),
+        }
+    }
+
     /// The long-prefill threshold in effect.
     pub fn long_prefill(&self) -> u32 {
         self.long_prefill_tokens

@@ -94,6 +94,9 @@ pub struct EngineOptions {
     /// Shed requests still waiting this many TTFT targets after arrival
     /// (`EngineConfig::queue_deadline_ttfts`).
     pub queue_deadline_ttfts: Option<f64>,
+    /// Keep steps within this share of the tightest decoding TBT target, when the runner knows
+    /// its step cost (`EngineConfig::step_tbt_share`).
+    pub step_tbt_share: Option<f64>,
     /// Tokens per KV block.
     pub block_size: u32,
     pub dtype: ModelDtype,
@@ -127,6 +130,7 @@ impl Default for EngineOptions {
             progress_tokens: EngineConfig::default().progress_tokens,
             shed_late: None,
             queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
+            step_tbt_share: EngineConfig::default().step_tbt_share,
             block_size: 16,
             dtype: ModelDtype::F32,
             seed: None,
@@ -152,6 +156,7 @@ impl EngineOptions {
             progress_tokens: self.progress_tokens,
             shed_late: self.shed_late,
             queue_deadline_ttfts: self.queue_deadline_ttfts,
+            step_tbt_share: self.step_tbt_share,
             prefix_cache: self.prefix_cache,
             prefix_cache_dram: self.prefix_cache_dram,
             copy_timeout_s: self.copy_timeout_s,

@@ -89,6 +89,9 @@ pub struct EngineOptions {
     /// Shed a request still waiting this many TTFT targets after arrival (503); `None`:
     /// never (`EngineConfig::queue_deadline_ttfts`).
     pub queue_deadline_ttfts: Option<f64>,
+    /// Keep steps within this share of the tightest decoding TBT target when the runner knows
+    /// its step cost; `None`: off (`EngineConfig::step_tbt_share`).
+    pub step_tbt_share: Option<f64>,
     /// Requests waiting for admission beyond this are refused (503).
     pub max_queue: usize,
     /// Longest prompt + output of one request; capped by the KV capacity.
@@ -115,6 +118,7 @@ impl Default for EngineOptions {
             progress_tokens: None,
             shed_late: None,
             queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
+            step_tbt_share: EngineConfig::default().step_tbt_share,
             max_queue: 1024,
             max_model_len: 8192,
             prefix_cache: true,
@@ -204,6 +208,7 @@ fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptio
         progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),
         shed_late: opts.shed_late,
         queue_deadline_ttfts: opts.queue_deadline_ttfts,
+        step_tbt_share: opts.step_tbt_share,
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         prefix_cache: opts.prefix_cache,
@@ -389,6 +394,7 @@ fn start_sim(
         progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),
         shed_late: opts.shed_late,
         queue_deadline_ttfts: opts.queue_deadline_ttfts,
+        step_tbt_share: opts.step_tbt_share,
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         prefix_cache: opts.prefix_cache,

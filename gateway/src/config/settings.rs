@@ -107,6 +107,11 @@ pub struct Settings {
     /// never [default: 10].
     #[arg(long, env = "SUPERINFER_QUEUE_DEADLINE_TTFTS")]
     pub queue_deadline_ttfts: Option<f64>,
+    /// Keep each engine step's predicted time within this share of the tightest TBT target
+    /// of the requests decoding in it, when the runner knows its step cost (the simulated
+    /// engine; docs/SCHEDULING.md, "Long contexts"); 0: off [default: 0.8].
+    #[arg(long, env = "SUPERINFER_STEP_TBT_SHARE")]
+    pub step_tbt_share: Option<f64>,
     /// Turn the prefix cache off: every prompt is prefilled from its first token
     /// (docs/OPERATIONS.md, "Prefix cache") [default: the cache is on].
     #[arg(long, env = "SUPERINFER_NO_PREFIX_CACHE", num_args = 0..=1, default_missing_value = "true")]
@@ -256,6 +261,7 @@ impl Settings {
             progress_tokens: self.progress_tokens.or(lower.progress_tokens),
             shed_late: self.shed_late.or(lower.shed_late),
             queue_deadline_ttfts: self.queue_deadline_ttfts.or(lower.queue_deadline_ttfts),
+            step_tbt_share: self.step_tbt_share.or(lower.step_tbt_share),
             fairness_quantum: self.fairness_quantum.or(lower.fairness_quantum),
             decode_cost: self.decode_cost.or(lower.decode_cost),
             defer_late: self.defer_late.or(lower.defer_late),

@@ -44,3 +44,12 @@ pub(crate) fn parse_deadline_ttfts(s: &str) -> Result<Option<f64>, String> {
         .map_err(|_| format!("'{s}' is not a number"))?;
     superinfer_engine::EngineConfig::queue_deadline_setting(Some(v))
 }
+
+/// `--step-tbt-share`: a positive share of the TBT target, or 0 for no time budget.
+pub(crate) fn parse_step_tbt_share(s: &str) -> Result<Option<f64>, String> {
+    let v = s
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    superinfer_engine::EngineConfig::step_tbt_share_setting(Some(v))
+}

@@ -55,6 +55,9 @@ pub struct SimTargetConfig {
     /// Shed requests still waiting this many TTFT targets after arrival
     /// (`EngineConfig::queue_deadline_ttfts`).
     pub queue_deadline_ttfts: Option<f64>,
+    /// Keep steps within this share of the tightest decoding TBT target
+    /// (`EngineConfig::step_tbt_share`).
+    pub step_tbt_share: Option<f64>,
     /// VLT knobs and weighted-LVF caps (used by the policies that have them).
     pub policy: WlvfConfig,
     /// After the last arrival, keep serving for at most this long; requests not served by
@@ -82,6 +85,7 @@ impl Default for SimTargetConfig {
             progress_tokens: EngineConfig::default().progress_tokens,
             shed_late: EngineConfig::default().shed_late,
             queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
+            step_tbt_share: EngineConfig::default().step_tbt_share,
             policy: WlvfConfig::default(),
             drain_s: 60.0,
             prefix_cache: EngineConfig::default().prefix_cache,
@@ -130,6 +134,7 @@ impl SimTarget {
             progress_tokens: cfg.progress_tokens,
             shed_late: cfg.shed_late,
             queue_deadline_ttfts: cfg.queue_deadline_ttfts,
+            step_tbt_share: cfg.step_tbt_share,
             prefix_cache: cfg.prefix_cache,
             prefix_cache_dram: cfg.prefix_cache_dram,
             ..EngineConfig::default()
