@@ -26,7 +26,7 @@ mod workload;
 
 use http::run_http;
 pub use http::HttpArgs;
-use parse::{parse_deadline_ttfts, parse_fraction, parse_step_tbt_share};
+use parse::parse_fraction;
 pub(crate) use parse::{parse_non_negative, parse_positive, parse_rps};
 pub use replay_flags::ReplayFlags;
 pub use run::execute;
@@ -128,12 +128,12 @@ pub struct SimArgs {
     pub shed_late: Option<f64>,
     /// Shed a request still waiting for its first admission this many times its TTFT target
     /// after it arrived (counted as refused with 503, and a miss); 0: never [default: 10].
-    #[arg(long, value_parser = parse_deadline_ttfts)]
-    pub queue_deadline_ttfts: Option<Option<f64>>,
+    #[arg(long, value_parser = parse_non_negative)]
+    pub queue_deadline_ttfts: Option<f64>,
     /// Keep each step's modelled time within this share of the tightest TBT target of the
     /// requests decoding in it (long contexts take turns); 0: off [default: 0.8].
-    #[arg(long, value_parser = parse_step_tbt_share)]
-    pub step_tbt_share: Option<Option<f64>>,
+    #[arg(long, value_parser = parse_non_negative)]
+    pub step_tbt_share: Option<f64>,
     /// Weighted LVF: fairness band in cost units (prompt tokens) per unit of weight.
     #[arg(long, default_value_t = WlvfConfig::default().fairness_quantum_tokens, value_parser = parse_positive)]
     pub fairness_quantum: f64,
@@ -230,12 +230,11 @@ pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
         max_num_seqs: args.max_num_seqs,
         progress_tokens: args.progress_tokens,
         shed_late: args.shed_late,
-        queue_deadline_ttfts: args
-            .queue_deadline_ttfts
-            .unwrap_or(EngineConfig::default().queue_deadline_ttfts),
-        step_tbt_share: args
-            .step_tbt_share
-            .unwrap_or(EngineConfig::default().step_tbt_share),
+        // Non-negative and finite (the parser): 0 is off, unset the default.
+        queue_deadline_ttfts: EngineConfig::queue_deadline_setting(args.queue_deadline_ttfts)
+            .unwrap_or_default(),
+        step_tbt_share: EngineConfig::step_tbt_share_setting(args.step_tbt_share)
+            .unwrap_or_default(),
         policy: wlvf_config(args),
         drain_s: args.drain_s,
         prefix_cache: !args.no_prefix_cache,

@@ -72,7 +72,9 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
         gib(total as f64),
         kv_per_token / 1024.0
     );
-    let fits = |tokens: usize| tokens.div_ceil(block) as f64 * block_bytes <= room;
+    // Blocks of `n` sequences of `tokens` each (each its own blocks).
+    let blocks_of = |n: usize, tokens: usize| n * tokens.div_ceil(block);
+    let fits = |n: usize, tokens: usize| blocks_of(n, tokens) as f64 * block_bytes <= room;
     let decode_cases: Vec<(usize, usize)> = a
         .contexts
         .iter()
@@ -81,17 +83,17 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
     let chunk = EngineConfig::default().max_batched_tokens as usize;
     let blocks = decode_cases
         .iter()
-        .map(|&(c, b)| b * (c + 1))
-        .chain(a.prefills.iter().copied())
-        .filter(|&t| fits(t))
-        .map(|t| t.div_ceil(block))
+        .map(|&(c, b)| (b, c + 1))
+        .chain(a.prefills.iter().map(|&n| (1, n)))
+        .filter(|&(b, t)| fits(b, t))
+        .map(|(b, t)| blocks_of(b, t))
         .max()
         .unwrap_or(0)
         // One layer's blocks of the largest case (the attention-alone rows) must fit too.
         .max(
             decode_cases
                 .iter()
-                .map(|&(c, b)| (b * (c + 1)).div_ceil(block).div_ceil(cfg.num_layers))
+                .map(|&(c, b)| blocks_of(b, c + 1).div_ceil(cfg.num_layers))
                 .max()
                 .unwrap_or(0),
         );
@@ -127,7 +129,7 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
     for &(ctx, b) in &decode_cases {
         let kv = b as f64 * (ctx + 1) as f64 * kv_per_token;
         let roof = (weights + kv) / (a.hbm_tbs * 1e12);
-        if !fits(b * (ctx + 1)) {
+        if !fits(b, ctx + 1) {
             println!(
                 "| {ctx} | {b} | does not fit: {:.1} GiB of KV, {:.1} GiB free for it | — | {:.2} | — | — | — | — |",
                 gib(kv),
@@ -174,7 +176,7 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
         let keys = ctx + 1;
         // The whole model's layout when its KV fits, else one layer's blocks (64 KiB apart
         // instead of a whole block's stride).
-        let (sh, layout) = if fits(b * keys) {
+        let (sh, layout) = if fits(b, keys) {
             (&shape, "block-first")
         } else {
             (&one_layer, "one-layer")
@@ -227,7 +229,7 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
     let lm = (cfg.vocab_size * cfg.hidden_size) as f64;
     let attn_layer = (cfg.num_heads * cfg.head_dim) as f64;
     for &n in a.prefills {
-        if !fits(n) {
+        if !fits(1, n) {
             println!(
                 "| {n} | — | does not fit: {:.1} GiB of KV, {:.1} GiB free for it | | | | | |",
                 gib(n as f64 * kv_per_token),

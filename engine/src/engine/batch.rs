@@ -115,10 +115,16 @@ fn plan_batch<'a>(
         decodes += 1;
     }
     prefills.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.spec.id.cmp(&b.1.spec.id)));
+    let long = cfg.long_prefill();
+    if limit.is_some() {
+        // With a time limit, short prompts first: a long chunk deep in its prompt can take a
+        // whole step's time, and the short ones behind it would get none.
+        prefills.sort_by_key(|p| p.1.remaining() > long);
+    }
     // In admission order, each prefill gets its rest, a long one at most `long` tokens; what
     // is left then goes to the long ones, in the same order (work-conserving). With a time
-    // limit, each chunk also fits the time left (the first at least MIN_CHUNK_TOKENS).
-    let long = cfg.long_prefill();
+    // limit, each chunk also fits the time left (the first at least MIN_CHUNK_TOKENS), and
+    // the short prompts go first.
     let mut grants: Vec<(&Request, u32)> = Vec::with_capacity(prefills.len());
     let mut in_time = |r: &Request, already: u32, want: u32, first: bool| -> u32 {
         let Some(l) = &limit else { return want };

@@ -11,8 +11,9 @@
 //!   everyone. A request that skipped
 //!   [`MAX_DECODE_SKIPS`] steps in a row goes first the next step, whatever it costs, so each
 //!   decodes at least every `MAX_DECODE_SKIPS + 1` steps; at least one decode runs every step.
-//! - **Prompt chunks** get the time left, at least [`MIN_CHUNK_TOKENS`] for the first in
-//!   admission order (so prompts always progress), within the token budget as before.
+//! - **Prompt chunks** get the time left, short prompts first (a long chunk deep in its prompt
+//!   can take a whole step), at least [`MIN_CHUNK_TOKENS`] for the first (so prompts always
+//!   progress), within the token budget as before.
 //!
 //! The bound: a step holds every decode that fits the limit in cost order, so a request whose
 //! decode costs `d` runs in every step where the forced decodes plus the cheaper ones leave

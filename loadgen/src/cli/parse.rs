@@ -35,21 +35,3 @@ pub(crate) fn parse_rps(s: &str) -> Result<f64, String> {
     parse_positive(s)
         .map_err(|e| format!("offered load {e} (use a comma-separated list like 5,10,15)"))
 }
-
-/// `--queue-deadline-ttfts`: a positive number of TTFT targets, or 0 for no deadline.
-pub(crate) fn parse_deadline_ttfts(s: &str) -> Result<Option<f64>, String> {
-    let v = s
-        .trim()
-        .parse::<f64>()
-        .map_err(|_| format!("'{s}' is not a number"))?;
-    superinfer_engine::EngineConfig::queue_deadline_setting(Some(v))
-}
-
-/// `--step-tbt-share`: a positive share of the TBT target, or 0 for no time budget.
-pub(crate) fn parse_step_tbt_share(s: &str) -> Result<Option<f64>, String> {
-    let v = s
-        .trim()
-        .parse::<f64>()
-        .map_err(|_| format!("'{s}' is not a number"))?;
-    superinfer_engine::EngineConfig::step_tbt_share_setting(Some(v))
-}

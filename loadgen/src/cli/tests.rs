@@ -503,3 +503,38 @@ fn a_tenant_with_load_of_its_own_runs_beside_a_replayed_trace() {
     let e = prepare(&parse(&["--tenants", half.to_str().unwrap()]).unwrap()).unwrap_err();
     assert!(e.to_string().contains("arrivals"), "{e}");
 }
+
+#[test]
+fn the_deadline_and_step_budget_flags_reach_the_config_and_0_turns_them_off() {
+    let d = sim_target_config(&parse(&["--rps", "1"]).unwrap());
+    assert_eq!(d.queue_deadline_ttfts, Some(10.0));
+    assert_eq!(d.step_tbt_share, Some(0.8));
+    let on = sim_target_config(
+        &parse(&[
+            "--rps",
+            "1",
+            "--queue-deadline-ttfts",
+            "3",
+            "--step-tbt-share",
+            "0.5",
+        ])
+        .unwrap(),
+    );
+    assert_eq!(
+        (on.queue_deadline_ttfts, on.step_tbt_share),
+        (Some(3.0), Some(0.5))
+    );
+    let off = sim_target_config(
+        &parse(&[
+            "--rps",
+            "1",
+            "--queue-deadline-ttfts",
+            "0",
+            "--step-tbt-share",
+            "0",
+        ])
+        .unwrap(),
+    );
+    assert_eq!((off.queue_deadline_ttfts, off.step_tbt_share), (None, None));
+    assert!(parse(&["--rps", "1", "--step-tbt-share", "-1"]).is_err());
+}

@@ -98,3 +98,55 @@ fn chats_beside_long_contexts_keep_their_tbt_and_the_long_ones_are_time_sliced()
         "without the budget every step waits for the long contexts: {plain_gap:.4} s"
     );
 }
+
+#[test]
+fn a_short_prompt_is_not_stuck_behind_a_long_prompts_chunks() {
+    // One request decoding (so steps have a time limit), one 100k-token prompt prefilling,
+    // then a 300-token chat: its first token comes within a few steps, not after the long
+    // prompt's ~40 chunks.
+    let mut e = long_context_engine(Some(0.8));
+    let slo = Slo {
+        ttft_s: 60.0,
+        tbt_s: 0.05,
+    };
+    let mut dec = request(0, 0, 300, 10_000);
+    dec.slo = slo;
+    e.submit(dec).unwrap();
+    let mut long = request(1, 0, 100_000, 10);
+    long.slo = slo;
+    let mut first: HashMap<RequestId, f64> = HashMap::new();
+    let mut sent_long = false;
+    let mut chat_at = None;
+    for _ in 0..100_000 {
+        let r = e.step().unwrap();
+        if let Some(t) = r.idle_until.filter(|_| !r.ran) {
+            e.clock_mut().skip_to(t);
+        }
+        for ev in e.take_events() {
+            if let EngineEvent::Token { id, t, .. } = ev {
+                first.entry(id).or_insert(t);
+            }
+        }
+        if !sent_long && first.contains_key(&RequestId(0)) {
+            e.submit(long.clone()).unwrap();
+            sent_long = true;
+        } else if sent_long
+            && chat_at.is_none()
+            && e.request(RequestId(1)).is_some_and(|r| r.kv_len > 20_000)
+        {
+            let mut chat = request(2, 1, 300, 10);
+            chat.slo = slo;
+            e.submit(chat).unwrap();
+            chat_at = Some(e.clock().now());
+        }
+        if first.contains_key(&RequestId(2)) {
+            break;
+        }
+    }
+    let ttft = first[&RequestId(2)] - chat_at.unwrap();
+    assert!(ttft < 0.5, "the chat's first token took {ttft:.3} s");
+    assert!(
+        !first.contains_key(&RequestId(1)),
+        "the long prompt was still prefilling"
+    );
+}
