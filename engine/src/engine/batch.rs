@@ -2,8 +2,8 @@
 //! then prefill chunks in admission order), run it, and turn its output into tokens, finishes
 //! and service accounting.
 
-use super::scratch::{recycle, Scratch, Span};
 use super::plan::{plan_batch, BudgetScratch};
+use super::scratch::{recycle, Scratch, Span};
 use super::{Engine, EngineConfig, EngineEvent, StepReport};
 use crate::clock::Clock;
 use crate::error::EngineError;

@@ -182,4 +182,3 @@ pub(super) struct BudgetScratch<'s> {
     pub(super) order: &'s mut Vec<usize>,
     pub(super) skipped: &'s mut Vec<RequestId>,
 }
-
