@@ -2,7 +2,8 @@
 //! engine's default settings (decode buckets and graphs, tensor-core decode attention, prompts
 //! prefilled in chunks of the default `max_batched_tokens`).
 //!
-//! - decode steps at each `--long-contexts` × `--batches` case that fits the GPU's free memory,
+//! - decode steps at each `--long-contexts` × `--batches` case that fits the GPU's free memory
+//!   (a context of c: c keys read, the new token at position c - 1),
 //!   against the memory roofline (weights + KV read once), with the twin's step time
 //!   (`--twin-profile`) beside each;
 //! - decode attention alone, one layer, 20 launches back to back, at each case (a case too
@@ -83,7 +84,7 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
     let chunk = EngineConfig::default().max_batched_tokens as usize;
     let blocks = decode_cases
         .iter()
-        .map(|&(c, b)| (b, c + 1))
+        .map(|&(c, b)| (b, c))
         .chain(a.prefills.iter().map(|&n| (1, n)))
         .filter(|&(b, t)| fits(b, t))
         .map(|(b, t)| blocks_of(b, t))
@@ -93,7 +94,7 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
         .max(
             decode_cases
                 .iter()
-                .map(|&(c, b)| blocks_of(b, c + 1).div_ceil(cfg.num_layers))
+                .map(|&(c, b)| blocks_of(b, c).div_ceil(cfg.num_layers))
                 .max()
                 .unwrap_or(0),
         );
@@ -127,9 +128,9 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
     println!("| context | batch | launch | ms/step | roofline ms | x roofline | tokens/s | twin ms ({}) | twin / measured |", a.twin_profile);
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for &(ctx, b) in &decode_cases {
-        let kv = b as f64 * (ctx + 1) as f64 * kv_per_token;
+        let kv = b as f64 * ctx as f64 * kv_per_token;
         let roof = (weights + kv) / (a.hbm_tbs * 1e12);
-        if !fits(b, ctx + 1) {
+        if !fits(b, ctx) {
             println!(
                 "| {ctx} | {b} | does not fit: {:.1} GiB of KV, {:.1} GiB free for it | — | {:.2} | — | — | — | — |",
                 gib(kv),
@@ -138,8 +139,9 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
             );
             continue;
         }
-        let s = super::seqs(b, ctx + 1, 0);
-        let step = super::batch(&s, ctx, &greedy);
+        // `ctx` keys read: the new token's at position ctx - 1 (the last the model has).
+        let s = super::seqs(b, ctx, 0);
+        let step = super::batch(&s, ctx - 1, &greedy);
         let launch = match runner.decode_logits(&step).expect("decode") {
             Some(_) => "graph",
             None => "eager",
@@ -173,7 +175,7 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
     let qw = cfg.q_width();
     for &(ctx, b) in &decode_cases {
         let k = runner.model().kernels();
-        let keys = ctx + 1;
+        let keys = ctx;
         // The whole model's layout when its KV fits, else one layer's blocks (64 KiB apart
         // instead of a whole block's stride).
         let (sh, layout) = if fits(b, keys) {

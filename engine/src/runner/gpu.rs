@@ -3,12 +3,14 @@
 //! temperature sampling run on the GPU, so only token ids cross to the host; requests with
 //! top-k/top-p/min-p cuts, penalties or logprobs are sampled on the host from their own row.
 
+use super::cost::StepCost;
 use super::{BatchEntry, ModelRunner, StepBatch, StepOutput};
 use crate::error::EngineError;
 use crate::kv::BlockGeometry;
 use crate::model::gpu_llama::{DecodeOut, GpuLlama};
 use crate::model::kv_arena::candle_err;
 use crate::model::KvArena;
+use crate::profile::{hardware_for_gpu, ModelProfile, Profile};
 use crate::sampling::{bias_and_hold_stops, sample, SamplingParams, TokenLogprobs};
 use crate::transfer::cuda::{CudaTransfer, CudaTransferConfig};
 use candle_core::{DType, Tensor};
@@ -24,6 +26,38 @@ pub struct GpuRunner {
     geometry: BlockGeometry,
     eos: Vec<u32>,
     rng: ChaCha8Rng,
+    cost: Option<StepCost>,
+}
+
+/// The step cost of `model` on this GPU, from the GPU's built-in hardware profile and the
+/// model's own shape; `None` (steps bounded by tokens only) for a GPU without a profile.
+fn step_cost_of(model: &GpuLlama, geometry: BlockGeometry) -> Option<StepCost> {
+    let gpu = model.gpu().name().unwrap_or_default();
+    let hw = match hardware_for_gpu(&gpu) {
+        Some(Ok(hw)) => hw,
+        Some(Err(e)) => {
+            tracing::warn!(gpu, error = %e, "the GPU's hardware profile does not load; steps are bounded by tokens only");
+            return None;
+        }
+        None => {
+            tracing::info!(gpu, "no hardware profile for this GPU; steps are bounded by tokens only");
+            return None;
+        }
+    };
+    let c = model.config();
+    let dtype_bytes = geometry.dtype_bytes;
+    let shape = ModelProfile {
+        name: "served".into(),
+        params: model.weight_bytes() as f64 / f64::from(dtype_bytes),
+        num_layers: c.num_layers as u32,
+        hidden_size: c.hidden_size as u32,
+        num_heads: c.num_heads as u32,
+        kv_heads: c.num_kv_heads as u32,
+        head_dim: c.head_dim as u32,
+        dtype_bytes,
+    };
+    tracing::info!(gpu, profile = hw.name, "step costs from the GPU's hardware profile");
+    Some(StepCost::of_profile(&Profile { hw, model: shape }, geometry))
 }
 
 /// Whether a request's sampling runs on the GPU (greedy or plain temperature).
@@ -57,12 +91,14 @@ impl GpuRunner {
             Some(s) => ChaCha8Rng::seed_from_u64(s),
             None => ChaCha8Rng::from_os_rng(),
         };
+        let cost = step_cost_of(&model, geometry);
         Ok(GpuRunner {
             model,
             arena,
             geometry,
             eos,
             rng,
+            cost,
         })
     }
 
@@ -128,6 +164,10 @@ impl GpuRunner {
 impl ModelRunner for GpuRunner {
     fn geometry(&self) -> BlockGeometry {
         self.geometry
+    }
+
+    fn step_cost(&self) -> Option<StepCost> {
+        self.cost
     }
 
     fn eos_token_ids(&self) -> &[u32] {
