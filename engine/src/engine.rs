@@ -8,6 +8,7 @@ mod batch;
 mod config;
 mod copy_fault;
 mod deadline;
+mod gpu_time;
 mod plan;
 mod scratch;
 mod shed;
@@ -70,6 +71,9 @@ pub struct RequestEnd {
     pub cached: PrefixHit,
     /// Seconds from its arrival to its first admission (to its end if it was never admitted).
     pub queued_s: f64,
+    /// Seconds of the GPU's steps it took: each step's time split among its entries by the
+    /// runner's cost model (`engine/gpu_time.rs`).
+    pub gpu_s: f64,
 }
 
 /// The rare parts of a [`EngineEvent::Token`].
@@ -493,6 +497,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 error: error.map(|e| e.1),
                 cached: req.cached,
                 queued_s: req.t_admit.unwrap_or(t) - req.t_arr,
+                gpu_s: req.gpu_s,
             }),
         });
     }

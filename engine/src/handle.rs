@@ -464,7 +464,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                             prompt_tokens: end.prompt_tokens,
                             completion_tokens: end.completion_tokens,
                             error: end.error,
-                            error_kind: failed.then(|| match end.error_cause {
+                            error_kind: failed.then_some(match end.error_cause {
                                 Some(ErrorCause::QueueDeadline) => StreamErrorKind::QueueDeadline,
                                 _ => StreamErrorKind::Request,
                             }),
@@ -472,6 +472,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                             trace: EndTrace {
                                 queued_s: end.queued_s,
                                 preemptions: end.preemptions,
+                                gpu_s: end.gpu_s,
                             },
                         });
                     }

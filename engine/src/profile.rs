@@ -16,6 +16,10 @@ pub struct HardwareProfile {
     pub hbm_bw_efficiency: f64,
     pub matmul_tflops: f64,
     pub prefill_efficiency: f64,
+    /// Fraction of `matmul_tflops` a prompt chunk's causal attention (QK^T and PV) reaches in
+    /// the runner's prefill-attention kernel; `prefill_efficiency` when absent.
+    #[serde(default)]
+    pub prefill_attention_efficiency: Option<f64>,
     pub h2d_gbps: f64,
     pub d2h_gbps: f64,
     pub duplex_each_gbps: f64,
@@ -49,6 +53,17 @@ pub struct HardwareProfile {
     /// absent.
     #[serde(default = "yes")]
     pub kv_overlaps_compute: bool,
+}
+
+impl HardwareProfile {
+    /// The FLOP rate of a prompt chunk's attention (`prefill_attention_efficiency`).
+    pub fn attention_flops_per_s(&self) -> f64 {
+        self.matmul_tflops
+            * 1e12
+            * self
+                .prefill_attention_efficiency
+                .unwrap_or(self.prefill_efficiency)
+    }
 }
 
 fn yes() -> bool {
@@ -182,6 +197,11 @@ impl Profile {
             ("matmul_tflops", h.matmul_tflops),
             ("prefill_efficiency", h.prefill_efficiency),
             ("kv_read_efficiency", h.kv_read_efficiency),
+            (
+                "prefill_attention_efficiency",
+                h.prefill_attention_efficiency
+                    .unwrap_or(h.prefill_efficiency),
+            ),
             ("h2d_gbps", h.h2d_gbps),
             ("d2h_gbps", h.d2h_gbps),
             ("duplex_each_gbps", h.duplex_each_gbps),

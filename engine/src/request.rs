@@ -160,6 +160,8 @@ pub struct Request {
     pub t_admit: Option<f64>,
     /// Steps in a row the time budget left its decode out (`engine/step_budget.rs`).
     pub decode_skips: u32,
+    /// Seconds of the steps it ran in that were its share (`engine/gpu_time.rs`).
+    pub gpu_s: f64,
     /// What its first admission found in the prefix cache.
     pub cached: PrefixHit,
     pub t_arr: f64,
@@ -211,6 +213,7 @@ impl Request {
             t_run: None,
             t_admit: None,
             decode_skips: 0,
+            gpu_s: 0.0,
             cached: PrefixHit::default(),
             t_arr,
             rotations: 0,

@@ -349,6 +349,7 @@ pub fn zero_profile() -> anyhow::Result<Profile> {
             hbm_bw_efficiency: 1.0,
             matmul_tflops: fast,
             prefill_efficiency: 1.0,
+            prefill_attention_efficiency: None,
             h2d_gbps: fast,
             d2h_gbps: fast,
             duplex_each_gbps: fast,

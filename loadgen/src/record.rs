@@ -39,6 +39,10 @@ pub struct RequestRecord {
     /// for a full queue, a shed at submission or one past its queue deadline).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<u16>,
+    /// Seconds of the node's steps that were this request's share, split by the runner's cost
+    /// model (the twin reports it; `None`: the target did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_s: Option<f64>,
 }
 
 impl RequestRecord {
@@ -60,6 +64,7 @@ impl RequestRecord {
             conversation: spec.turn.map(|t| t.conversation),
             turn: spec.turn.map(|t| t.index),
             refused: None,
+            gpu_s: None,
         }
     }
 

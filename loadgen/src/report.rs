@@ -108,6 +108,10 @@ pub struct TenantSummary {
     pub cache: CacheSummary,
     /// Requests the target refused at submission.
     pub refused: u64,
+    /// Its requests' share of the node's GPU time (their `gpu_s` over all tenants'); `None`:
+    /// the target did not report GPU time.
+    #[serde(default)]
+    pub gpu_share: Option<f64>,
 }
 
 /// `summary.json`.
@@ -277,6 +281,17 @@ fn tenant_summaries(
         .map(|i| mine(i).map(|o| o.served_tokens).sum())
         .collect();
     let total_served: u64 = served.iter().sum();
+    let gpu: Vec<f64> = (0..tenants.len())
+        .map(|i| {
+            records
+                .iter()
+                .filter(|r| r.tenant == i)
+                .filter_map(|r| r.gpu_s)
+                .sum()
+        })
+        .collect();
+    let total_gpu: f64 = gpu.iter().sum();
+    let gpu_known = records.iter().any(|r| r.gpu_s.is_some()) && total_gpu > 0.0;
     let active_weight: f64 = tenants
         .iter()
         .enumerate()
@@ -313,6 +328,7 @@ fn tenant_summaries(
                     .iter()
                     .filter(|r| r.tenant == i && r.refused.is_some())
                     .count() as u64,
+                gpu_share: gpu_known.then(|| gpu[i] / total_gpu),
             }
         })
         .collect()

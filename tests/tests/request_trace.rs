@@ -50,6 +50,7 @@ async fn each_request_is_traced_from_queue_to_finish() {
         "completion_tokens=30",
         "queued_s=",
         "preemptions=0",
+        "gpu_s=",
         "e2e_s=",
     ] {
         assert!(served[0].contains(field), "{field} in {}", served[0]);

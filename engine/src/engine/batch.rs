@@ -116,6 +116,14 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             prefill: prefills.iter().copied().peekable(),
         }
         .peekable();
+        super::gpu_time::step_shares(
+            self.cost.as_ref(),
+            spans,
+            decodes,
+            out.elapsed,
+            &mut scratch.shares,
+        );
+        let shares = &scratch.shares;
         let service = &mut scratch.service;
         service.clear();
         let appends = &mut scratch.appends;
@@ -142,6 +150,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 keep_prompt_scores(req, span, s);
             }
             let lp = logprobs.get_mut(k).and_then(Option::take);
+            req.gpu_s += shares[k];
             let (c, end) = ctx.advance(req, span, (tokens[k], lp));
             if c.decode_step {
                 req.decode_skips = 0;

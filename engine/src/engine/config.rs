@@ -72,27 +72,23 @@ impl EngineConfig {
     /// `queue_deadline_ttfts` from a command-line or file setting: unset, the default; 0,
     /// off; otherwise that many TTFT targets (finite and positive).
     pub fn queue_deadline_setting(v: Option<f64>) -> Result<Option<f64>, String> {
-        match v {
-            None => Ok(Some(DEFAULT_QUEUE_DEADLINE_TTFTS)),
-            Some(k) if k == 0.0 => Ok(None),
-            Some(k) if k.is_finite() && k > 0.0 => Ok(Some(k)),
-            Some(k) => Err(format!(
-                "queue_deadline_ttfts must be a positive number of TTFT targets (0: off), got {k}"
-            )),
-        }
+        off_or_positive(
+            v,
+            DEFAULT_QUEUE_DEADLINE_TTFTS,
+            "queue_deadline_ttfts",
+            "number of TTFT targets",
+        )
     }
 
     /// `step_tbt_share` from a command-line or file setting: unset, the default; 0, off;
     /// otherwise that share (finite and positive).
     pub fn step_tbt_share_setting(v: Option<f64>) -> Result<Option<f64>, String> {
-        match v {
-            None => Ok(Some(DEFAULT_STEP_TBT_SHARE)),
-            Some(f) if f == 0.0 => Ok(None),
-            Some(f) if f.is_finite() && f > 0.0 => Ok(Some(f)),
-            Some(f) => Err(format!(
-                "step_tbt_share must be a positive share of the TBT target (0: off), got {f}"
-            )),
-        }
+        off_or_positive(
+            v,
+            DEFAULT_STEP_TBT_SHARE,
+            "step_tbt_share",
+            "share of the TBT target",
+        )
     }
 
     /// The long-prefill threshold in effect.
@@ -133,5 +129,23 @@ impl Default for EngineConfig {
             queue_deadline_ttfts: Some(DEFAULT_QUEUE_DEADLINE_TTFTS),
             step_tbt_share: Some(DEFAULT_STEP_TBT_SHARE),
         }
+    }
+}
+
+/// A setting that 0 turns off: unset, `default`; 0, `None`; else the value if finite and
+/// positive.
+fn off_or_positive(
+    v: Option<f64>,
+    default: f64,
+    name: &str,
+    what: &str,
+) -> Result<Option<f64>, String> {
+    match v {
+        None => Ok(Some(default)),
+        Some(0.0) => Ok(None),
+        Some(k) if k.is_finite() && k > 0.0 => Ok(Some(k)),
+        Some(k) => Err(format!(
+            "{name} must be a positive {what} (0: off), got {k}"
+        )),
     }
 }

@@ -35,6 +35,8 @@ pub(super) struct Scratch {
     pub(super) order: Vec<usize>,
     /// Decoding requests the time budget left out of this step.
     pub(super) skipped: Vec<RequestId>,
+    /// Each span's share of the step's time, by batch index (`gpu_time.rs`).
+    pub(super) shares: Vec<f64>,
 }
 
 /// An emptied vector's allocation for entries that borrow for another lifetime: collecting

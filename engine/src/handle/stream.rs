@@ -132,6 +132,8 @@ pub struct EndTrace {
     pub queued_s: f64,
     /// Times it lost its place in HBM (rotations out and recomputes).
     pub preemptions: u32,
+    /// Seconds of the GPU's steps that were its share (`RequestEnd::gpu_s`).
+    pub gpu_s: f64,
 }
 
 /// Why a request ended with `FinishReason::Error` ([`StreamEvent::Finished`]).

@@ -40,7 +40,7 @@ impl StepCost {
             per_seq_s: per_layer * hw.graph_step_overhead_per_seq_s,
             kv_token_s: geometry.bytes_per_token() as f64 / (bandwidth * hw.kv_read_efficiency),
             prompt_token_s: 2.0 * m.params / flops,
-            attn_pair_s: 4.0 * f64::from(m.num_layers) * q_width / flops,
+            attn_pair_s: 4.0 * f64::from(m.num_layers) * q_width / hw.attention_flops_per_s(),
         }
     }
 

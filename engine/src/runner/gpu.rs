@@ -40,7 +40,10 @@ fn step_cost_of(model: &GpuLlama, geometry: BlockGeometry) -> Option<StepCost> {
             return None;
         }
         None => {
-            tracing::info!(gpu, "no hardware profile for this GPU; steps are bounded by tokens only");
+            tracing::info!(
+                gpu,
+                "no hardware profile for this GPU; steps are bounded by tokens only"
+            );
             return None;
         }
     };
@@ -56,8 +59,15 @@ fn step_cost_of(model: &GpuLlama, geometry: BlockGeometry) -> Option<StepCost> {
         head_dim: c.head_dim as u32,
         dtype_bytes,
     };
-    tracing::info!(gpu, profile = hw.name, "step costs from the GPU's hardware profile");
-    Some(StepCost::of_profile(&Profile { hw, model: shape }, geometry))
+    tracing::info!(
+        gpu,
+        profile = hw.name,
+        "step costs from the GPU's hardware profile"
+    );
+    Some(StepCost::of_profile(
+        &Profile { hw, model: shape },
+        geometry,
+    ))
 }
 
 /// Whether a request's sampling runs on the GPU (greedy or plain temperature).

@@ -42,15 +42,18 @@ impl SimRunner {
             seqs += 1.0;
             decode_only &= len == 1.0;
             kv_tokens += f64::from(end);
-            // QK^T and PV: 2 matmuls × 2 flops per multiply-add over the causal context.
-            attn_flops +=
-                4.0 * f64::from(m.num_layers) * q_width * len * (f64::from(pos) + len / 2.0);
+            // A prompt chunk's QK^T and PV: 2 matmuls × 2 flops per multiply-add over the
+            // causal context (a decode's attention is its KV read, below).
+            if len > 1.0 {
+                attn_flops +=
+                    4.0 * f64::from(m.num_layers) * q_width * len * (f64::from(pos) + len / 2.0);
+            }
         }
         if tokens == 0.0 {
             return 0.0;
         }
-        let flops = 2.0 * m.params * tokens + attn_flops;
-        let compute = flops / (hw.matmul_tflops * 1e12 * hw.prefill_efficiency);
+        let compute = 2.0 * m.params * tokens / (hw.matmul_tflops * 1e12 * hw.prefill_efficiency)
+            + attn_flops / hw.attention_flops_per_s();
         let bandwidth = hw.hbm_bw_gbps * 1e9 * hw.hbm_bw_efficiency;
         let kv_bytes = kv_tokens * self.geometry.bytes_per_token() as f64;
         let weights = m.weight_bytes() / bandwidth;
@@ -109,6 +112,29 @@ mod tests {
 
     fn runner() -> SimRunner {
         SimRunner::new(Profile::builtin("h200-llama-3-8b").unwrap(), 16)
+    }
+
+    #[test]
+    fn h100_long_context_steps() {
+        // Measured on our H100 (docs/BENCHMARKS.md "Long context", 2026-12-06 20:27 UTC):
+        // Llama-3.1-8B decode steps of `batch` sequences reading `keys` keys each, and a
+        // 32k-token prompt prefilled in two chunks of 16,384 tokens.
+        let r = SimRunner::new(Profile::builtin("h100-llama-3.1-8b").unwrap(), 16);
+        let decode = |keys: u32, batch: usize| r.step_time((0..batch).map(|_| (keys - 1, keys)));
+        for (keys, batch, measured_ms) in [
+            (4096, 1, 5.90),
+            (4096, 8, 8.18),
+            (32768, 1, 7.49),
+            (32768, 8, 19.13),
+            (131_072, 1, 12.60),
+        ] {
+            let ratio = decode(keys, batch) * 1e3 / measured_ms;
+            assert!((ratio - 1.0).abs() <= 0.06, "{keys} x {batch}: {ratio}");
+        }
+        let prefill =
+            r.step_time([(0, 16384)].into_iter()) + r.step_time([(16384, 32768)].into_iter());
+        let ratio = prefill * 1e3 / 2979.0;
+        assert!((ratio - 1.0).abs() <= 0.1, "32k prefill: {ratio}");
     }
 
     #[test]

@@ -41,6 +41,7 @@ impl RequestTrace {
             completion_tokens = tokens.1,
             queued_s = self.engine.queued_s,
             preemptions = self.engine.preemptions,
+            gpu_s = self.engine.gpu_s,
             e2e_s,
             unserved,
             "finished"

@@ -153,19 +153,21 @@ fn run_row(s: &mut String, r: &RunSummary) {
 fn tenant_table(s: &mut String, r: &RunSummary) {
     let _ = writeln!(s, "\n## {} at {:.2} RPS: tenants\n", r.policy, r.rps);
     s.push_str(
-        "| tenant | weight | weight share | served tokens | share | TTFT att. | TBT att. \
-         | p99 TTFT (s) | finished/submitted | refused | prompt tokens | cached | hit rate |\n",
+        "| tenant | weight | weight share | served tokens | share | GPU time share | TTFT att. \
+         | TBT att. | p99 TTFT (s) | finished/submitted | refused | prompt tokens | cached \
+         | hit rate |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for t in &r.tenants {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.2} | {}/{} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {}/{} | {} | {} | {} | {} |",
             t.name,
             t.weight,
             pct(t.weight_share),
             t.served_tokens,
             pct(t.share),
+            known(t.gpu_share, pct),
             pct(t.ttft_attainment),
             pct(t.tbt_attainment),
             t.p99_ttft_s,

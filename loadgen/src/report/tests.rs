@@ -43,6 +43,7 @@ fn rec(
         conversation: None,
         turn: None,
         refused: None,
+        gpu_s: None,
     }
 }
 

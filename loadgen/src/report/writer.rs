@@ -156,6 +156,7 @@ fn to_microseconds(r: &RequestRecord) -> RequestRecord {
         conversation: r.conversation,
         turn: r.turn,
         refused: r.refused,
+        gpu_s: r.gpu_s,
     }
 }
 

@@ -17,6 +17,7 @@ fn rec(arrival: f64, tokens: &[f64], output_tokens: u32, finish: Option<f64>) ->
         conversation: None,
         turn: None,
         refused: None,
+        gpu_s: None,
     }
 }
 

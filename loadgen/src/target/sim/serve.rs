@@ -224,6 +224,7 @@ impl<'a> Live<'a> {
                         reason,
                         cached,
                         error_cause,
+                        gpu_s,
                         ..
                     } = *end;
                     if let Some(r) = self.records.get_mut(&id.0) {
@@ -234,6 +235,7 @@ impl<'a> Live<'a> {
                         }
                         r.finish_s = Some(t);
                         r.preemptions = preemptions;
+                        r.gpu_s = Some(gpu_s);
                         r.cached_tokens = Some(cached.tokens());
                         r.cached_dram_tokens = Some(cached.dram);
                     }
@@ -270,6 +272,7 @@ impl<'a> Live<'a> {
         for r in &mut records {
             if let Some(req) = engine.request(RequestId(r.id)) {
                 r.preemptions = req.rotations + req.recomputes;
+                r.gpu_s = Some(req.gpu_s);
             }
         }
         if self.run.keep_prompts {
