@@ -43,6 +43,10 @@ pub struct RequestRecord {
     /// model (the twin reports it; `None`: the target did not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_s: Option<f64>,
+    /// Seconds from its arrival at the node's engine to its first admission (the twin reports
+    /// it; `None`: the target did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_s: Option<f64>,
 }
 
 impl RequestRecord {
@@ -65,6 +69,7 @@ impl RequestRecord {
             turn: spec.turn.map(|t| t.index),
             refused: None,
             gpu_s: None,
+            queued_s: None,
         }
     }
 

@@ -44,6 +44,7 @@ fn rec(
         turn: None,
         refused: None,
         gpu_s: None,
+        queued_s: None,
     }
 }
 

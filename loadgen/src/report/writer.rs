@@ -157,6 +157,7 @@ fn to_microseconds(r: &RequestRecord) -> RequestRecord {
         turn: r.turn,
         refused: r.refused,
         gpu_s: r.gpu_s,
+        queued_s: r.queued_s.map(us),
     }
 }
 

@@ -18,6 +18,7 @@ fn rec(arrival: f64, tokens: &[f64], output_tokens: u32, finish: Option<f64>) ->
         turn: None,
         refused: None,
         gpu_s: None,
+        queued_s: None,
     }
 }
 

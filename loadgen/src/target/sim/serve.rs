@@ -225,6 +225,7 @@ impl<'a> Live<'a> {
                         cached,
                         error_cause,
                         gpu_s,
+                        queued_s,
                         ..
                     } = *end;
                     if let Some(r) = self.records.get_mut(&id.0) {
@@ -236,6 +237,7 @@ impl<'a> Live<'a> {
                         r.finish_s = Some(t);
                         r.preemptions = preemptions;
                         r.gpu_s = Some(gpu_s);
+                        r.queued_s = Some(queued_s);
                         r.cached_tokens = Some(cached.tokens());
                         r.cached_dram_tokens = Some(cached.dram);
                     }
@@ -273,6 +275,7 @@ impl<'a> Live<'a> {
             if let Some(req) = engine.request(RequestId(r.id)) {
                 r.preemptions = req.rotations + req.recomputes;
                 r.gpu_s = Some(req.gpu_s);
+                r.queued_s = req.t_admit.map(|t| t - req.t_arr);
             }
         }
         if self.run.keep_prompts {
