@@ -36,7 +36,6 @@ pub(super) fn step_shares(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::BlockGeometry;
     use crate::profile::Profile;
     use superinfer_policies::RequestId;
 

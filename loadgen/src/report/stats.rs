@@ -12,7 +12,8 @@ pub struct Outcome {
     pub tenant: usize,
     /// Time to first token; `None` if never served.
     pub ttft_s: Option<f64>,
-    /// `ttft_s`, or `end - arrival` for an unserved request (a lower bound).
+    /// `ttft_s`, or for an unserved request how long it waited: until the target refused or
+    /// shed it (its `finish_s`), else until the end of the run (a lower bound).
     pub ttft_censored_s: f64,
     pub ttft_met: bool,
     /// Inter-token gaps (see [`judge`] for the open gap at the end of the run).
@@ -46,7 +47,10 @@ impl Outcome {
 /// unserved request counts as a TTFT miss).
 pub fn judge(r: &RequestRecord, ttft_slo_s: f64, tbt_slo_s: f64, end_s: f64) -> Outcome {
     let ttft_s = r.first_token_s.map(|t| t - r.arrival_s);
-    let ttft_censored_s = ttft_s.unwrap_or(end_s - r.arrival_s).max(0.0);
+    // Unserved: the client waited until the target refused or shed it, else to the end.
+    let ttft_censored_s = ttft_s
+        .unwrap_or(r.finish_s.unwrap_or(end_s) - r.arrival_s)
+        .max(0.0);
     let mut gaps_s: Vec<f64> = r.gaps().collect();
     let mut max_stall_s = gaps_s.iter().copied().fold(0.0, f64::max);
     let last = r.token_times_s.last().copied().or(r.first_token_s);

@@ -69,10 +69,9 @@ pub fn parse_workload(text: &str, origin: &Path) -> Result<WorkloadFile, Error> 
             // A tenant with both `arrivals` and `dataset` sends load of its own beside the
             // trace (a chat tenant beside a replayed one); the others get the trace's rows.
             let own = has("arrivals") && has("dataset");
-            if let Some(k) = keys.iter().find(|k| {
-                !REPLAY_TENANT_KEYS.contains(&k.as_str())
-                    && !(own && OWN_LOAD_KEYS.contains(&k.as_str()))
-            }) {
+            let allowed =
+                |k: &str| REPLAY_TENANT_KEYS.contains(&k) || (own && OWN_LOAD_KEYS.contains(&k));
+            if let Some(k) = keys.iter().find(|k| !allowed(k.as_str())) {
                 return Err(Error::Usage(format!(
                     "tenant '{}': {k} cannot be set in a replay workload (the trace's rows give \
                      arrivals and lengths); a tenant there takes {}, or `arrivals` and \

@@ -74,6 +74,18 @@ fn unserved_request_is_a_miss_that_waited_until_the_end() {
 }
 
 #[test]
+fn a_request_shed_before_its_first_token_waited_until_it_was_shed() {
+    let shed = RequestRecord {
+        refused: Some(503),
+        ..rec(2.0, &[], 10, Some(4.5))
+    };
+    let o = judge(&shed, 5.0, 0.1, 10.0);
+    assert!(!o.ttft_met);
+    assert!(close(o.ttft_censored_s, 2.5));
+    assert!(close(o.max_wait_s, 2.5));
+}
+
+#[test]
 fn a_stalled_unfinished_request_has_an_open_gap_that_misses() {
     // Two of ten tokens, then nothing until the end of the run at t = 3.
     let o = judge(&rec(0.0, &[1.0, 1.05], 10, None), 5.0, 0.1, 3.0);
