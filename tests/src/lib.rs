@@ -57,6 +57,25 @@ impl Default for TestOptions {
     }
 }
 
+impl TestOptions {
+    /// A node that serves one 90-token prompt at a time (8 HBM blocks of the paced 32B twin,
+    /// each prompt holding them about half a second), FCFS, with queue deadlines of `ttfts`
+    /// TTFT targets: a second request waits, and past its deadline is shed.
+    pub fn one_prompt_at_a_time(ttfts: f64) -> TestOptions {
+        TestOptions {
+            sim_profile: Some("gh200-qwen2.5-32b".into()),
+            hbm_blocks: Some(8),
+            dram_blocks: Some(0),
+            settings: Settings {
+                queue_deadline_ttfts: Some(ttfts),
+                policy: Some(superinfer_policies::PolicyKind::Fcfs),
+                ..Default::default()
+            },
+            ..TestOptions::default()
+        }
+    }
+}
+
 impl TestServer {
     pub async fn start() -> TestServer {
         TestServer::start_with(TestOptions::default()).await

@@ -300,18 +300,7 @@ async fn a_stream_the_engine_refuses_is_an_http_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_queued_past_its_deadline_is_shed_with_503_and_counted() {
     // One 90-token prompt at a time (8 HBM blocks), each holding them about half a second.
-    let s = TestServer::start_with(TestOptions {
-        sim_profile: Some("gh200-qwen2.5-32b".into()),
-        hbm_blocks: Some(8),
-        dram_blocks: Some(0),
-        settings: superinfer_gateway::Settings {
-            queue_deadline_ttfts: Some(2.0),
-            policy: Some(superinfer_policies::PolicyKind::Fcfs),
-            ..Default::default()
-        },
-        ..TestOptions::default()
-    })
-    .await;
+    let s = TestServer::start_with(TestOptions::one_prompt_at_a_time(2.0)).await;
     let (_, key) = s
         .create_tenant(json!({"name": "hurried", "slo": {"ttft_ms": 100}}))
         .await;

@@ -12,18 +12,7 @@ use superinfer_tests::{LogCapture, TestOptions, TestServer};
 async fn each_request_is_traced_from_queue_to_finish() {
     let log = LogCapture::install_with("warn,superinfer::request=debug");
     // One 90-token prompt at a time, each holding HBM ~0.5 s; deadline 2 × 100 ms.
-    let s = TestServer::start_with(TestOptions {
-        sim_profile: Some("gh200-qwen2.5-32b".into()),
-        hbm_blocks: Some(8),
-        dram_blocks: Some(0),
-        settings: superinfer_gateway::Settings {
-            queue_deadline_ttfts: Some(2.0),
-            policy: Some(superinfer_policies::PolicyKind::Fcfs),
-            ..Default::default()
-        },
-        ..TestOptions::default()
-    })
-    .await;
+    let s = TestServer::start_with(TestOptions::one_prompt_at_a_time(2.0)).await;
     let (_, key) = s
         .create_tenant(json!({"name": "traced", "slo": {"ttft_ms": 100}}))
         .await;
