@@ -23,6 +23,8 @@ fn opts(hbm_blocks: u32, dram_blocks: u32) -> EngineOptions {
         dram_blocks: Some(dram_blocks),
         max_batched_tokens: 256,
         seed: Some(1),
+        // Every request must complete, however slow the machine: no queue deadline.
+        queue_deadline_ttfts: None,
         ..EngineOptions::default()
     }
 }

@@ -98,6 +98,7 @@ pub fn engine_request(tenant: &Tenant, v: &ValidRequest) -> EngineRequest {
             ttft_s: tenant.slo.ttft_s(),
             tbt_s: tenant.slo.tbt_s(),
         },
+        queue_deadline_s: tenant.slo.queue_deadline_s(),
         ignore_eos: v.ignore_eos,
         stop_token_ids: v.stop_token_ids.clone(),
         sampling: v.sampling.clone(),

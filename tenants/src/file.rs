@@ -61,6 +61,7 @@ struct Entry {
     api_key: Option<IgnoredAny>,
     ttft_ms: Option<u32>,
     tbt_ms: Option<u32>,
+    queue_deadline_ms: Option<u32>,
     weight: Option<f64>,
     requests_per_s: Option<f64>,
     burst: Option<u32>,
@@ -202,6 +203,7 @@ impl Entry {
             slo: Some(SloPatch {
                 ttft_ms: self.ttft_ms,
                 tbt_ms: self.tbt_ms,
+                queue_deadline_ms: self.queue_deadline_ms,
             }),
             weight: self.weight,
             quotas: Some(quotas),

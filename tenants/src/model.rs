@@ -200,6 +200,8 @@ where
 pub struct SloPatch {
     pub ttft_ms: Option<u32>,
     pub tbt_ms: Option<u32>,
+    /// The tenant's own queue deadline; 0 sets it back to the node's.
+    pub queue_deadline_ms: Option<u32>,
 }
 
 /// The fields of [`Quotas`], each optional.
@@ -231,6 +233,9 @@ impl TenantPatch {
         if let Some(p) = self.slo {
             out.slo.ttft_ms = p.ttft_ms.unwrap_or(out.slo.ttft_ms);
             out.slo.tbt_ms = p.tbt_ms.unwrap_or(out.slo.tbt_ms);
+            if let Some(ms) = p.queue_deadline_ms {
+                out.slo.queue_deadline_ms = (ms > 0).then_some(ms);
+            }
         }
         if let Some(weight) = self.weight {
             out.weight = weight;

@@ -294,15 +294,19 @@ async fn a_stream_the_engine_refuses_is_an_http_error() {
     s.shutdown().await;
 }
 
-/// A request still queued at its deadline (2 × its tenant's 100-ms TTFT target) is shed: 503
-/// with Retry-After that says why, counted per tenant and reason; the server serves on, and
-/// another tenant's requests are untouched.
+/// A request still queued at its deadline (its tenant's own `queue_deadline_ms`, 200 ms, where
+/// the node's would be 100 × its 100-ms TTFT target) is shed: 503 with Retry-After that says
+/// why, counted per tenant and reason; the server serves on, and another tenant's requests are
+/// untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_queued_past_its_deadline_is_shed_with_503_and_counted() {
     // One 90-token prompt at a time (8 HBM blocks), each holding them about half a second.
-    let s = TestServer::start_with(TestOptions::one_prompt_at_a_time(2.0)).await;
+    let s = TestServer::start_with(TestOptions::one_prompt_at_a_time(100.0)).await;
     let (_, key) = s
-        .create_tenant(json!({"name": "hurried", "slo": {"ttft_ms": 100}}))
+        .create_tenant(json!({
+            "name": "hurried",
+            "slo": {"ttft_ms": 100, "queue_deadline_ms": 200}
+        }))
         .await;
     let engine = s.server.state.engine.clone();
     let long = json!({"prompt": "w ".repeat(90), "max_tokens": 30, "ignore_eos": true});

@@ -88,6 +88,9 @@ pub struct Fields {
     pub ttft_ms: Option<u32>,
     #[arg(long)]
     pub tbt_ms: Option<u32>,
+    /// The tenant's own queue deadline (0: back to the node's `--queue-deadline-ttfts`).
+    #[arg(long)]
+    pub queue_deadline_ms: Option<u32>,
     #[arg(long)]
     pub weight: Option<f64>,
     #[arg(long)]
@@ -117,9 +120,13 @@ impl Fields {
     fn patch(&self, name: Option<String>) -> TenantPatch {
         TenantPatch {
             name,
-            slo: (self.ttft_ms.is_some() || self.tbt_ms.is_some()).then_some(SloPatch {
+            slo: (self.ttft_ms.is_some()
+                || self.tbt_ms.is_some()
+                || self.queue_deadline_ms.is_some())
+            .then_some(SloPatch {
                 ttft_ms: self.ttft_ms,
                 tbt_ms: self.tbt_ms,
+                queue_deadline_ms: self.queue_deadline_ms,
             }),
             weight: self.weight,
             quotas: Some(QuotasPatch {

@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 pub struct Slo {
     pub ttft_ms: u32,
     pub tbt_ms: u32,
+    /// Milliseconds a request may wait for its first admission before it is shed with 503;
+    /// `None`: the node's `queue_deadline_ttfts` times `ttft_ms` (10 by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_deadline_ms: Option<u32>,
 }
 
 impl Default for Slo {
@@ -16,6 +20,7 @@ impl Default for Slo {
         Slo {
             ttft_ms: 5_000,
             tbt_ms: 100,
+            queue_deadline_ms: None,
         }
     }
 }
@@ -29,6 +34,11 @@ impl Slo {
     /// Time between tokens in seconds, as the engine takes it.
     pub fn tbt_s(&self) -> f64 {
         f64::from(self.tbt_ms) / 1e3
+    }
+
+    /// The tenant's own queue deadline in seconds, as the engine takes it (`None`: the node's).
+    pub fn queue_deadline_s(&self) -> Option<f64> {
+        self.queue_deadline_ms.map(|ms| f64::from(ms) / 1e3)
     }
 }
 

@@ -253,8 +253,41 @@ fn slo_converts_to_seconds() {
     let s = Slo {
         ttft_ms: 1500,
         tbt_ms: 40,
+        queue_deadline_ms: Some(6000),
     };
     assert_eq!((s.ttft_s(), s.tbt_s()), (1.5, 0.04));
+    assert_eq!(s.queue_deadline_s(), Some(6.0));
+}
+
+#[test]
+fn a_queue_deadline_is_optional_at_least_the_ttft_target_and_cleared_by_zero() {
+    let t = NewTenant::named("acme")
+        .validate()
+        .unwrap()
+        .into_tenant(TenantId(1), 0);
+    assert_eq!(t.slo.queue_deadline_ms, None);
+    let patch = |ms: u32| TenantPatch {
+        slo: Some(SloPatch {
+            queue_deadline_ms: Some(ms),
+            ..SloPatch::default()
+        }),
+        ..TenantPatch::default()
+    };
+    let set = patch(20_000).apply(&t).unwrap();
+    assert_eq!(set.slo.queue_deadline_ms, Some(20_000));
+    assert!(matches!(
+        patch(1_000).apply(&t),
+        Err(TenantError::Invalid {
+            field: "slo.queue_deadline_ms",
+            ..
+        })
+    ));
+    assert_eq!(patch(0).apply(&set).unwrap().slo.queue_deadline_ms, None);
+    // Records written before the field existed read as `None`, and `None` is not written.
+    let json = serde_json::to_string(&t.slo).unwrap();
+    assert!(!json.contains("queue_deadline_ms"), "{json}");
+    let old: Slo = serde_json::from_str(r#"{"ttft_ms": 900, "tbt_ms": 50}"#).unwrap();
+    assert_eq!(old.queue_deadline_ms, None);
 }
 
 #[test]

@@ -10,6 +10,8 @@ pub const MAX_NAME_CHARS: usize = 64;
 pub const MAX_CACHE_NAMESPACE_CHARS: usize = 64;
 /// Largest TTFT SLO accepted: one hour (larger values are almost surely a unit mistake).
 pub const MAX_TTFT_MS: u32 = 3_600_000;
+/// Longest queue deadline accepted: ten times the longest TTFT SLO.
+pub const MAX_QUEUE_DEADLINE_MS: u32 = 10 * MAX_TTFT_MS;
 /// Largest TBT SLO accepted: one minute.
 pub const MAX_TBT_MS: u32 = 60_000;
 /// Smallest weight accepted. Weights are relative; the range bounds the ratio of two weights
@@ -81,7 +83,21 @@ pub(crate) fn cache_namespace(ns: Option<&str>) -> Result<()> {
 
 pub(crate) fn slo(slo: &Slo) -> Result<()> {
     in_range("slo.ttft_ms", slo.ttft_ms, MAX_TTFT_MS)?;
-    in_range("slo.tbt_ms", slo.tbt_ms, MAX_TBT_MS)
+    in_range("slo.tbt_ms", slo.tbt_ms, MAX_TBT_MS)?;
+    if let Some(ms) = slo.queue_deadline_ms {
+        in_range("slo.queue_deadline_ms", ms, MAX_QUEUE_DEADLINE_MS)?;
+        if ms < slo.ttft_ms {
+            return Err(TenantError::invalid(
+                "slo.queue_deadline_ms",
+                format!(
+                    "is {ms}; it must be at least slo.ttft_ms ({}): a request shed before its \
+                     TTFT target could still have met it",
+                    slo.ttft_ms
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn weight(weight: f64) -> Result<()> {

@@ -62,7 +62,7 @@ fn patch_updates_fields_and_renames_uniquely() {
                 weight: Some(3.5),
                 slo: Some(SloPatch {
                     ttft_ms: Some(900),
-                    tbt_ms: None,
+                    ..SloPatch::default()
                 }),
                 quotas: Some(QuotasPatch {
                     tokens_per_min: Some(42),

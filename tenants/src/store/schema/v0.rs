@@ -65,6 +65,7 @@ pub(crate) fn migrate_to_v1(db: &Db) -> Result<()> {
             slo: Slo {
                 ttft_ms: old.ttft_ms,
                 tbt_ms: old.tbt_ms,
+                queue_deadline_ms: None,
             },
             weight: old.weight,
             quotas: Quotas::default(),
