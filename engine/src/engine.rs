@@ -8,6 +8,7 @@ mod batch;
 mod config;
 mod copy_fault;
 mod deadline;
+mod expire;
 mod gpu_time;
 mod plan;
 mod scratch;
@@ -15,7 +16,7 @@ mod shed;
 mod step_budget;
 mod xfer;
 
-pub use config::{EngineConfig, DEFAULT_QUEUE_DEADLINE_TTFTS, DEFAULT_STEP_TBT_SHARE};
+pub use config::{EngineConfig, DEFAULT_QUEUE_DEADLINE_TTFTS};
 pub use xfer::measure_duplex_rate;
 
 use crate::clock::Clock;

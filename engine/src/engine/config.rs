@@ -74,21 +74,17 @@ impl EngineConfig {
     pub fn queue_deadline_setting(v: Option<f64>) -> Result<Option<f64>, String> {
         off_or_positive(
             v,
-            DEFAULT_QUEUE_DEADLINE_TTFTS,
+            Some(DEFAULT_QUEUE_DEADLINE_TTFTS),
             "queue_deadline_ttfts",
             "number of TTFT targets",
         )
     }
 
-    /// `step_tbt_share` from a command-line or file setting: unset, the default; 0, off;
-    /// otherwise that share (finite and positive).
+    /// `step_tbt_share` from a command-line or file setting: unset or 0, off (the default);
+    /// otherwise that share (finite and positive; 0.8 leaves room for the host's work between
+    /// steps and the cost model's error).
     pub fn step_tbt_share_setting(v: Option<f64>) -> Result<Option<f64>, String> {
-        off_or_positive(
-            v,
-            DEFAULT_STEP_TBT_SHARE,
-            "step_tbt_share",
-            "share of the TBT target",
-        )
+        off_or_positive(v, None, "step_tbt_share", "share of the TBT target")
     }
 
     /// The long-prefill threshold in effect.
@@ -102,10 +98,6 @@ impl EngineConfig {
 /// The default queue deadline, in TTFT targets: past ten times its target a first token is
 /// worth little to an interactive client, and most client timeouts have given up.
 pub const DEFAULT_QUEUE_DEADLINE_TTFTS: f64 = 10.0;
-
-/// The default share of the tightest decoding TBT target a step may take: room for the host's
-/// work between steps and the model's error.
-pub const DEFAULT_STEP_TBT_SHARE: f64 = 0.8;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -127,7 +119,10 @@ impl Default for EngineConfig {
             prefix_cache_dram: true,
             copy_timeout_s: 10.0,
             queue_deadline_ttfts: Some(DEFAULT_QUEUE_DEADLINE_TTFTS),
-            step_tbt_share: Some(DEFAULT_STEP_TBT_SHARE),
+            // Off by default: with many short contexts (a memory-bound batch of ~1k-token
+            // decodes) skipping decodes doubles their gaps and prompt chunks starve
+            // (docs/SCHEDULING.md, "Long contexts").
+            step_tbt_share: None,
         }
     }
 }
@@ -136,12 +131,12 @@ impl Default for EngineConfig {
 /// positive.
 fn off_or_positive(
     v: Option<f64>,
-    default: f64,
+    default: Option<f64>,
     name: &str,
     what: &str,
 ) -> Result<Option<f64>, String> {
     match v {
-        None => Ok(Some(default)),
+        None => Ok(default),
         Some(0.0) => Ok(None),
         Some(k) if k.is_finite() && k > 0.0 => Ok(Some(k)),
         Some(k) => Err(format!(

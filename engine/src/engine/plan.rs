@@ -28,7 +28,7 @@ fn score_cap(r: &Request) -> u32 {
 /// The batch under the token budget into `spans` and `entries` (both empty): decode tokens
 /// first (in request order), then prefill chunks in admission order; one lookup of each
 /// request's block table. With a time limit (`limit`: the cost model and the share of the
-/// tightest TBT target in the engine, `step_budget.rs`), the decodes that do not fit skip the step
+/// tightest decoding TBT target, `step_budget.rs`), the decodes that do not fit skip the step
 /// (their ids in `b.skipped`) and prompt chunks get the time left. Returns how many of them
 /// decode (the first ones).
 pub(super) fn plan_batch<'a>(
@@ -59,28 +59,23 @@ pub(super) fn plan_batch<'a>(
     };
     // Decoding requests with room for their next token, in request order.
     let mut wanting: Vec<(&'a Request, &'a [LogicalBlock])> = Vec::new();
-    // The tightest TBT target of every request in the engine (running, prefilling or
-    // waiting): a step also holds up the requests waiting for it, and one that arrives.
     let mut tightest = f64::INFINITY;
-    for r in requests.values() {
-        if limit.is_some() {
-            tightest = tightest.min(r.spec.slo.tbt_s);
-        }
-        if r.state != ReqState::Running {
-            continue;
-        }
+    for r in requests.values().filter(|r| r.state == ReqState::Running) {
         if r.prefilling() {
             prefills.push((r.t_run.unwrap_or(r.t_arr), r));
             continue;
         }
         let blocks = pool.table(r.id);
         if blocks.len() as u32 * bs > r.kv_len {
+            if limit.is_some() {
+                tightest = tightest.min(r.spec.slo.tbt_s);
+            }
             wanting.push((r, blocks));
         }
     }
-    // The step's time limit, when there is a cost model and a TBT target.
+    // The step's time limit, when there is a cost model and a request decoding.
     let limit = limit
-        .filter(|_| tightest.is_finite())
+        .filter(|_| !wanting.is_empty())
         .map(|(cost, share)| StepLimit {
             cost,
             seconds: share * tightest,
@@ -115,15 +110,16 @@ pub(super) fn plan_batch<'a>(
     prefills.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.spec.id.cmp(&b.1.spec.id)));
     let long = cfg.long_prefill();
     if limit.is_some() {
-        // With a time limit, the fewest remaining prompt tokens first: a chunk deep in a long
-        // prompt (even its last few thousand tokens) can take a whole step's time, and the
-        // short prompts behind it would get none.
-        prefills.sort_by_key(|p| p.1.remaining());
+        // With a time limit, short prompts (their whole prompt, not what is left of it) first,
+        // each class in the policy's order: a chunk deep in a long prompt, even its last few
+        // thousand tokens, can take a whole step's time, and the short ones behind it would
+        // get none.
+        prefills.sort_by_key(|p| p.1.prompt_len > long);
     }
     // In admission order, each prefill gets its rest, a long one at most `long` tokens; what
     // is left then goes to the long ones, in the same order (work-conserving). With a time
     // limit, each chunk also fits the time left (the first at least MIN_CHUNK_TOKENS), and
-    // the prompts with the fewest tokens left go first.
+    // the short prompts go first.
     let mut grants: Vec<(&Request, u32)> = Vec::with_capacity(prefills.len());
     let mut in_time = |r: &Request, already: u32, want: u32, first: bool| -> u32 {
         let Some(l) = &limit else { return want };

@@ -109,7 +109,8 @@ pub struct Settings {
     pub queue_deadline_ttfts: Option<f64>,
     /// Keep each engine step's predicted time within this share of the tightest TBT target
     /// of the requests decoding in it, when the runner knows its step cost (the simulated
-    /// engine; docs/SCHEDULING.md, "Long contexts"); 0: off [default: 0.8].
+    /// engine; the GPU runner on an H100, H200 or GH200; docs/SCHEDULING.md, "Long
+    /// contexts"), e.g. 0.8; 0 or unset: off.
     #[arg(long, env = "SUPERINFER_STEP_TBT_SHARE")]
     pub step_tbt_share: Option<f64>,
     /// Turn the prefix cache off: every prompt is prefilled from its first token

@@ -508,7 +508,7 @@ fn a_tenant_with_load_of_its_own_runs_beside_a_replayed_trace() {
 fn the_deadline_and_step_budget_flags_reach_the_config_and_0_turns_them_off() {
     let d = sim_target_config(&parse(&["--rps", "1"]).unwrap());
     assert_eq!(d.queue_deadline_ttfts, Some(10.0));
-    assert_eq!(d.step_tbt_share, Some(0.8));
+    assert_eq!(d.step_tbt_share, None, "the step budget is off by default");
     let on = sim_target_config(
         &parse(&[
             "--rps",
