@@ -14,7 +14,8 @@
 #   environment: docs/OPERATIONS.md)
 #   DATASET [sharegpt]  SEED [42]  DRAIN [60]  MAX_ROTATIONS [unset: the server's 1; weighted
 #   LVF's cap on consecutive rotations of one request]  PROGRESS_TOKENS [unset: the server's
-#   32; tokens of one running period that reset the count]  WORKLOAD [unset: a loadgen
+#   32; tokens of one running period that reset the count]  STEP_TBT_SHARE [unset: off; e.g.
+#   0.8, the step time budget for long contexts, server and twin alike]  WORKLOAD [unset: a loadgen
 #   tenants file, e.g. loadgen/workloads/noisy-neighbour.toml; with RPS=file its own rates;
 #   a replay workload, e.g. loadgen/workloads/replay/mooncake-1-2-4.toml, with RPS=file and
 #   RATE_SCALE (default 1), and optionally TRACE_START_S, TRACE_DURATION_S (a window of the
@@ -50,6 +51,7 @@ case "${1:-}" in
     if [ "$B_XFER" != auto ]; then caps+=(--b-xfer "$B_XFER"); fi
     if [ -n "${MAX_ROTATIONS:-}" ]; then caps+=(--max-rotations "$MAX_ROTATIONS"); fi
     if [ -n "${PROGRESS_TOKENS:-}" ]; then caps+=(--progress-tokens "$PROGRESS_TOKENS"); fi
+    if [ -n "${STEP_TBT_SHARE:-}" ]; then caps+=(--step-tbt-share "$STEP_TBT_SHARE"); fi
     HBM_KV_GB=${HBM_KV_GB:-4}; DRAM_KV_GB=${DRAM_KV_GB:-48}; MBT=${MAX_BATCHED_TOKENS:-2048}
     DATASET=${DATASET:-sharegpt}; SEED=${SEED:-42}; DRAIN=${DRAIN:-60}
     MODEL=${MODEL:-random:llama-3-8b}
