@@ -341,15 +341,7 @@ async fn a_request_queued_past_its_deadline_is_shed_with_503_and_counted() {
     assert!(error_message(&v).contains("queue deadline"), "{v}");
     assert_eq!(first.await.unwrap(), StatusCode::OK);
     assert_eq!(engine.stats().shed_deadline, 1);
-    let text = s
-        .client
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.scrape().await;
     let unserved = [("tenant", "hurried"), ("reason", "deadline")];
     assert_eq!(
         metric_value(&text, "superinfer_ttft_unserved_total", &unserved),

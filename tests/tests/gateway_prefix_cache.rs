@@ -182,15 +182,7 @@ async fn a_tenant_hits_its_own_prefix_and_no_one_else_does_unless_shared() {
     assert!(cached > 0, "chat never hit");
 
     // Per-tenant hit and query counters, and the cached blocks per tier.
-    let metrics = s
-        .client
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.scrape().await;
     let value = |prefix: &str| -> f64 {
         metrics
             .lines()
@@ -272,15 +264,7 @@ async fn without_the_prefix_cache_nothing_is_ever_cached() {
         assert_eq!(text, first);
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let metrics = s
-        .client
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.scrape().await;
     assert!(
         metrics.contains("superinfer_prefix_cache_blocks{tier=\"hbm\"} 0\n"),
         "{metrics}"
