@@ -261,10 +261,7 @@ fn slo_converts_to_seconds() {
 
 #[test]
 fn a_queue_deadline_is_optional_at_least_the_ttft_target_and_cleared_by_zero() {
-    let t = NewTenant::named("acme")
-        .validate()
-        .unwrap()
-        .into_tenant(TenantId(1), 0);
+    let t = tenant();
     assert_eq!(t.slo.queue_deadline_ms, None);
     let patch = |ms: u32| TenantPatch {
         slo: Some(SloPatch {
@@ -292,10 +289,7 @@ fn a_queue_deadline_is_optional_at_least_the_ttft_target_and_cleared_by_zero() {
 
 #[test]
 fn cache_namespace_is_optional_validated_and_patched_as_set_clear_or_keep() {
-    let t = NewTenant::named("acme")
-        .validate()
-        .unwrap()
-        .into_tenant(TenantId(1), 0);
+    let t = tenant();
     assert_eq!(t.cache_namespace, None);
     for bad in [
         "",
