@@ -33,19 +33,12 @@ pub struct GpuRunner {
 /// model's own shape; `None` (steps bounded by tokens only) for a GPU without a profile.
 fn step_cost_of(model: &GpuLlama, geometry: BlockGeometry) -> Option<StepCost> {
     let gpu = model.gpu().name().unwrap_or_default();
-    let hw = match hardware_for_gpu(&gpu) {
-        Some(Ok(hw)) => hw,
-        Some(Err(e)) => {
-            tracing::warn!(gpu, error = %e, "the GPU's hardware profile does not load; steps are bounded by tokens only");
-            return None;
-        }
-        None => {
-            tracing::info!(
-                gpu,
-                "no hardware profile for this GPU; steps are bounded by tokens only"
-            );
-            return None;
-        }
+    let Some(hw) = hardware_for_gpu(&gpu) else {
+        tracing::info!(
+            gpu,
+            "no hardware profile for this GPU; steps are bounded by tokens only"
+        );
+        return None;
     };
     let c = model.config();
     let dtype_bytes = geometry.dtype_bytes;
