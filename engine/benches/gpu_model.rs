@@ -23,6 +23,8 @@
 //!     [--long-contexts 32768,131072] [--long-prefills 32768,131072] [--twin-profile h100-…]
 //! ```
 
+#[path = "gpu_model/attention.rs"]
+mod attention;
 #[path = "gpu_model/decode_mixed.rs"]
 mod decode_mixed;
 #[path = "gpu_model/engine_loop.rs"]
@@ -40,7 +42,7 @@ use superinfer_engine::model::tiny::RandomLlama;
 use superinfer_engine::runner::gpu::GpuRunner;
 use superinfer_engine::runner::{BatchEntry, ModelRunner, StepBatch};
 use superinfer_engine::SamplingParams;
-use superinfer_kernels::attention_plan::{AttentionPlan, AttentionShape, SeqSpan};
+use superinfer_kernels::attention_plan::{AttentionShape, SeqSpan};
 use superinfer_policies::RequestId;
 
 struct Args {
@@ -207,6 +209,27 @@ fn batch<'a>(s: &'a [Seq], pos: usize, p: &'a SamplingParams) -> StepBatch<'a> {
             })
             .collect(),
     }
+}
+
+/// Each sequence's HBM block table.
+fn hbm_tables(s: &[Seq]) -> Vec<Vec<u32>> {
+    s.iter()
+        .map(|q| q.blocks.iter().map(|b| b.hbm.unwrap().0).collect())
+        .collect()
+}
+
+/// One decode span per table: sequence `i` is query row `i`, at the last of its `keys` keys.
+fn decode_spans(tables: &[Vec<u32>], keys: usize) -> Vec<SeqSpan<'_>> {
+    tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| SeqSpan {
+            q_offset: i as u32,
+            pos: keys as u32 - 1,
+            end: keys as u32,
+            blocks: t,
+        })
+        .collect()
 }
 
 /// How a decode step is launched.
@@ -505,105 +528,7 @@ fn main() {
         engine_section(runner, &a);
         return;
     }
-    println!("\n## attention kernels alone (one layer)");
-    use superinfer_kernels::cuda::DecodeKernel;
-    let k = runner.model().kernels();
-    let arena = runner.arena().rows().clone();
-    let qw = cfg.q_width();
-    // Decode: both kernels side by side (the one-pass kernel is the default), at batch 64 ×
-    // `ctx + 1` keys, batch 8 × 4,096 keys and batch 1 (the plan splits the context).
-    println!("Each figure: 20 launches back to back, one synchronize.");
-    println!(
-        "| decode | kernel | splits × keys | us | GB/s of KV | % of {} TB/s |",
-        a.hbm_tbs
-    );
-    println!("| --- | --- | --- | --- | --- | --- |");
-    let q = Tensor::randn(0f32, 1.0, (max_batch, qw), &dev)
-        .unwrap()
-        .to_dtype(DType::BF16)
-        .unwrap();
-    for (n, keys) in [(max_batch, ctx + 1), (8, 4096), (1, ctx + 1)] {
-        let s = seqs(n, keys, 0);
-        let tables: Vec<Vec<u32>> = s
-            .iter()
-            .map(|q| q.blocks.iter().map(|b| b.hbm.unwrap().0).collect())
-            .collect();
-        let spans: Vec<SeqSpan<'_>> = tables
-            .iter()
-            .enumerate()
-            .map(|(i, t)| SeqSpan {
-                q_offset: i as u32,
-                pos: keys as u32 - 1,
-                end: keys as u32,
-                blocks: t,
-            })
-            .collect();
-        let meta = k
-            .upload(AttentionPlan::new(&shape, &spans).unwrap(), &shape)
-            .unwrap();
-        let qn = q.narrow(0, 0, n).unwrap().contiguous().unwrap();
-        let bytes = n as f64 * keys as f64 * kv_per_token / cfg.num_layers as f64;
-        // The arena as one layer of blocks (64 KB apart instead of a whole block's 2 MB):
-        // what the layout's stride costs.
-        let one_layer = AttentionShape {
-            num_layers: 1,
-            ..shape
-        };
-        let meta1 = k
-            .upload(AttentionPlan::new(&one_layer, &spans).unwrap(), &one_layer)
-            .unwrap();
-        for (kernel, layers) in DecodeKernel::ALL
-            .into_iter()
-            .map(|k| (k, "block-first"))
-            .chain([(DecodeKernel::OnePass, "one-layer arena")])
-        {
-            k.set_decode_kernel(kernel);
-            let (sh, me) = if layers == "block-first" {
-                (&shape, &meta)
-            } else {
-                (&one_layer, &meta1)
-            };
-            let t = time_each(a.iters, 20, &dev, || {
-                k.attention(&qn, &arena, me, sh, 0).unwrap();
-            });
-            println!(
-                "| {n} x {keys} | {kernel:?}, {layers} | {} x {} | {:.1} | {:.0} | {:.0}% |",
-                meta.plan.decode_splits,
-                meta.plan.decode_part,
-                t * 1e6,
-                bytes / t / 1e9,
-                100.0 * bytes / t / (a.hbm_tbs * 1e12),
-            );
-        }
-        k.set_decode_kernel(Default::default());
-    }
-    // Prefill: one 2,048-token causal chunk.
-    let n = 2048usize;
-    let s = seqs(1, n, 0);
-    let table: Vec<u32> = s[0].blocks.iter().map(|b| b.hbm.unwrap().0).collect();
-    let spans = [SeqSpan {
-        q_offset: 0,
-        pos: 0,
-        end: n as u32,
-        blocks: &table,
-    }];
-    let meta = k
-        .upload(AttentionPlan::new(&shape, &spans).unwrap(), &shape)
-        .unwrap();
-    let q = Tensor::randn(0f32, 1.0, (n, qw), &dev)
-        .unwrap()
-        .to_dtype(DType::BF16)
-        .unwrap();
-    let t = time(a.iters * 2, &dev, || {
-        k.attention(&q, &arena, &meta, &shape, 0).unwrap();
-    });
-    let flops = 2.0 * 2.0 * (n * n) as f64 / 2.0 * (cfg.num_heads * cfg.head_dim) as f64;
-    println!(
-        "prefill, {n} tokens causal: {:.1} us, {:.0} TFLOP/s",
-        t * 1e6,
-        flops / t / 1e12
-    );
-    drop(arena);
+    attention::run(&runner, &dev, &a, &shape, max_batch);
     engine_section(runner, &a);
 }
 

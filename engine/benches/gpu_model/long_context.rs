@@ -183,21 +183,8 @@ pub fn run(model: GpuLlama, dev: &Device, a: &LongArgs<'_>) {
         } else {
             (&one_layer, "one-layer")
         };
-        let s = super::seqs(b, keys, 0);
-        let tables: Vec<Vec<u32>> = s
-            .iter()
-            .map(|q| q.blocks.iter().map(|x| x.hbm.unwrap().0).collect())
-            .collect();
-        let spans: Vec<SeqSpan<'_>> = tables
-            .iter()
-            .enumerate()
-            .map(|(i, t)| SeqSpan {
-                q_offset: i as u32,
-                pos: keys as u32 - 1,
-                end: keys as u32,
-                blocks: t,
-            })
-            .collect();
+        let tables = super::hbm_tables(&super::seqs(b, keys, 0));
+        let spans = super::decode_spans(&tables, keys);
         let meta = k
             .upload(AttentionPlan::new(sh, &spans).unwrap(), sh)
             .unwrap();
