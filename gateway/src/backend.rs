@@ -261,6 +261,13 @@ where
         .config()
         .hbm_blocks
         .saturating_mul(engine.config().block_size);
+    tracing::info!(
+        hbm_blocks = engine.config().hbm_blocks,
+        dram_blocks = engine.config().dram_blocks,
+        block_size = engine.config().block_size,
+        hbm_kv_tokens = kv_tokens,
+        "KV tiers"
+    );
     match engine.config().b_xfer {
         Some(blocks) => tracing::info!(blocks, "rotation budget B_xfer fixed"),
         None => tracing::info!(
