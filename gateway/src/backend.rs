@@ -94,8 +94,9 @@ pub struct EngineOptions {
     pub step_tbt_share: Option<f64>,
     /// Requests waiting for admission beyond this are refused (503).
     pub max_queue: usize,
-    /// Longest prompt + output of one request; capped by the KV capacity.
-    pub max_model_len: u32,
+    /// Longest prompt + output of one request; `None`: the model's context. Capped by the
+    /// model's context and by what the HBM KV tier holds.
+    pub max_model_len: Option<u32>,
     /// Keep full blocks as a prefix cache (`--no-prefix-cache` turns it off).
     pub prefix_cache: bool,
     /// The prefix cache may keep blocks whose only copy is in DRAM (`--prefix-cache-hbm-only`
@@ -120,7 +121,7 @@ impl Default for EngineOptions {
             queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
             step_tbt_share: EngineConfig::default().step_tbt_share,
             max_queue: 1024,
-            max_model_len: 8192,
+            max_model_len: None,
             prefix_cache: true,
             prefix_cache_dram: true,
             tool_call_parser: None,
@@ -288,7 +289,11 @@ where
         thread,
         text,
         model: ModelInfo {
-            max_model_len: opts.max_model_len.min(kv_tokens).min(model.max_model_len),
+            max_model_len: opts
+                .max_model_len
+                .unwrap_or(u32::MAX)
+                .min(kv_tokens)
+                .min(model.max_model_len),
             ..model
         },
     })

@@ -185,8 +185,7 @@ impl ServeConfig {
                     ),
                     q => q.unwrap_or(d.max_queue),
                 },
-                max_model_len: positive("max_model_len", s.max_model_len)?
-                    .unwrap_or(d.max_model_len),
+                max_model_len: positive("max_model_len", s.max_model_len)?.or(d.max_model_len),
                 prefix_cache,
                 prefix_cache_dram: !hbm_only,
                 tool_call_parser: match s.tool_call_parser.as_deref() {

@@ -261,7 +261,7 @@ impl<'a> From<&'a SimArgs> for WorkloadFlags<'a> {
 /// Checks the flags, reads the workload file and builds every load's requests; a replay's
 /// prompts are capped at the twin's HBM KV tier by default.
 pub fn prepare(args: &SimArgs) -> Result<Sweep, Error> {
-    prepare_workload(args.into(), || {
+    prepare_workload(args.into(), |_| {
         SimTarget::new(sim_target_config(args))
             .ok()
             .map(|t| t.context_tokens())
@@ -372,7 +372,7 @@ fn run_sim(args: &SimArgs, command: String) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let sweep = match prepare_workload(args.into(), || Some(target.context_tokens())) {
+    let sweep = match prepare_workload(args.into(), |_| Some(target.context_tokens())) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");

@@ -146,7 +146,8 @@ pub struct Settings {
     /// Requests waiting in the engine beyond this get 503 [default: 1024].
     #[arg(long, env = "SUPERINFER_MAX_QUEUE")]
     pub max_queue: Option<usize>,
-    /// Longest prompt + output of one request, tokens [default: 8192].
+    /// Longest prompt + output of one request, tokens [default: the model's context, capped by
+    /// what the HBM KV tier holds].
     #[arg(long, env = "SUPERINFER_MAX_MODEL_LEN")]
     pub max_model_len: Option<u32>,
     /// Largest request body, bytes [default: 4194304].

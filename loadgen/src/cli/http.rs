@@ -93,7 +93,7 @@ pub(super) fn run_http(args: &HttpArgs, command: String) -> ExitCode {
         }
     };
     // A replay's prompts are capped at the served model's context by default.
-    let sweep = match prepare_workload(args.into(), || target.context_tokens()) {
+    let sweep = match prepare_workload(args.into(), |tenants| target.context_tokens(tenants)) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");

@@ -13,7 +13,7 @@ use crate::workload::{self, load_workload, ArrivalSpec, TenantSpec};
 /// (the default cap on a replayed trace's prompts), asked only for a replay.
 pub fn prepare_workload(
     args: WorkloadFlags<'_>,
-    context: impl FnOnce() -> Option<u32>,
+    context: impl FnOnce(&[TenantSpec]) -> Option<u32>,
 ) -> Result<Sweep, Error> {
     if let Some(p) = first_duplicate(args.policies.iter()) {
         return Err(usage(format!("--policies lists '{p}' twice")));
@@ -34,7 +34,9 @@ pub fn prepare_workload(
         (None, None) => None,
     };
     if let Some(spec) = replay_spec {
-        return prepare_replay(&args, spec, file.map(|f| f.tenants), context());
+        let tenants = file.map(|f| f.tenants);
+        let context = context(tenants.as_deref().unwrap_or_default());
+        return prepare_replay(&args, spec, tenants, context);
     }
     args.replay.check_unused()?;
     let base = match file {

@@ -82,10 +82,16 @@ impl HttpTarget {
     }
 
     /// The served model's context (`max_model_len` of GET /v1/models, as this project's
-    /// server and vLLM give it); `None` when the server does not say.
-    pub fn context_tokens(&self) -> Option<u32> {
+    /// server and vLLM give it), asked with the default key or else the first of `tenants`'
+    /// keys; `None` when the server does not say.
+    pub fn context_tokens(&self, tenants: &[TenantSpec]) -> Option<u32> {
+        let key = self.cfg.default_api_key.clone().or_else(|| {
+            tenant_keys(tenants, None)
+                .ok()
+                .and_then(|keys| keys.into_iter().flatten().next())
+        });
         let mut req = self.client.get(format!("{}/v1/models", self.cfg.base_url));
-        if let Some(k) = &self.cfg.default_api_key {
+        if let Some(k) = key {
             req = req.bearer_auth(k);
         }
         self.runtime.block_on(async {
