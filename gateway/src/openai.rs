@@ -113,8 +113,13 @@ async fn generate(
         admission::reserve(&ctx.limits, &valid),
         valid.stream,
     );
+    // Every byte after the request is billed waits for its record to be on disk.
+    let receipt = usage.receipt();
+    let billed = |resp| crate::usage::gate(resp, receipt, state.ledger.clone());
     if !valid.more_prompts.is_empty() || valid.best_of > 1 {
-        return several::generate(&state, ctx, (slot, seats, usage), valid, started, kill).await;
+        return several::generate(&state, ctx, (slot, seats, usage), valid, started, kill)
+            .await
+            .map(billed);
     }
     // A refusal drops `usage`, which refunds the reservation.
     let stream =
@@ -165,9 +170,9 @@ async fn generate(
             limits: state.stream,
             kill,
         };
-        Ok(sse::respond(gen, meta, out))
+        Ok(billed(sse::respond(gen, meta, out)))
     } else {
-        collect(gen, meta, &state.metrics).await
+        collect(gen, meta, &state.metrics).await.map(billed)
     }
 }
 

@@ -112,7 +112,9 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
     })
     .await
     .context("the engine start task")??;
+    let (ledger, commit) = crate::usage::spawn_flusher(registry.store().clone());
     let state = Arc::new(AppState {
+        ledger: commit,
         engine: handle,
         registry: registry.clone(),
         metrics,
@@ -132,7 +134,6 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
             .map_or(0, |d| d.as_secs()),
     });
     let watcher = registry.spawn_watcher(changes);
-    let ledger = crate::usage::spawn_flusher(registry.store().clone());
     #[cfg(unix)]
     let reloader = match &cfg.tenants_file {
         None => None,
@@ -378,7 +379,8 @@ struct Serve {
     watcher: JoinHandle<()>,
     /// Re-applies `--tenants-file` on SIGHUP.
     reloader: Option<JoinHandle<()>>,
-    /// Writes the usage ledger every second (the last write is the store's flush at exit).
+    /// Writes the usage ledger every second and for every answer (the last write is the
+    /// store's flush at exit).
     ledger: JoinHandle<()>,
 }
 

@@ -37,6 +37,8 @@ pub struct AppState {
     pub proxy: Arc<crate::proxy::ProxyConfig>,
     /// Unix seconds when the server started (the model's `created`).
     pub started_unix_s: u64,
+    /// The usage ledger's writer: answers wait on it for their record ([`crate::usage::gate`]).
+    pub ledger: Arc<crate::usage::LedgerCommit>,
 }
 
 impl AppState {

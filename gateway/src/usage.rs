@@ -1,6 +1,7 @@
 //! The usage ledger from the gateway's side: what each admitted request cost, as the client
 //! was told in its `usage`, added to the tenant store's ledger once per request
-//! ([`UsageTicket`]); a task that flushes the ledger to disk every second; and the export
+//! ([`UsageTicket`]); its writer, which puts each record on disk before the answer's last
+//! byte (group commit, [`commit`]); and the export
 //! (`GET /admin/v1/usage`, `superinfer tenants usage`) as JSON or CSV.
 //!
 //! Counting rules (docs/OPERATIONS.md, "Usage ledger"): one request per HTTP request the
@@ -17,18 +18,19 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 use superinfer_tenants::{
     parse_time, to_csv, TenantId, TenantRef, TenantStore, UsageCounts, UsageLedger, UsageQuery,
     UsageReport,
 };
 
+mod commit;
+
+pub use commit::{gate, spawn_flusher, LedgerCommit, Receipt, FLUSH_EVERY};
+
 use crate::error::{GatewayError, Result};
 use crate::quota::Limiter;
 use crate::state::Shared;
-
-/// How often the ledger's in-memory counts are written to sled.
-pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// One request's account: the tokens reserved against its tenant's tokens per minute at
 /// admission, settled when it ends, and its share of the ledger. Held by each of its
@@ -47,6 +49,8 @@ pub struct UsageTicket {
     limits: Arc<dyn Limiter>,
     reserved: u64,
     streamed: bool,
+    /// The ledger record's sequence number once billed ([`gate`] waits for it).
+    receipt: Arc<Receipt>,
     state: Mutex<Ticket>,
 }
 
@@ -89,6 +93,7 @@ impl UsageTicket {
             limits,
             reserved,
             streamed,
+            receipt: Arc::default(),
             state: Mutex::new(Ticket {
                 choices_left: choices,
                 accepted: 0,
@@ -98,6 +103,11 @@ impl UsageTicket {
                 recorded: false,
             }),
         }
+    }
+
+    /// Where the request's ledger record will be named once it is billed.
+    pub fn receipt(&self) -> Arc<Receipt> {
+        self.receipt.clone()
     }
 
     /// One sequence was submitted to the engine.
@@ -150,7 +160,8 @@ impl UsageTicket {
         let billed = if t.accepted == 0 {
             0
         } else {
-            self.ledger.record(self.tenant, now_ms(), counts);
+            let seq = self.ledger.record(self.tenant, now_ms(), counts);
+            self.receipt.set(seq);
             counts.prompt_tokens + counts.completion_tokens
         };
         match billed.cmp(&self.reserved) {
@@ -178,25 +189,6 @@ impl Drop for UsageTicket {
             self.settle(&mut t);
         }
     }
-}
-
-/// Writes the ledger to sled every [`FLUSH_EVERY`] until aborted.
-pub fn spawn_flusher(store: TenantStore) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(FLUSH_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            every.tick().await;
-            let s = store.clone();
-            match tokio::task::spawn_blocking(move || s.usage().flush()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "cannot write the usage ledger; kept in memory for the next try")
-                }
-                Err(e) => tracing::error!(error = %e, "the usage ledger task failed"),
-            }
-        }
-    })
 }
 
 /// Output formats of the export.

@@ -2,10 +2,13 @@
 //! cached prompt tokens, completion tokens and errors, kept in the store's `usage` tree.
 //!
 //! The request path only adds to an in-memory table ([`UsageLedger::record`]: a mutex and a
-//! hash-map entry, no I/O); [`UsageLedger::flush`] moves that table into sled in one
-//! transaction followed by a flush. The gateway flushes every second and on shutdown, and
-//! every read ([`UsageLedger::rows`]) flushes first, so what a read reports includes every
-//! request recorded before it. A crash loses at most what was recorded since the last flush.
+//! hash-map entry, no I/O) and gets the record's sequence number; [`UsageLedger::flush`] moves
+//! that table into sled in one transaction followed by a flush, after which
+//! [`UsageLedger::durable_seq`] covers every record it held. Every read
+//! ([`UsageLedger::rows`]) flushes first, so what a read reports includes every request
+//! recorded before it. The gateway flushes every second, on shutdown, and whenever a request
+//! waits for its record to be durable before its last byte (group commit: one flush serves
+//! every request that ended meanwhile), so a crash loses no record whose client got an answer.
 
 mod export;
 mod time;
@@ -17,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use sled::transaction::TransactionError;
 use sled::{Db, Tree};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::{Result, TenantError};
@@ -131,9 +135,18 @@ pub struct UsageQuery {
 pub struct UsageLedger {
     db: Db,
     tree: Tree,
-    pending: Arc<Mutex<HashMap<(TenantId, u64), UsageCounts>>>,
+    pending: Arc<Mutex<Pending>>,
+    /// The sequence number of the last record on disk.
+    durable: Arc<AtomicU64>,
     /// One flush at a time: each reads, adds and writes rows.
     flushing: Arc<Mutex<()>>,
+}
+
+/// Records not yet on disk, and the sequence number of the last record.
+#[derive(Default)]
+struct Pending {
+    rows: HashMap<(TenantId, u64), UsageCounts>,
+    seq: u64,
 }
 
 pub(crate) fn row_key(tenant: TenantId, hour: u64) -> [u8; 12] {
@@ -166,6 +179,7 @@ impl UsageLedger {
             db: db.clone(),
             tree: db.open_tree(USAGE)?,
             pending: Arc::default(),
+            durable: Arc::default(),
             flushing: Arc::default(),
         })
     }
@@ -174,22 +188,35 @@ impl UsageLedger {
         self.tree.iter()
     }
 
-    /// Adds one request's use to the hour that holds `at_unix_ms`. No I/O: it lands on disk
-    /// with the next [`flush`](UsageLedger::flush).
-    pub fn record(&self, tenant: TenantId, at_unix_ms: u64, counts: UsageCounts) {
+    /// Adds one request's use to the hour that holds `at_unix_ms` and returns the record's
+    /// sequence number (from 1). No I/O: it lands on disk with the next
+    /// [`flush`](UsageLedger::flush), and is durable once [`durable_seq`](Self::durable_seq)
+    /// reaches that number.
+    pub fn record(&self, tenant: TenantId, at_unix_ms: u64, counts: UsageCounts) -> u64 {
         let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        p.entry((tenant, at_unix_ms / HOUR_MS))
+        p.rows
+            .entry((tenant, at_unix_ms / HOUR_MS))
             .or_default()
             .add(&counts);
+        p.seq += 1;
+        p.seq
+    }
+
+    /// The sequence number of the last record written to disk (every earlier one is too).
+    pub fn durable_seq(&self) -> u64 {
+        self.durable.load(Ordering::Acquire)
     }
 
     /// Moves what was recorded into sled (one transaction, then a flush). On an error the
     /// counts are kept in memory for the next flush.
     pub fn flush(&self) -> Result<()> {
         let _one = self.flushing.lock().unwrap_or_else(PoisonError::into_inner);
-        let batch =
-            std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+        let (batch, upto) = {
+            let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            (std::mem::take(&mut p.rows), p.seq)
+        };
         if batch.is_empty() {
+            self.durable.fetch_max(upto, Ordering::AcqRel);
             return Ok(());
         }
         let written = self
@@ -215,10 +242,11 @@ impl UsageLedger {
         if let Err(e) = written {
             let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
             for (k, c) in batch {
-                p.entry(k).or_default().add(&c);
+                p.rows.entry(k).or_default().add(&c);
             }
             return Err(e);
         }
+        self.durable.fetch_max(upto, Ordering::AcqRel);
         Ok(())
     }
 

@@ -1,5 +1,8 @@
 //! One `superinfer serve` node as a child process (the real binary), on a free port, with its
-//! own data directory; killed (SIGKILL) when dropped.
+//! own data directory (kept across a restart); killed (SIGKILL) when dropped.
+
+// Each test binary uses part of this helper.
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -10,19 +13,42 @@ use std::time::Duration;
 pub struct Node {
     child: Option<Child>,
     pub base: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Node {
     /// Starts `superinfer serve --sim-profile PROFILE --tenants-file FILE ARGS…` with `env`
     /// set, and waits until it listens.
-    #[allow(clippy::zombie_processes)] // `Drop for Node` kills and waits for the child.
     pub fn start(profile: &str, tenants: &Path, args: &[&str], env: &[(&str, &str)]) -> Node {
         let dir = tempfile::tempdir().expect("a temporary directory");
+        let (child, base) = Node::spawn(dir.path(), profile, tenants, args, env);
+        Node {
+            child: Some(child),
+            base,
+            dir,
+        }
+    }
+
+    /// Starts the node again on its data directory (after [`Node::kill`]), on a new port.
+    pub fn restart(&mut self, profile: &str, tenants: &Path, args: &[&str], env: &[(&str, &str)]) {
+        self.kill();
+        let (child, base) = Node::spawn(self.dir.path(), profile, tenants, args, env);
+        self.child = Some(child);
+        self.base = base;
+    }
+
+    #[allow(clippy::zombie_processes)] // `Drop for Node` kills and waits for the child.
+    fn spawn(
+        dir: &Path,
+        profile: &str,
+        tenants: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> (Child, String) {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_superinfer"));
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--sim-profile", profile])
             .arg("--data-dir")
-            .arg(dir.path())
+            .arg(dir)
             .arg("--tenants-file")
             .arg(tenants)
             .args(args)
@@ -45,11 +71,7 @@ impl Node {
                 .recv_timeout(Duration::from_secs(60))
                 .expect("the node prints where it listens");
             if let Some(base) = line.strip_prefix("listening on ") {
-                return Node {
-                    child: Some(child),
-                    base: base.to_string(),
-                    _dir: dir,
-                };
+                return (child, base.to_string());
             }
         }
     }

@@ -23,10 +23,13 @@ fn records_sum_per_tenant_and_hour_and_survive_reopen() {
         let (b, _) = s.create(NewTenant::named("b")).unwrap();
         let u = s.usage();
         let h = 491_000 * HOUR_MS; // some hour
-        u.record(a.id, h + 10, counts(1, 10, 0, 5, 0));
-        u.record(a.id, h + HOUR_MS - 1, counts(1, 20, 16, 7, 0));
+        assert_eq!(u.record(a.id, h + 10, counts(1, 10, 0, 5, 0)), 1);
+        assert_eq!(u.record(a.id, h + HOUR_MS - 1, counts(1, 20, 16, 7, 0)), 2);
+        assert_eq!(u.durable_seq(), 0, "nothing is on disk before a flush");
         u.flush().unwrap();
-        u.record(a.id, h + HOUR_MS, counts(1, 3, 0, 0, 1));
+        assert_eq!(u.durable_seq(), 2);
+        assert_eq!(u.record(a.id, h + HOUR_MS, counts(1, 3, 0, 0, 1)), 3);
+        assert_eq!(u.durable_seq(), 2);
         // Two requests of three sequences (one with `n: 2`).
         u.record(
             b.id,
@@ -37,6 +40,7 @@ fn records_sum_per_tenant_and_hour_and_survive_reopen() {
             },
         );
         s.flush().unwrap(); // the store's flush also flushes the ledger
+        assert_eq!(u.durable_seq(), 4);
         (a, b)
     };
     let s = TenantStore::open(&path).unwrap();

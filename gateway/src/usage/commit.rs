@@ -1,0 +1,128 @@
+//! Group commit of the usage ledger: a request's record reaches the disk before its client gets
+//! the last byte of its answer, so a node killed at any moment has billed every answer a
+//! client received in full (and at most the few it was finishing when it died).
+//!
+//! The flusher writes the ledger every [`FLUSH_EVERY`], and at once (after [`GROUP_WINDOW`],
+//! so that one write serves every request ending meanwhile) when an answer waits for its
+//! record ([`LedgerCommit::wait`]). [`gate`] holds back the bytes an answer produces after its
+//! request was billed (a body, or a stream's usage chunk and `[DONE]`) until that write is
+//! done; the tokens streamed before are never delayed.
+
+use axum::body::Body;
+use axum::response::Response;
+use futures_util::StreamExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use superinfer_tenants::{TenantStore, UsageLedger};
+use tokio::sync::{watch, Notify};
+
+/// How often the ledger's in-memory counts are written to sled when no answer waits.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// How long a write waits for more requests ending at about the same time.
+pub const GROUP_WINDOW: Duration = Duration::from_millis(2);
+/// The longest an answer waits for its record. Past it (a failing or stalled disk) the answer
+/// goes out, the record stays in memory for the next write, and an error is logged: the
+/// server keeps serving rather than wedge every answer on its disk.
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The ledger's writer, shared by the flusher task and the answers waiting on it.
+pub struct LedgerCommit {
+    ledger: UsageLedger,
+    wake: Notify,
+    /// The sequence number of the last record on disk, as the last write left it.
+    durable: watch::Sender<u64>,
+}
+
+impl LedgerCommit {
+    /// Waits until record `seq` is on disk (at most [`COMMIT_TIMEOUT`]); whether it is.
+    pub async fn wait(&self, seq: u64) -> bool {
+        if self.ledger.durable_seq() >= seq {
+            return true;
+        }
+        let mut durable = self.durable.subscribe();
+        self.wake.notify_one();
+        let written = tokio::time::timeout(COMMIT_TIMEOUT, durable.wait_for(|d| *d >= seq))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !written {
+            tracing::error!(
+                seq,
+                "a usage record is not on disk after {COMMIT_TIMEOUT:?}; the answer goes out without it"
+            );
+        }
+        written
+    }
+
+    /// One write of everything recorded so far.
+    async fn flush(&self) {
+        let ledger = self.ledger.clone();
+        match tokio::task::spawn_blocking(move || ledger.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot write the usage ledger; kept in memory for the next try")
+            }
+            Err(e) => tracing::error!(error = %e, "the usage ledger task failed"),
+        }
+        self.durable.send_replace(self.ledger.durable_seq());
+    }
+}
+
+/// Starts the ledger's writer: every [`FLUSH_EVERY`], and whenever an answer waits for its
+/// record, until aborted.
+pub fn spawn_flusher(store: TenantStore) -> (tokio::task::JoinHandle<()>, Arc<LedgerCommit>) {
+    let commit = Arc::new(LedgerCommit {
+        ledger: store.usage().clone(),
+        wake: Notify::new(),
+        durable: watch::channel(0).0,
+    });
+    let writer = commit.clone();
+    let task = tokio::spawn(async move {
+        let mut every = tokio::time::interval(FLUSH_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                () = writer.wake.notified() => tokio::time::sleep(GROUP_WINDOW).await,
+            }
+            writer.flush().await;
+        }
+    });
+    (task, commit)
+}
+
+/// The sequence number of a request's ledger record once it is billed (0 before).
+#[derive(Debug, Default)]
+pub struct Receipt(AtomicU64);
+
+impl Receipt {
+    pub(crate) fn set(&self, seq: u64) {
+        self.0.store(seq, Ordering::Release);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// `resp` with every byte produced after its request was billed held back until the record
+/// is on disk.
+pub fn gate(resp: Response, receipt: Arc<Receipt>, commit: Arc<LedgerCommit>) -> Response {
+    resp.map(|body| {
+        let chunks = body.into_data_stream();
+        Body::from_stream(futures_util::stream::unfold(
+            (chunks, receipt, commit, false),
+            |(mut chunks, receipt, commit, committed)| async move {
+                let chunk = chunks.next().await?;
+                let seq = receipt.get();
+                let mut committed = committed;
+                if !committed && seq != 0 {
+                    // Whether or not the write succeeded in time, the answer goes on.
+                    commit.wait(seq).await;
+                    committed = true;
+                }
+                Some((chunk, (chunks, receipt, commit, committed)))
+            },
+        ))
+    })
+}
