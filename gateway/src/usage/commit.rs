@@ -2,9 +2,9 @@
 //! the last byte of its answer, so a node killed at any moment has billed every answer a
 //! client received in full (and at most the few it was finishing when it died).
 //!
-//! The flusher writes the ledger every [`FLUSH_EVERY`], and at once (after [`GROUP_WINDOW`],
-//! so that one write serves every request ending meanwhile) when an answer waits for its
-//! record ([`LedgerCommit::wait`]). [`gate`] holds back the bytes an answer produces after its
+//! The flusher writes the ledger every [`FLUSH_EVERY`], and at once when an answer waits for
+//! its record ([`LedgerCommit::wait`]); answers that end while a write is under way share the
+//! next one (group commit). [`gate`] holds back the bytes an answer produces after its
 //! request was billed (a body, or a stream's usage chunk and `[DONE]`) until that write is
 //! done; the tokens streamed before are never delayed.
 
@@ -19,8 +19,6 @@ use tokio::sync::{watch, Notify};
 
 /// How often the ledger's in-memory counts are written to sled when no answer waits.
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
-/// How long a write waits for more requests ending at about the same time.
-pub const GROUP_WINDOW: Duration = Duration::from_millis(2);
 /// The longest an answer waits for its record. Past it (a failing or stalled disk) the answer
 /// goes out, the record stays in memory for the next write, and an error is logged: the
 /// server keeps serving rather than wedge every answer on its disk.
@@ -83,7 +81,7 @@ pub fn spawn_flusher(store: TenantStore) -> (tokio::task::JoinHandle<()>, Arc<Le
         loop {
             tokio::select! {
                 _ = every.tick() => {}
-                () = writer.wake.notified() => tokio::time::sleep(GROUP_WINDOW).await,
+                () = writer.wake.notified() => {}
             }
             writer.flush().await;
         }
