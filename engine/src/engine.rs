@@ -265,6 +265,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let mut transfer = transfer;
         let rate = match cfg.b_xfer {
             Some(_) => 0.0,
+            // No DRAM tier to rotate into (HBM-only KV): no link to budget.
+            None if cfg.dram_blocks < 2 => 0.0,
             None => measure_duplex_rate(&mut transfer, cfg.hbm_blocks, cfg.dram_blocks).map_err(
                 |e| {
                     EngineError::Config(format!(

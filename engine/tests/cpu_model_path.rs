@@ -333,3 +333,20 @@ fn served_on_its_thread_streams_the_same_tokens_and_frees_aborted_requests() {
     }
     thread.shutdown();
 }
+
+/// HBM-only KV (no DRAM tier) at the default, automatic rotation budget: there is no link to
+/// measure and nothing to rotate into, so the engine starts and serves; requests beyond what
+/// HBM holds wait for room instead of rotating out.
+#[test]
+fn an_engine_without_a_dram_tier_starts_with_the_automatic_budget_and_serves() {
+    let dir = model();
+    for dram_blocks in [0, 1] {
+        let (mut e, _) = cpu_engine(dir.path(), &opts(16, dram_blocks))
+            .unwrap_or_else(|err| panic!("{dram_blocks} DRAM blocks: {err}"));
+        for id in 0..4 {
+            e.submit(request(id, prompt(id, 40), 8)).unwrap();
+        }
+        let out = drain(&mut e);
+        assert_eq!(out.len(), 4, "{dram_blocks} DRAM blocks");
+    }
+}

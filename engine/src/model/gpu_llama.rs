@@ -9,6 +9,7 @@
 //! metadata once ([`AttentionPlan`]); per layer it launches 4 matmuls and 4–6 kernels.
 
 mod settings;
+mod switch;
 
 use super::config::ModelConfig;
 use super::kv_arena::{candle_err, KvArena};
@@ -249,9 +250,9 @@ impl GpuLlama {
             decode_graphs: true,
             decoder: Mutex::new(None),
             decode_equal_splits: false,
-            decode_fused_norm: settings::switch_from_env("SUPERINFER_FUSED_NORM", false)?,
-            decode_fused_silu: settings::switch_from_env("SUPERINFER_FUSED_SILU", false)?,
-            decode_overlap: match settings::switch_from_env("SUPERINFER_PDL", true)? {
+            decode_fused_norm: switch::switch_from_env("SUPERINFER_FUSED_NORM", false)?,
+            decode_fused_silu: switch::switch_from_env("SUPERINFER_FUSED_SILU", false)?,
+            decode_overlap: match switch::switch_from_env("SUPERINFER_PDL", true)? {
                 true => Overlap::PDL,
                 false => Overlap::default(),
             },

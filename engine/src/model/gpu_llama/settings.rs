@@ -1,28 +1,11 @@
 //! The decode buckets' settings of a [`GpuLlama`] (which matmuls go through the GEMV kernel,
-//! the buckets and their graphs, the fusions and launch overlap) and the environment switches
-//! that set them at load. Each setter drops the buckets' buffers and graphs, so the next
-//! decode step builds them with the new setting.
+//! the buckets and their graphs, the fusions and launch overlap). Each setter drops the
+//! buckets' buffers and graphs, so the next decode step builds them with the new setting. The
+//! environment switches that set them at load are in `switch.rs`.
 
-use super::{GpuLlama, Overlap, R};
-use crate::error::EngineError;
+use super::GpuLlama;
 use std::sync::Mutex;
-use superinfer_kernels::cuda::GEMV_MAX_ROWS;
-
-/// A switch from the environment: `1` on, `0` off, unset `default`; anything else is an error
-/// naming the variable (`SUPERINFER_FUSED_NORM`: [`GpuLlama::set_decode_fused_norm`];
-/// `SUPERINFER_FUSED_SILU`: [`GpuLlama::set_decode_fused_silu`]; `SUPERINFER_PDL`:
-/// [`GpuLlama::set_decode_overlap`] with [`Overlap::PDL`], on unless `0`).
-pub(super) fn switch_from_env(name: &str, default: bool) -> R<bool> {
-    match std::env::var(name) {
-        Err(std::env::VarError::NotPresent) => Ok(default),
-        Ok(v) if v.trim() == "0" => Ok(false),
-        Ok(v) if v.trim() == "1" => Ok(true),
-        Ok(v) => Err(EngineError::Config(format!(
-            "{name}={v:?}: expected 0 or 1"
-        ))),
-        Err(e) => Err(EngineError::Config(format!("{name}: {e}"))),
-    }
-}
+use superinfer_kernels::cuda::{Overlap, GEMV_MAX_ROWS};
 
 impl GpuLlama {
     /// Drops the buckets' buffers and graphs: the next decode step builds them anew.
