@@ -144,6 +144,9 @@ pub struct EngineStats {
     /// The link's rate the automatic budget uses: blocks per second per direction with both
     /// directions busy (measured at start, or the twin's profile); 0 with a fixed budget.
     pub link_blocks_per_s: f64,
+    /// Measured over predicted step time, as the step time budget learned it (1 until the
+    /// runner's steps run slower than its cost model; `step_budget::Calibration`).
+    pub step_cost_scale: f64,
     /// Prefix-cache blocks with a copy in HBM / in DRAM (an entry may have both).
     pub prefix_hbm_blocks: u32,
     pub prefix_dram_blocks: u32,
@@ -206,6 +209,8 @@ pub struct Engine<R, T, C> {
     deadlines: deadline::Deadlines,
     /// The runner's step cost, when it knows it (the step time budget uses it).
     cost: Option<crate::runner::StepCost>,
+    /// How much slower than `cost` predicts the runner's steps run.
+    calibration: step_budget::Calibration,
     /// Start of the previous step, if the engine still had live requests after it (so the
     /// time since is iteration time, not idle time).
     busy_since: Option<f64>,
@@ -296,6 +301,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             late: shed::LateGuard::default(),
             deadlines: deadline::Deadlines::default(),
             cost,
+            calibration: step_budget::Calibration::default(),
             busy_since: None,
             xfer,
             writeback_due: BTreeSet::new(),
@@ -530,6 +536,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         (s.prefix_hbm_blocks, s.prefix_dram_blocks) = self.pool.prefix_blocks();
         s.b_xfer = self.xfer.last();
         s.link_blocks_per_s = self.xfer.rate();
+        s.step_cost_scale = self.calibration.scale();
         s.block_size = self.cfg.block_size;
         s
     }

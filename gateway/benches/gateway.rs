@@ -2,7 +2,8 @@
 //! over keep-alive HTTP/1.1 connections against the engine on the simulated runner at zero
 //! cost per step, compared with the same requests submitted to the engine directly (no HTTP,
 //! no auth, no JSON). The difference of the two latency distributions is what the gateway
-//! adds. Client and server share the machine.
+//! adds, with each `--ledger-sync` (`answer`: every answer waits for its usage record's disk
+//! write; `interval`: none waits). Client and server share the machine.
 //!
 //! ```sh
 //! cargo bench -p superinfer-gateway --bench gateway
@@ -19,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use superinfer_engine::{EngineHandle, EngineRequest, StreamEvent};
+use superinfer_gateway::usage::LedgerSync;
 use superinfer_gateway::{ServeConfig, Settings};
 use superinfer_policies::{RequestId, Slo, TenantId};
 use tokio::net::TcpStream;
@@ -159,12 +161,11 @@ async fn gateway(
                         .header("authorization", auth)
                         .body(Full::new(body))
                         .expect("a request");
-                    let resp = sender
-                        .lock()
-                        .await
-                        .send_request(req)
-                        .await
-                        .expect("a response");
+                    let mut sender = sender.lock().await;
+                    // A chunked answer's end may reach the client just before the
+                    // connection takes the next request.
+                    sender.ready().await.expect("the connection stays open");
+                    let resp = sender.send_request(req).await.expect("a response");
                     assert_eq!(resp.status(), 200);
                     let _ = resp.into_body().collect().await.expect("a body");
                 })
@@ -184,46 +185,65 @@ fn main() {
         .build()
         .expect("a runtime");
     rt.block_on(async {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let settings = Settings {
-            listen: Some("127.0.0.1:0".parse().expect("an address")),
-            data_dir: Some(dir.path().to_path_buf()),
-            admin_token: Some("bench-admin-token-0123456789".into()),
-            sim_profile: Some("zero".into()),
-            max_queue: Some(100_000),
-            ..Settings::default()
-        };
-        let server = superinfer_gateway::start(ServeConfig::resolve(settings).expect("settings"))
-            .await
-            .expect("the server starts");
-        let store = server.state.registry.store().clone();
-        let default = store.get_by_name("default").expect("store").expect("the default tenant");
-        let patch = serde_json::from_value(json!({"quotas": {"requests_per_s": 1e6, "burst": 1000000,
-            "tokens_per_min": 1_000_000_000_000u64, "max_concurrent": 100000}}))
-        .expect("a patch");
-        store.patch(default.id, patch).expect("patched");
-        server.state.registry.refresh().await.expect("refreshed");
-        let key = server.default_api_key.clone().expect("a key");
-        let model = server.state.model.id.clone();
-
-        let direct = engine_direct(server.state.engine.clone(), conns, secs).await;
-        let http = gateway(server.addr, key, model, conns, secs).await;
+        // The same requests through the gateway with each `--ledger-sync`: `answer` waits at
+        // each answer's end for its usage record to be on disk, `interval` never waits.
+        let mut rows = Vec::new();
+        let mut direct = None;
+        for sync in [LedgerSync::Answer, LedgerSync::Interval] {
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let settings = Settings {
+                listen: Some("127.0.0.1:0".parse().expect("an address")),
+                data_dir: Some(dir.path().to_path_buf()),
+                admin_token: Some("bench-admin-token-0123456789".into()),
+                sim_profile: Some("zero".into()),
+                max_queue: Some(100_000),
+                ledger_sync: Some(sync),
+                ..Settings::default()
+            };
+            let server =
+                superinfer_gateway::start(ServeConfig::resolve(settings).expect("settings"))
+                    .await
+                    .expect("the server starts");
+            let store = server.state.registry.store().clone();
+            let default = store.get_by_name("default").expect("store").expect("the default tenant");
+            let patch = serde_json::from_value(json!({"quotas": {"requests_per_s": 1e6, "burst": 1000000,
+                "tokens_per_min": 1_000_000_000_000u64, "max_concurrent": 100000}}))
+            .expect("a patch");
+            store.patch(default.id, patch).expect("patched");
+            server.state.registry.refresh().await.expect("refreshed");
+            let key = server.default_api_key.clone().expect("a key");
+            let model = server.state.model.id.clone();
+            if direct.is_none() {
+                direct = Some(engine_direct(server.state.engine.clone(), conns, secs).await);
+            }
+            let http = gateway(server.addr, key, model, conns, secs).await;
+            rows.push((sync, http));
+            server.shutdown().await.expect("shutdown");
+        }
+        let direct = direct.expect("measured");
         println!("gateway bench: {conns} concurrent clients, {secs} s each after 1 s warm-up, engine on the simulated runner at zero cost");
         println!("| path | requests/s | p50 latency | p99 latency |");
         println!("|---|---|---|---|");
-        for (name, r) in [("engine direct (no HTTP)", &direct), ("through the gateway (HTTP)", &http)] {
+        println!(
+            "| engine direct (no HTTP) | {:.0} | {:.0} µs | {:.0} µs |",
+            direct.rps(),
+            direct.pct(0.5),
+            direct.pct(0.99)
+        );
+        for (sync, r) in &rows {
             println!(
-                "| {name} | {:.0} | {:.0} µs | {:.0} µs |",
+                "| through the gateway, --ledger-sync {sync:?} | {:.0} | {:.0} µs | {:.0} µs |",
                 r.rps(),
                 r.pct(0.5),
                 r.pct(0.99)
             );
         }
-        println!(
-            "added by the gateway: p50 {:.0} µs, p99 {:.0} µs",
-            http.pct(0.5) - direct.pct(0.5),
-            http.pct(0.99) - direct.pct(0.99)
-        );
-        server.shutdown().await.expect("shutdown");
+        for (sync, http) in &rows {
+            println!(
+                "added by the gateway (--ledger-sync {sync:?}): p50 {:.0} µs, p99 {:.0} µs",
+                http.pct(0.5) - direct.pct(0.5),
+                http.pct(0.99) - direct.pct(0.99)
+            );
+        }
     });
 }

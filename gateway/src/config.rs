@@ -43,6 +43,8 @@ pub struct ServeConfig {
     pub engine: EngineOptions,
     pub max_body_bytes: usize,
     pub drain_timeout: Duration,
+    /// When usage records reach the disk.
+    pub ledger_sync: crate::usage::LedgerSync,
     /// Connection limits and timeouts of the HTTP edge, and the text pool.
     pub edge: EdgeConfig,
     /// Who may send the inference extension's headers, and the objectives they may name.
@@ -199,6 +201,7 @@ impl ServeConfig {
             },
             max_body_bytes: s.max_body_bytes.unwrap_or(4 << 20),
             drain_timeout: Duration::from_secs_f64(drain),
+            ledger_sync: s.ledger_sync.unwrap_or_default(),
             edge,
             proxy,
             quota_store,

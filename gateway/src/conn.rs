@@ -232,6 +232,11 @@ impl Accept {
                 },
             };
             while tasks.try_join_next().is_some() {}
+            // Small writes (a stream's events, a body's last chunk) go out at once, not after
+            // the peer's delayed ACK (Nagle's algorithm).
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(%peer, error = %e, "cannot set TCP_NODELAY");
+            }
             match limits.admit(peer.ip()) {
                 Ok(guard) => {
                     let conn = serve_conn(&builder, &self.app, stream, Some(&graceful));

@@ -305,6 +305,10 @@ impl Metrics {
                 "superinfer_link_blocks_per_second",
                 "Copy rate the automatic B_xfer uses: blocks/s per direction, both busy (0: fixed).",
             ),
+            (
+                "superinfer_step_cost_scale",
+                "Measured over predicted step time as the step time budget learned it (1: as modelled).",
+            ),
         ];
         for (name, text) in help.iter().chain(vllm::HELP) {
             r.describe_gauge((*name).into(), None, (*text).into());
@@ -433,6 +437,7 @@ impl Metrics {
                 .set(f64::from(engine.prefix_dram_blocks));
             metrics::gauge!("superinfer_b_xfer_blocks").set(f64::from(engine.b_xfer));
             metrics::gauge!("superinfer_link_blocks_per_second").set(engine.link_blocks_per_s);
+            metrics::gauge!("superinfer_step_cost_scale").set(engine.step_cost_scale);
             vllm::record(engine, model);
         });
         self.handle.run_upkeep();

@@ -112,7 +112,7 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
     })
     .await
     .context("the engine start task")??;
-    let (ledger, commit) = crate::usage::spawn_flusher(registry.store().clone());
+    let (ledger, commit) = crate::usage::spawn_flusher(registry.store().clone(), cfg.ledger_sync);
     let state = Arc::new(AppState {
         ledger: commit,
         engine: handle,

@@ -26,7 +26,7 @@ use superinfer_tenants::{
 
 mod commit;
 
-pub use commit::{gate, spawn_flusher, LedgerCommit, Receipt, FLUSH_EVERY};
+pub use commit::{gate, spawn_flusher, LedgerCommit, LedgerSync, Receipt, FLUSH_EVERY};
 
 use crate::error::{GatewayError, Result};
 use crate::quota::Limiter;

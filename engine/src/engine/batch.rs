@@ -31,7 +31,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         spans.clear();
         let mut entries = recycle(std::mem::take(&mut scratch.entries));
         scratch.skipped.clear();
-        let limit = self.cost.zip(self.cfg.step_tbt_share);
+        let share = self.cfg.step_tbt_share.map(|s| self.calibration.share(s));
+        let limit = self.cost.zip(share);
         let mut b = BudgetScratch {
             candidates: &mut scratch.candidates,
             run: &mut scratch.run,
@@ -116,13 +117,16 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             prefill: prefills.iter().copied().peekable(),
         }
         .peekable();
-        super::gpu_time::step_shares(
+        let predicted = super::gpu_time::step_shares(
             self.cost.as_ref(),
             spans,
             decodes,
             out.elapsed,
             &mut scratch.shares,
         );
+        if let Some(p) = predicted {
+            self.calibration.observe(p, out.elapsed);
+        }
         let shares = &scratch.shares;
         let service = &mut scratch.service;
         service.clear();

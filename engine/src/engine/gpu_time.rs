@@ -8,17 +8,18 @@ use super::scratch::Span;
 use crate::runner::StepCost;
 
 /// `shares[k]`: seconds of the step's `elapsed` that span `k` took; the first `decodes` spans
-/// are decodes, the rest prompt chunks.
+/// are decodes, the rest prompt chunks. Returns the cost model's prediction of the step's time
+/// (`None` without a model).
 pub(super) fn step_shares(
     cost: Option<&StepCost>,
     spans: &[Span],
     decodes: usize,
     elapsed: f64,
     shares: &mut Vec<f64>,
-) {
+) -> Option<f64> {
     shares.clear();
     if spans.is_empty() {
-        return;
+        return None;
     }
     let n = spans.len() as f64;
     shares.extend(spans.iter().enumerate().map(|(k, s)| match cost {
@@ -31,6 +32,7 @@ pub(super) fn step_shares(
     for x in shares.iter_mut() {
         *x *= scale;
     }
+    cost.map(|_| total)
 }
 
 #[cfg(test)]

@@ -21,6 +21,13 @@
 //! most the limit plus the forced decodes of that step (at most one in `MAX_DECODE_SKIPS + 1`
 //! steps per long request, on average). Without a cost model (the GPU runner until it has
 //! a profile) or with no request decoding, steps are bounded by tokens only.
+//!
+//! **Calibration.** The model comes from a profile, and a real GPU may run some steps slower
+//! (a long context's small prompt chunks, say). [`Calibration`] follows the ratio of each
+//! step's measured time to its prediction and shrinks the limit by it, so the budget holds the
+//! measured steps, not the modelled ones, within the target. It only tightens: steps that run
+//! faster than modelled (the twin, whose steps overlap compute and memory where the model adds
+//! them) leave the limit as configured.
 
 use crate::runner::StepCost;
 
@@ -30,6 +37,48 @@ pub const MAX_DECODE_SKIPS: u32 = 3;
 /// Prompt tokens the first chunk in admission order gets even when the decodes used the
 /// step's time (prompts always progress).
 pub const MIN_CHUNK_TOKENS: u32 = 256;
+
+/// How much slower than the cost model the runner's steps run: an exponentially weighted mean
+/// of `measured / predicted` over the steps predicted at [`Calibration::MIN_PREDICTED_S`] or
+/// more, each ratio clamped to `[1, MAX_SCALE]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Calibration {
+    scale: f64,
+}
+
+impl Default for Calibration {
+    fn default() -> Self {
+        Calibration { scale: 1.0 }
+    }
+}
+
+impl Calibration {
+    /// Weight of the latest step.
+    const WEIGHT: f64 = 0.1;
+    /// Shorter predicted steps are mostly fixed overhead and noise: not observed.
+    const MIN_PREDICTED_S: f64 = 1e-3;
+    /// The most the limit shrinks.
+    const MAX_SCALE: f64 = 4.0;
+
+    /// One step's predicted and measured seconds.
+    pub(crate) fn observe(&mut self, predicted: f64, measured: f64) {
+        if !(predicted >= Self::MIN_PREDICTED_S && measured.is_finite() && measured > 0.0) {
+            return;
+        }
+        let ratio = (measured / predicted).clamp(1.0, Self::MAX_SCALE);
+        self.scale += Self::WEIGHT * (ratio - self.scale);
+    }
+
+    /// The share of the TBT target the model's predictions may fill, for a configured `share`.
+    pub(crate) fn share(&self, share: f64) -> f64 {
+        share / self.scale
+    }
+
+    /// Measured over predicted step time, as learned (1 until steps run slower).
+    pub(crate) fn scale(&self) -> f64 {
+        self.scale
+    }
+}
 
 /// A step's predicted-time limit.
 #[derive(Clone, Copy, Debug)]
@@ -94,6 +143,31 @@ mod tests {
             cost: StepCost::of_profile(&p, p.model.geometry(16)),
             seconds,
         }
+    }
+
+    #[test]
+    fn calibration_tightens_to_measured_steps_and_never_loosens() {
+        let mut c = Calibration::default();
+        // Faster than modelled, or too short to tell: the limit stays as configured.
+        for _ in 0..50 {
+            c.observe(0.050, 0.030);
+            c.observe(0.0005, 0.004);
+        }
+        assert_eq!(c.share(0.8), 0.8);
+        // Steps 1.5x slower than predicted: the share converges to 0.8 / 1.5.
+        for _ in 0..200 {
+            c.observe(0.060, 0.090);
+        }
+        assert!((c.scale() - 1.5).abs() < 1e-3, "{}", c.scale());
+        assert!((c.share(0.8) - 0.8 / 1.5).abs() < 1e-3);
+        // A wild outlier moves it by at most a tenth of the clamp.
+        c.observe(0.060, 60.0);
+        assert!(c.scale() <= 1.5 + 0.1 * (4.0 - 1.5) + 1e-9, "{}", c.scale());
+        // Bad measurements are ignored.
+        let before = c.scale();
+        c.observe(0.060, f64::NAN);
+        c.observe(0.060, 0.0);
+        assert_eq!(c.scale(), before);
     }
 
     #[test]

@@ -156,6 +156,12 @@ pub struct Settings {
     /// On SIGTERM, let in-flight requests finish for at most this many seconds [default: 30].
     #[arg(long, env = "SUPERINFER_DRAIN_TIMEOUT_S")]
     pub drain_timeout_s: Option<f64>,
+    /// When a request's usage record reaches the disk: `answer`, before the answer's last byte
+    /// (a crash loses no billed answer; each answer's end waits for a disk write shared with
+    /// those ending meanwhile), or `interval`, every second (answers never wait; a crash loses
+    /// up to a second) [default: answer].
+    #[arg(long, env = "SUPERINFER_LEDGER_SYNC")]
+    pub ledger_sync: Option<crate::usage::LedgerSync>,
     /// Close a connection whose request headers are not complete this many seconds after it
     /// opened or after its previous response (also the keep-alive idle time) [default: 10].
     #[arg(long, env = "SUPERINFER_HEADER_TIMEOUT_S")]
@@ -280,6 +286,7 @@ impl Settings {
             max_model_len: self.max_model_len.or(lower.max_model_len),
             max_body_bytes: self.max_body_bytes.or(lower.max_body_bytes),
             drain_timeout_s: self.drain_timeout_s.or(lower.drain_timeout_s),
+            ledger_sync: self.ledger_sync.or(lower.ledger_sync),
             header_timeout_s: self.header_timeout_s.or(lower.header_timeout_s),
             body_timeout_s: self.body_timeout_s.or(lower.body_timeout_s),
             max_connections: self.max_connections.or(lower.max_connections),

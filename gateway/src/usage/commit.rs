@@ -24,8 +24,22 @@ pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// server keeps serving rather than wedge every answer on its disk.
 pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// When an answer's ledger record must be on disk (`--ledger-sync`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, serde::Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LedgerSync {
+    /// Before the answer's last byte: a crash loses no record of an answer a client received
+    /// in full; each answer's end waits for one disk write (shared with the answers ending
+    /// meanwhile).
+    #[default]
+    Answer,
+    /// Every second: answers never wait; a crash loses up to the last second's records.
+    Interval,
+}
+
 /// The ledger's writer, shared by the flusher task and the answers waiting on it.
 pub struct LedgerCommit {
+    sync: LedgerSync,
     ledger: UsageLedger,
     wake: Notify,
     /// The sequence number of the last record on disk, as the last write left it.
@@ -33,6 +47,11 @@ pub struct LedgerCommit {
 }
 
 impl LedgerCommit {
+    /// Whether answers wait for their records ([`LedgerSync::Answer`]).
+    pub fn answers_wait(&self) -> bool {
+        self.sync == LedgerSync::Answer
+    }
+
     /// Waits until record `seq` is on disk (at most [`COMMIT_TIMEOUT`]); whether it is.
     pub async fn wait(&self, seq: u64) -> bool {
         if self.ledger.durable_seq() >= seq {
@@ -66,10 +85,14 @@ impl LedgerCommit {
     }
 }
 
-/// Starts the ledger's writer: every [`FLUSH_EVERY`], and whenever an answer waits for its
-/// record, until aborted.
-pub fn spawn_flusher(store: TenantStore) -> (tokio::task::JoinHandle<()>, Arc<LedgerCommit>) {
+/// Starts the ledger's writer: every [`FLUSH_EVERY`], and (with [`LedgerSync::Answer`])
+/// whenever an answer waits for its record, until aborted.
+pub fn spawn_flusher(
+    store: TenantStore,
+    sync: LedgerSync,
+) -> (tokio::task::JoinHandle<()>, Arc<LedgerCommit>) {
     let commit = Arc::new(LedgerCommit {
+        sync,
         ledger: store.usage().clone(),
         wake: Notify::new(),
         durable: watch::channel(0).0,
@@ -104,8 +127,11 @@ impl Receipt {
 }
 
 /// `resp` with every byte produced after its request was billed held back until the record
-/// is on disk.
+/// is on disk (unchanged under [`LedgerSync::Interval`]).
 pub fn gate(resp: Response, receipt: Arc<Receipt>, commit: Arc<LedgerCommit>) -> Response {
+    if !commit.answers_wait() {
+        return resp;
+    }
     resp.map(|body| {
         let chunks = body.into_data_stream();
         Body::from_stream(futures_util::stream::unfold(
