@@ -83,7 +83,7 @@ enum Answer {
 }
 
 async fn send(c: &reqwest::Client, base: &str, i: u64) -> Answer {
-    let stream = i % 2 == 0;
+    let stream = i.is_multiple_of(2);
     let max_tokens = 8 + i % (MAX_TOKENS - 7);
     let body = json!({
         "prompt": format!("fleet billing probe {i}"),
