@@ -143,6 +143,32 @@ pub fn tenant_keys(
         .collect()
 }
 
+/// A refusal's kind, for the run's failure summary: its status and the OpenAI error's message
+/// (at most 160 characters) with every number written `N`, so that refusals for one reason
+/// count together whatever their sizes.
+fn refusal_reason(status: u16, body: Option<&[u8]>) -> String {
+    let message = body
+        .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned));
+    let Some(message) = message else {
+        return format!("HTTP {status}");
+    };
+    let mut out = String::new();
+    let mut in_number = false;
+    for c in message.chars().take(160) {
+        if c.is_ascii_digit() {
+            if !in_number {
+                out.push('N');
+            }
+            in_number = true;
+        } else {
+            in_number = false;
+            out.push(c);
+        }
+    }
+    format!("HTTP {status}: {out}")
+}
+
 /// What the server sent back for one request.
 struct Reply {
     rec: RequestRecord,
@@ -195,7 +221,8 @@ async fn one(s: &Send<'_>, spec: &RequestSpec, at: f64, prompt: Value) -> Reply 
     if !resp.status().is_success() {
         let status = resp.status().as_u16();
         rec.refused = Some(status);
-        return fail(rec, text, &format!("HTTP {status}"));
+        let why = refusal_reason(status, resp.bytes().await.ok().as_deref());
+        return fail(rec, text, &why);
     }
     let mut bytes = resp.bytes_stream();
     let mut buf = Vec::new();
@@ -398,6 +425,23 @@ impl Target for HttpTarget {
 mod tests {
     use super::*;
     use crate::workload::{ArrivalSpec, LengthSpec};
+
+    #[test]
+    fn a_refusal_is_summed_by_its_status_and_message_whatever_its_numbers() {
+        let body = |n: u32| {
+            format!(
+                r#"{{"error":{{"message":"this model's maximum context length is 8192 tokens, but {n} were requested","type":"invalid_request_error"}}}}"#
+            )
+        };
+        let a = refusal_reason(400, Some(body(23770).as_bytes()));
+        assert_eq!(a, refusal_reason(400, Some(body(9000).as_bytes())));
+        assert_eq!(
+            a,
+            "HTTP 400: this model's maximum context length is N tokens, but N were requested"
+        );
+        assert_eq!(refusal_reason(503, Some(b"not json")), "HTTP 503");
+        assert_eq!(refusal_reason(502, None), "HTTP 502");
+    }
 
     #[test]
     fn usage_gives_the_servers_counts_and_a_missing_cached_count_stays_unknown() {
