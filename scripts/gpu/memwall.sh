@@ -15,6 +15,8 @@
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
+# shellcheck source=scripts/gpu/lib.sh
+. scripts/gpu/lib.sh
 for kv in "$@"; do export "${kv?}"; done
 TIERS=${TIERS:-hbm:0,two:80}; COUNTS=${COUNTS:-8,16}; MODEL=${MODEL:-random:llama-3.1-8b}
 CONTEXT=${CONTEXT:-32000}; THINK_S=${THINK_S:-5}; STAGGER_S=${STAGGER_S:-2}
@@ -66,14 +68,7 @@ for tier in ${TIERS//,/ }; do
   "$bins/superinfer" serve $SERVE_ARGS ${dram:+--dram-kv-gb "$dram"} "${budget[@]}" \
     --data-dir "$data" --listen "127.0.0.1:$port" > "$log" 2>&1 &
   server=$!
-  for _ in $(seq 1 300); do
-    grep -q "listening on" "$log" && break
-    kill -0 $server 2>/dev/null || break
-    sleep 1
-  done
-  if ! grep -q "listening on" "$log"; then
-    echo "server $name did not start:"; tail -20 "$log"; kill $server 2>/dev/null; continue
-  fi
+  server_up "$log" $server || { echo "(tiers $name)"; continue; }
   echo "== $name: $(grep -m1 "KV tiers" "$log" | sed 's/.*INFO //')"
   runs+=("$name.server.log")
   for n in ${COUNTS//,/ }; do

@@ -29,6 +29,8 @@
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
+# shellcheck source=scripts/gpu/lib.sh
+. scripts/gpu/lib.sh
 stage=.gpu-bin/slo
 case "${1:-}" in
   build)
@@ -167,15 +169,7 @@ PY
           --max-connections "$MAX_CONNS" --max-connections-per-ip "$MAX_CONNS" \
           > "$out/$run.server.log" 2>&1 &
         server=$!
-        for _ in $(seq 1 300); do
-          grep -q "listening on" "$out/$run.server.log" && break
-          kill -0 $server 2>/dev/null || break
-          sleep 1
-        done
-        if ! grep -q "listening on" "$out/$run.server.log"; then
-          echo "server for $run did not start:"; tail -20 "$out/$run.server.log"
-          kill $server 2>/dev/null; continue
-        fi
+        server_up "$out/$run.server.log" $server || { echo "(run $run)"; continue; }
         echo "== $run: server up ($(grep -m1 'model on the GPU' "$out/$run.server.log" | sed 's/.*INFO //'))"
         grep -m1 'rotation budget' "$out/$run.server.log" | sed 's/.*INFO /   /'
         "$bins/superinfer-loadgen" http --target "http://127.0.0.1:$port" --tenants "$tenants" \
