@@ -1,8 +1,10 @@
 //! Every token accounted once, over random mixes of requests: completions and chats, streamed
 //! or not, `n` 1–2, lists of prompts, stop strings, streams the client drops after their first
-//! chunk, requests the engine refuses (a queue of 2, a prompt too long for its KV tier) and
-//! requests the quotas refuse (a tenant with 2 seats and few tokens per minute), sent
-//! concurrently. After each mix, for every tenant: the ledger equals the `usage` the clients
+//! chunk, requests the engine refuses (a queue of 2, a prompt too long for its KV tier),
+//! requests the quotas refuse (a tenant with 2 seats and few tokens per minute) and
+//! constrained requests whose grammar fails in the engine (its masks panic: injected for this
+//! whole test binary through the environment), sent concurrently to the embedded tiny model
+//! (a real tokenizer, so grammars compile). After each mix, for every tenant: the ledger equals the `usage` the clients
 //! received (a dropped stream within what it could have generated), the tenant's statistics and
 //! TTFT series count every sequence submitted, the ledger's less those the engine refused at
 //! its queue (shed), and no seat stays held.
@@ -12,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use superinfer_engine::handle::fault::MASK_PANIC;
 use superinfer_gateway::Settings;
 use superinfer_tests::{metric_value, sse_usage, TestOptions, TestServer, ADMIN_TOKEN};
 
@@ -23,6 +26,10 @@ struct Seen {
     /// Dropped streams: requests, sequences, and their most completion tokens.
     dropped: [u64; 3],
     refused: u64,
+    /// Streams that ended in an error event (a grammar that failed in the engine): requests.
+    errored: u64,
+    /// Requests whose grammar failed, streamed or not.
+    grammar_failed: u64,
 }
 
 struct Op {
@@ -35,11 +42,15 @@ struct Op {
     stop: bool,
     long: bool,
     drop_after_first: bool,
+    /// Constrained by a regular expression whose grammar fails in the engine.
+    grammar: bool,
 }
 
 fn random_op(rng: &mut ChaCha8Rng) -> Op {
     let chat = rng.random_bool(0.4);
     let stream = rng.random_bool(0.5);
+    // A failing grammar's stream is read whole (its first chunk may already be the error).
+    let grammar = rng.random_bool(0.15);
     Op {
         tenant: rng.random_range(0..2),
         chat,
@@ -49,7 +60,8 @@ fn random_op(rng: &mut ChaCha8Rng) -> Op {
         max_tokens: rng.random_range(1..=6),
         stop: rng.random_bool(0.3),
         long: rng.random_bool(0.1),
-        drop_after_first: stream && rng.random_bool(0.25),
+        drop_after_first: stream && !grammar && rng.random_bool(0.25),
+        grammar,
     }
 }
 
@@ -68,6 +80,9 @@ fn body(op: &Op, model: &str) -> Value {
     if op.stop {
         b["stop"] = json!(["w"]);
     }
+    if op.grammar {
+        b["structured_outputs"] = json!({"regex": "[0-9]{3}"});
+    }
     if op.stream {
         b["stream"] = json!(true);
         b["stream_options"] = json!({"include_usage": true});
@@ -84,6 +99,7 @@ async fn send(s: &TestServer, key: &str, op: &Op, seen: &mut Seen) {
     };
     let resp = s.post(path, key, &body(op, &s.model())).await;
     if resp.status() != StatusCode::OK {
+        seen.grammar_failed += u64::from(op.grammar && resp.status() == StatusCode::BAD_REQUEST);
         assert!(
             [
                 StatusCode::BAD_REQUEST,
@@ -108,6 +124,16 @@ async fn send(s: &TestServer, key: &str, op: &Op, seen: &mut Seen) {
         return;
     }
     let text = resp.text().await.expect("a body");
+    if op.stream && text.contains("data: {\"error\"") {
+        // The error event instead of the usage chunk: an error, billed what it delivered.
+        assert!(
+            op.grammar,
+            "only a failing grammar ends a stream in an error: {text}"
+        );
+        seen.errored += 1;
+        seen.grammar_failed += 1;
+        return;
+    }
     let usage = if op.stream {
         sse_usage(&text)
     } else {
@@ -134,9 +160,11 @@ async fn admin_get(s: &TestServer, path: &str) -> Value {
     resp.json().await.expect("JSON")
 }
 
-/// Runs one mix; returns the requests refused and the streams dropped, over both tenants.
-async fn one_mix(seed: u64) -> (u64, u64) {
+/// Runs one mix; returns the requests refused, the streams dropped and the requests whose
+/// grammar failed, over both tenants.
+async fn one_mix(seed: u64) -> (u64, u64, u64) {
     let s = TestServer::start_with(TestOptions {
+        sim_profile: None,
         max_queue: Some(2),
         hbm_blocks: Some(96),
         settings: Settings::default(),
@@ -172,6 +200,8 @@ async fn one_mix(seed: u64) -> (u64, u64) {
                 e.dropped[i] += one.dropped[i];
             }
             e.refused += one.refused;
+            e.errored += one.errored;
+            e.grammar_failed += one.grammar_failed;
         }
     }
     // Dropped streams end within a step or two; then every seat is back.
@@ -193,10 +223,11 @@ async fn one_mix(seed: u64) -> (u64, u64) {
         // A request of several choices whose later choice the engine refused is an HTTP
         // error, yet its earlier choices were accepted: a request with an error, no tokens.
         let errors = got("errors");
-        assert!(errors <= seen.refused, "{ctx}");
+        assert!(errors >= seen.errored, "{ctx}");
+        assert!(errors <= seen.refused + seen.errored, "{ctx}");
         assert_eq!(got("requests"), r[0] + d[0] + errors, "{ctx}");
         assert!(got("sequences") >= r[1] + d[1] + errors, "{ctx}");
-        if d[0] == 0 {
+        if d[0] == 0 && seen.errored == 0 {
             assert_eq!(got("prompt_tokens"), r[2], "{ctx}");
             assert_eq!(got("completion_tokens"), r[3], "{ctx}");
         } else {
@@ -232,20 +263,23 @@ async fn one_mix(seed: u64) -> (u64, u64) {
     s.shutdown().await;
     let refused = seen.iter().map(|e| e.refused).sum();
     let dropped = seen.iter().map(|e| e.dropped[0]).sum();
-    (refused, dropped)
+    let grammar_failed = seen.iter().map(|e| e.grammar_failed).sum();
+    (refused, dropped, grammar_failed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_mixes_are_accounted_once_everywhere() {
-    let (mut refused, mut dropped) = (0, 0);
+    std::env::set_var(MASK_PANIC, "1");
+    let (mut refused, mut dropped, mut grammar_failed) = (0, 0, 0);
     for seed in 0..6 {
-        let (r, d) = one_mix(seed).await;
+        let (r, d, g) = one_mix(seed).await;
         refused += r;
         dropped += d;
+        grammar_failed += g;
     }
-    // The mixes did reach the refusals and the dropped streams they are about.
+    // The mixes did reach the refusals, dropped streams and grammar failures they are about.
     assert!(
-        refused > 0 && dropped > 0,
-        "{refused} refused, {dropped} dropped"
+        refused > 0 && dropped > 0 && grammar_failed > 0,
+        "{refused} refused, {dropped} dropped, {grammar_failed} grammar failures"
     );
 }
