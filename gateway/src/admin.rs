@@ -165,7 +165,7 @@ async fn stats(State(state): State<Shared>, Path(key): Path<String>) -> Result<R
         .registry
         .get(tenant.id)
         .ok_or_else(|| GatewayError::TenantNotFound(format!("named `{}`", tenant.name)))?;
-    Ok(Json(stats_body(&ctx.tenant, ctx.limits.in_flight(), &ctx.stats)).into_response())
+    Ok(Json(stats_body(&ctx.tenant, ctx.limits.as_ref(), &ctx.stats)).into_response())
 }
 
 /// `DELETE /admin/v1/tenants/{tenant}/prefix-cache`: drops the tenant's own prefix-cache

@@ -214,5 +214,5 @@ pub async fn models(State(state): State<Shared>) -> Response {
 /// `GET /v1/tenant/stats`: the calling tenant's own statistics. There is no parameter that
 /// names a tenant: the key decides whose statistics these are.
 pub async fn tenant_stats(Extension(ctx): Extension<Arc<TenantCtx>>) -> Response {
-    Json(stats_body(&ctx.tenant, ctx.limits.in_flight(), &ctx.stats)).into_response()
+    Json(stats_body(&ctx.tenant, ctx.limits.as_ref(), &ctx.stats)).into_response()
 }

@@ -50,6 +50,9 @@ pub trait Limiter: Send + Sync + std::fmt::Debug {
     fn refund_tokens(&self, tokens: u64);
     /// Requests of this tenant in flight on this node now.
     fn in_flight(&self) -> u32;
+    /// The tokens-per-minute bucket's balance now (negative: in debt), where this node keeps
+    /// it; `None` where a shared store does (the fleet's is in Redis).
+    fn tokens_available(&self) -> Option<f64>;
     /// This tenant's limiter under edited `quotas`, keeping what it owes and holds: the
     /// tokens-per-minute balance (debt included, capped at the new quota), the seats in
     /// flight, and the request-rate state while the rate and burst are unchanged.

@@ -186,16 +186,21 @@ impl TenantStats {
     }
 }
 
-/// A tenant's settings, requests in flight and statistics: the body of `GET /v1/tenant/stats`
-/// and of the admin API's per-tenant stats.
-pub fn stats_body(t: &Tenant, in_flight: u32, stats: &TenantStats) -> serde_json::Value {
+/// A tenant's settings, requests in flight, tokens-per-minute balance (where this node keeps it)
+/// and statistics: the body of `GET /v1/tenant/stats` and of the admin API's per-tenant stats.
+pub fn stats_body(
+    t: &Tenant,
+    limits: &dyn crate::quota::Limiter,
+    stats: &TenantStats,
+) -> serde_json::Value {
     serde_json::json!({
         "object": "tenant.stats",
         "tenant": {"id": t.id, "name": t.name},
         "slo": t.slo,
         "weight": t.weight,
         "quotas": t.quotas,
-        "in_flight": in_flight,
+        "in_flight": limits.in_flight(),
+        "tokens_available": limits.tokens_available(),
         "stats": stats.report(t.slo.ttft_s(), t.slo.tbt_s()),
     })
 }

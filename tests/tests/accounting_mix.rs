@@ -4,10 +4,12 @@
 //! requests the quotas refuse (a tenant with 2 seats and few tokens per minute) and
 //! constrained requests whose grammar fails in the engine (its masks panic: injected for this
 //! whole test binary through the environment), sent concurrently to the embedded tiny model
-//! (a real tokenizer, so grammars compile). After each mix, for every tenant: the ledger equals the `usage` the clients
-//! received (a dropped stream within what it could have generated), the tenant's statistics and
-//! TTFT series count every sequence submitted, the ledger's less those the engine refused at
-//! its queue (shed), and no seat stays held.
+//! (a real tokenizer, so grammars compile). After each mix, for every tenant: the ledger
+//! equals the `usage` the clients received (a dropped stream within what it could have
+//! generated), the tenant's statistics and TTFT series count every sequence submitted, the
+//! ledger's less those the engine refused at its queue (shed), no seat stays held, and the
+//! tokens-per-minute balance is the quota less exactly what the ledger billed (within what the
+//! bucket refilled meanwhile: no reservation leaks).
 
 use futures_util::StreamExt;
 use rand::{Rng, SeedableRng};
@@ -171,6 +173,8 @@ async fn one_mix(seed: u64) -> (u64, u64, u64) {
         ..TestOptions::default()
     })
     .await;
+    // Each tenant's tokens-per-minute bucket is full from its creation on.
+    let created = std::time::Instant::now();
     let (roomy_id, roomy) = s.create_tenant(json!({"name": "roomy"})).await;
     let (tight_id, tight) = s
         .create_tenant(json!({"name": "tight",
@@ -259,6 +263,17 @@ async fn one_mix(seed: u64) -> (u64, u64, u64) {
             "{ctx}"
         );
         assert_eq!(st["completion_tokens"], got("completion_tokens"), "{ctx}");
+        // The quota was charged exactly what the ledger billed (reservations settled, refused
+        // requests refunded): from a full bucket, the balance is that much lower, plus at most
+        // what the bucket refilled since the tenant was created.
+        let cap = stats["quotas"]["tokens_per_min"].as_f64().expect("a quota");
+        let balance = stats["tokens_available"].as_f64().expect("a local balance");
+        let billed = (got("prompt_tokens") + got("completion_tokens")) as f64;
+        let refill = cap / 60.0 * created.elapsed().as_secs_f64();
+        assert!(
+            balance >= cap - billed - 1e-6 && balance <= cap.min(cap - billed + refill) + 1e-6,
+            "{ctx}: balance {balance}, quota {cap}, billed {billed}, refill at most {refill}"
+        );
     }
     s.shutdown().await;
     let refused = seen.iter().map(|e| e.refused).sum();

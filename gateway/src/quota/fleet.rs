@@ -273,6 +273,11 @@ impl Limiter for FleetLimiter {
         self.held.load(Ordering::Relaxed) + self.local.in_flight()
     }
 
+    /// The fleet's balance is in Redis, shared by every node.
+    fn tokens_available(&self) -> Option<f64> {
+        None
+    }
+
     /// The fleet's balances live in Redis under the tenant's name, so they carry over as
     /// they are; the local fallback carries its own.
     fn with_quotas(&self, quotas: Quotas) -> Arc<dyn Limiter> {

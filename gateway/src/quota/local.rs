@@ -84,6 +84,11 @@ impl LocalLimiter {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// The tokens-per-minute balance now (negative: in debt).
+    pub fn tokens_available(&self) -> f64 {
+        self.bucket().balance(Instant::now())
+    }
+
     /// Admits one request or says why not. The returned guard holds a concurrency slot until
     /// it is dropped (when the response, streamed or not, is complete).
     pub fn admit(&self) -> Result<InFlight, Refusal> {
@@ -180,6 +185,10 @@ impl Limiter for LocalLimiter {
         LocalLimiter::in_flight(self)
     }
 
+    fn tokens_available(&self) -> Option<f64> {
+        Some(LocalLimiter::tokens_available(self))
+    }
+
     fn refund_tokens(&self, tokens: u64) {
         self.bucket().refund(tokens, Instant::now());
     }
@@ -232,6 +241,12 @@ impl TokenBucket {
     pub fn debt_wait(&mut self, now: Instant) -> Option<Duration> {
         self.refill(now);
         (self.balance < 0.0).then(|| Duration::from_secs_f64(-self.balance / self.per_s))
+    }
+
+    /// The balance as of `now` (refilled to then).
+    pub fn balance(&mut self, now: Instant) -> f64 {
+        self.refill(now);
+        self.balance
     }
 
     pub fn charge(&mut self, tokens: u64, now: Instant) {
