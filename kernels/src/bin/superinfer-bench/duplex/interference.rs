@@ -5,7 +5,7 @@ use superinfer_kernels::plan::Layout;
 use superinfer_kernels::report::{self, median, Interference};
 use superinfer_kernels::Result;
 
-use super::{cuda, elapsed, kv_shape, Bench, Sets, GIB};
+use super::bench::{cuda, elapsed, kv_shape, Bench, Sets, GIB};
 
 /// The duplex batch beside a memory-bound copy kernel on the compute stream: each timed alone
 /// and together. Returns the rows and whether the copied data verified.

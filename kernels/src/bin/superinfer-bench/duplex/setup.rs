@@ -5,8 +5,8 @@ use superinfer_kernels::pattern::SplitMix64;
 use superinfer_kernels::plan::BlockCopy;
 use superinfer_kernels::Result;
 
-use super::{Bench, Sets, LAYERS};
-use crate::Opts;
+use super::bench::{Bench, Sets, LAYERS};
+use crate::opts::Opts;
 
 /// Random scattered block ids: each direction gets `n` blocks of each arena, disjoint.
 pub(super) fn random_sets(n: u32, seed: u64) -> Sets {
