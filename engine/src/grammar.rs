@@ -9,7 +9,7 @@
 
 pub mod mask;
 pub mod pool;
-#[cfg(test)]
+#[cfg(all(test, feature = "model"))]
 mod tests;
 
 pub use mask::{MaskBoard, MaskRef, TokenMask};

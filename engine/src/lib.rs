@@ -27,11 +27,13 @@ pub mod error;
 pub mod grammar;
 pub mod handle;
 pub mod kv;
+#[cfg(feature = "model")]
 pub mod model;
 pub mod profile;
 pub mod request;
 pub mod runner;
 pub mod sampling;
+#[cfg(feature = "model")]
 pub mod serve;
 pub mod sim;
 pub mod text;

@@ -4,6 +4,7 @@
 //! Backends: [`sim`] (a cost model from a hardware+model profile), `cpu` (candle) and `cuda`.
 
 mod cost;
+#[cfg(feature = "model")]
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod gpu;

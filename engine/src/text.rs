@@ -8,10 +8,11 @@
 //! and hands clones to its request tasks.
 
 mod chat_encode;
+#[cfg(feature = "model")]
 pub mod gguf;
 mod plain;
 mod stop;
-#[cfg(test)]
+#[cfg(all(test, feature = "model"))]
 mod tests;
 
 pub use stop::{StopCheck, StopMatcher};
@@ -186,6 +187,7 @@ impl TextCodec {
     /// directory; or, when `dir` is a GGUF file, the same from its metadata ([`gguf`]). A
     /// missing chat template is not an error until a chat is rendered.
     pub fn from_model_dir(dir: &Path) -> Result<TextCodec, EngineError> {
+        #[cfg(feature = "model")]
         if crate::model::gguf::is_gguf(dir) {
             let file = crate::model::gguf::GgufFile::open(dir)?;
             return TextCodec::from_gguf(&file);
@@ -213,6 +215,7 @@ impl TextCodec {
     }
 
     /// The tokenizer, special tokens and chat template of a GGUF file's metadata.
+    #[cfg(feature = "model")]
     pub fn from_gguf(file: &crate::model::gguf::GgufFile) -> Result<TextCodec, EngineError> {
         let text = gguf::from_gguf(file)?;
         let template = text

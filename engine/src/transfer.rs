@@ -6,6 +6,7 @@
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "model")]
 pub mod host;
 pub mod sim;
 

@@ -228,6 +228,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "model")]
     fn the_host_copy_engine_is_measured_and_the_simulated_link_is_taken_from_its_profile() {
         use crate::kv::BlockGeometry;
         use crate::model::kv_arena::KvArena;
