@@ -19,6 +19,10 @@
 //! - [`text`]: tokenizer, chat template and incremental detokenization ([`TextCodec`]).
 //! - [`serve`]: a ready CPU engine from a model directory ([`serve::cpu_engine`]).
 //! - [`model`]: model code; [`model::tiny`] writes the embedded random-weight default model.
+//!
+//! [`model`], [`serve`], `runner::cpu`, `transfer::host` and `text::gguf` need the default
+//! feature `model` (candle); without it the crate is the scheduler-facing core that the load
+//! generator and the twin use.
 #![forbid(unsafe_code)]
 
 pub mod clock;
