@@ -117,9 +117,8 @@ async fn generate(
     let receipt = usage.receipt();
     let billed = |resp| crate::usage::gate(resp, receipt, state.ledger.clone());
     if !valid.more_prompts.is_empty() || valid.best_of > 1 {
-        return several::generate(&state, ctx, (slot, seats, usage), valid, started, kill)
-            .await
-            .map(billed);
+        let resp = several::generate(&state, ctx, (slot, seats, usage), valid, started, kill);
+        return Ok(billed(resp.await?).await);
     }
     // A refusal drops `usage`, which refunds the reservation.
     let stream =
@@ -170,9 +169,9 @@ async fn generate(
             limits: state.stream,
             kill,
         };
-        Ok(billed(sse::respond(gen, meta, out)))
+        Ok(billed(sse::respond(gen, meta, out)).await)
     } else {
-        collect(gen, meta, &state.metrics).await.map(billed)
+        Ok(billed(collect(gen, meta, &state.metrics).await?).await)
     }
 }
 

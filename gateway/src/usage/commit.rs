@@ -127,9 +127,16 @@ impl Receipt {
 }
 
 /// `resp` with every byte produced after its request was billed held back until the record
-/// is on disk (unchanged under [`LedgerSync::Interval`]).
-pub fn gate(resp: Response, receipt: Arc<Receipt>, commit: Arc<LedgerCommit>) -> Response {
+/// is on disk (unchanged under [`LedgerSync::Interval`]). An answer built whole after its
+/// request ended (not streamed) waits here and goes out as it is; a stream is wrapped, and
+/// waits before its first chunk produced after the billing.
+pub async fn gate(resp: Response, receipt: Arc<Receipt>, commit: Arc<LedgerCommit>) -> Response {
     if !commit.answers_wait() {
+        return resp;
+    }
+    let seq = receipt.get();
+    if seq != 0 {
+        commit.wait(seq).await;
         return resp;
     }
     resp.map(|body| {
