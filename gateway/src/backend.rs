@@ -329,12 +329,8 @@ fn start_gpu(
     let policy = opts.policy.build(&opts.wlvf);
     let (engine, codec, config) = gpu_engine(&source, &eo, gpu, policy)
         .with_context(|| format!("loading {model} on the GPU"))?;
-    tracing::info!(
-        model,
-        hbm_blocks = engine.config().hbm_blocks,
-        dram_blocks = engine.config().dram_blocks,
-        "model on the GPU"
-    );
+    // Its KV tiers are logged with every backend's ("KV tiers", `serve_engine`).
+    tracing::info!(model, "model on the GPU");
     let id = match &source {
         GpuModel::Random(_) => model.to_owned(),
         GpuModel::Dir(dir) => model_id(dir),

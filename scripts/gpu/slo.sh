@@ -170,7 +170,7 @@ PY
           > "$out/$run.server.log" 2>&1 &
         server=$!
         server_up "$out/$run.server.log" $server || { echo "(run $run)"; continue; }
-        echo "== $run: server up ($(grep -m1 'model on the GPU' "$out/$run.server.log" | sed 's/.*INFO //'))"
+        echo "== $run: server up ($(grep -m1 'KV tiers' "$out/$run.server.log" | sed 's/.*INFO //'))"
         grep -m1 'rotation budget' "$out/$run.server.log" | sed 's/.*INFO /   /'
         "$bins/superinfer-loadgen" http --target "http://127.0.0.1:$port" --tenants "$tenants" \
           "${rps_args[@]}" "${len_args[@]}" --seed "$SEED" --drain-s "$DRAIN" --policy "$policy" \
