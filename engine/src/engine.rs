@@ -14,6 +14,7 @@ mod plan;
 mod scratch;
 mod shed;
 mod step_budget;
+mod step_trace;
 mod xfer;
 
 pub use config::{EngineConfig, DEFAULT_QUEUE_DEADLINE_TTFTS};
@@ -214,6 +215,10 @@ pub struct Engine<R, T, C> {
     /// Start of the previous step, if the engine still had live requests after it (so the
     /// time since is iteration time, not idle time).
     busy_since: Option<f64>,
+    /// The latest batch's record, completed with its iteration time when the next step
+    /// starts (the calibration's measurement, and the step trace's line).
+    last_step: Option<step_trace::StepRecord>,
+    trace: step_trace::StepTrace,
     xfer: xfer::XferBudget,
     /// Requests that may have full blocks not yet written back (a block filled since their
     /// last complete writeback), oldest first: eager writeback visits only these.
@@ -282,6 +287,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         };
         let xfer = xfer::XferBudget::new(cfg.b_xfer, share, rate);
         let cost = runner.step_cost();
+        let trace = step_trace::StepTrace::open(cfg.step_trace.as_deref())?;
         let pool = KvPool::new(cfg.hbm_blocks, cfg.dram_blocks)
             .with_prefix_cache(cfg.prefix_cache, cfg.prefix_cache_dram);
         Ok(Engine {
@@ -303,6 +309,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             cost,
             calibration: step_budget::Calibration::default(),
             busy_since: None,
+            last_step: None,
+            trace,
             xfer,
             writeback_due: BTreeSet::new(),
             grow_due: Vec::new(),
@@ -544,10 +552,20 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
     /// One iteration. See the module docs for the order of work.
     pub fn step(&mut self) -> Result<StepReport, EngineError> {
         let now = self.clock.now();
-        if let Some(t) = self.busy_since {
+        let iteration = self.busy_since.map(|t| now - t);
+        if let Some(i) = iteration {
             // One iteration: the batch, the copies it waited for, the host work around them.
-            self.policy.on_step(now - t);
-            self.xfer.observe(now - t);
+            self.policy.on_step(i);
+            self.xfer.observe(i);
+        }
+        if let Some(mut last) = self.last_step.take() {
+            // What a decoding client sees between two tokens is the whole iteration, so the
+            // budget learns from it rather than from the runner's time alone.
+            last.iteration_s = iteration;
+            if let (Some(p), Some(i)) = (last.predicted_s, iteration) {
+                self.calibration.observe(p, i);
+            }
+            self.trace.write(&last);
         }
         self.ingest_copies(now);
         self.shed_past_deadline(now);

@@ -97,6 +97,8 @@ pub struct EngineOptions {
     /// Keep steps within this share of the tightest decoding TBT target, when the runner knows
     /// its step cost (`EngineConfig::step_tbt_share`).
     pub step_tbt_share: Option<f64>,
+    /// One JSON line per step to this file (`EngineConfig::step_trace`).
+    pub step_trace: Option<std::path::PathBuf>,
     /// Tokens per KV block.
     pub block_size: u32,
     pub dtype: ModelDtype,
@@ -131,6 +133,7 @@ impl Default for EngineOptions {
             shed_late: None,
             queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
             step_tbt_share: EngineConfig::default().step_tbt_share,
+            step_trace: None,
             block_size: 16,
             dtype: ModelDtype::F32,
             seed: None,
@@ -157,6 +160,7 @@ impl EngineOptions {
             shed_late: self.shed_late,
             queue_deadline_ttfts: self.queue_deadline_ttfts,
             step_tbt_share: self.step_tbt_share,
+            step_trace: self.step_trace.clone(),
             prefix_cache: self.prefix_cache,
             prefix_cache_dram: self.prefix_cache_dram,
             copy_timeout_s: self.copy_timeout_s,

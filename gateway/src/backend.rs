@@ -92,6 +92,8 @@ pub struct EngineOptions {
     /// Keep steps within this share of the tightest decoding TBT target when the runner knows
     /// its step cost; `None`: off (`EngineConfig::step_tbt_share`).
     pub step_tbt_share: Option<f64>,
+    /// One JSON line per step to this file (`EngineConfig::step_trace`).
+    pub step_trace: Option<std::path::PathBuf>,
     /// Requests waiting for admission beyond this are refused (503).
     pub max_queue: usize,
     /// Longest prompt + output of one request; `None`: the model's context. Capped by the
@@ -120,6 +122,7 @@ impl Default for EngineOptions {
             shed_late: None,
             queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
             step_tbt_share: EngineConfig::default().step_tbt_share,
+            step_trace: None,
             max_queue: 1024,
             max_model_len: None,
             prefix_cache: true,
@@ -210,6 +213,7 @@ fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptio
         shed_late: opts.shed_late,
         queue_deadline_ttfts: opts.queue_deadline_ttfts,
         step_tbt_share: opts.step_tbt_share,
+        step_trace: opts.step_trace.clone(),
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         prefix_cache: opts.prefix_cache,
@@ -404,6 +408,7 @@ fn start_sim(
         shed_late: opts.shed_late,
         queue_deadline_ttfts: opts.queue_deadline_ttfts,
         step_tbt_share: opts.step_tbt_share,
+        step_trace: opts.step_trace.clone(),
         // The gateway refuses at its own limit first (503); this is the engine's backstop.
         max_queue: opts.max_queue.saturating_mul(2).max(1),
         prefix_cache: opts.prefix_cache,

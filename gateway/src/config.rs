@@ -181,6 +181,7 @@ impl ServeConfig {
                     .map_err(anyhow::Error::msg)?,
                 step_tbt_share: EngineConfig::step_tbt_share_setting(s.step_tbt_share)
                     .map_err(anyhow::Error::msg)?,
+                step_trace: s.step_trace,
                 max_queue: match s.max_queue {
                     Some(0) => bail!(
                         "max_queue must be at least 1 (0 would refuse every request with 503)"

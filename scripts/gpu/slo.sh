@@ -20,6 +20,8 @@
 #   a replay workload, e.g. loadgen/workloads/replay/mooncake-1-2-4.toml, with RPS=file and
 #   RATE_SCALE (default 1), and optionally TRACE_START_S, TRACE_DURATION_S (a window of the
 #   trace, in its own seconds) and MAX_PROMPT_TOKENS (rows above are reported, not sent)]
+#   STEP_TRACE [unset; 1: the server writes one line per engine step to POLICY-rpsR.steps.jsonl
+#   (--step-trace), for fitting the cost model]
 #   TWIN [unset; 1: first the twin's prediction of the same runs (superinfer-loadgen sim, the
 #   profile of the GPU found, h100- or h200-, with MODEL's shape), written to twin/]
 # Writes under $OUT (at most 8 files come back from a device call): env.txt, summary.md (all
@@ -163,9 +165,11 @@ PY
           runs+=("twin-$run")
         fi
         port=$((port + 1))
+        trace_args=()
+        [ "${STEP_TRACE:-}" = 1 ] && trace_args=(--step-trace "$out/$run.steps.jsonl")
         "$bins/superinfer" serve --device cuda --model "$MODEL" --policy "$policy" \
           --hbm-kv-gb "$HBM_KV_GB" --dram-kv-gb "$DRAM_KV_GB" --max-batched-tokens "$MBT" \
-          "${caps[@]}" "${cache_args[@]}" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
+          "${caps[@]}" "${cache_args[@]}" "${trace_args[@]}" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
           --max-connections "$MAX_CONNS" --max-connections-per-ip "$MAX_CONNS" \
           > "$out/$run.server.log" 2>&1 &
         server=$!
@@ -175,6 +179,8 @@ PY
         "$bins/superinfer-loadgen" http --target "http://127.0.0.1:$port" --tenants "$tenants" \
           "${rps_args[@]}" "${len_args[@]}" --seed "$SEED" --drain-s "$DRAIN" --policy "$policy" \
           --no-progress --out "$out/$run" 2>&1 | tail -30
+        # The step budget's learned scale and the step histograms, as the run left them.
+        curl -s "http://127.0.0.1:$port/metrics" > "$out/$run.metrics.txt" 2>/dev/null || true
         kill -TERM $server; wait $server 2>/dev/null
         { echo "## $run"; cat "$out/$run/summary.md" 2>/dev/null; echo; } >> "$out/summary.md"
         python3 - "$out/$run/summary.json" "$run" >> "$out/attainment.tsv" <<'PY' || true
@@ -183,7 +189,7 @@ for r in json.load(open(sys.argv[1]))["runs"]:
     print(sys.argv[2], *(f"{r[k]:.6f}" for k in ("ttft_attainment", "tbt_attainment",
           "throughput_tokens_per_s", "p99_ttft_s", "p99_tbt_s")), sep="\t")
 PY
-        runs+=("$run" "$run.server.log" "$run.tenants.toml")
+        runs+=("$run" "$run.server.log" "$run.tenants.toml" "$run.metrics.txt" "$run.steps.jsonl")
       done
       done
     done

@@ -124,9 +124,14 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             out.elapsed,
             &mut scratch.shares,
         );
-        if let Some(p) = predicted {
-            self.calibration.observe(p, out.elapsed);
-        }
+        let mut record = if self.trace.is_on() {
+            super::step_trace::StepRecord::of_batch(t - out.elapsed, spans, decodes)
+        } else {
+            super::step_trace::StepRecord::default()
+        };
+        record.elapsed_s = out.elapsed;
+        record.predicted_s = predicted;
+        self.last_step = Some(record);
         let shares = &scratch.shares;
         let service = &mut scratch.service;
         service.clear();

@@ -66,6 +66,9 @@ pub struct EngineConfig {
     /// time left (`engine/src/engine/step_budget.rs`). `None`: steps are bounded by tokens
     /// only.
     pub step_tbt_share: Option<f64>,
+    /// Write one JSON line per step (what it ran, its measured and predicted time) to this
+    /// file (`engine/src/engine/step_trace.rs`); `None`: no trace (the default).
+    pub step_trace: Option<std::path::PathBuf>,
 }
 
 impl EngineConfig {
@@ -123,6 +126,7 @@ impl Default for EngineConfig {
             // decodes) skipping decodes doubles their gaps and prompt chunks starve
             // (docs/SCHEDULING.md, "Long contexts").
             step_tbt_share: None,
+            step_trace: None,
         }
     }
 }

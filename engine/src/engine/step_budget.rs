@@ -8,19 +8,19 @@
 //!
 //! - **Decodes**, cheapest (shortest context, divided by the steps it has waited) first,
 //!   while they fit. The rest skip this step: long contexts take turns instead of slowing
-//!   everyone. A request that skipped
-//!   [`MAX_DECODE_SKIPS`] steps in a row goes first the next step, whatever it costs, so each
-//!   decodes at least every `MAX_DECODE_SKIPS + 1` steps; at least one decode runs every step.
+//!   everyone. Then one request that skipped [`MAX_DECODE_SKIPS`] steps in a row runs,
+//!   whatever it costs: of several such, the one that waited longest; the others wait their
+//!   turn. So each decodes at least every `max(MAX_DECODE_SKIPS + 1, n)` steps, `n` the
+//!   decodes that do not fit beside the cheaper ones; at least one decode runs every step.
 //! - **Prompt chunks** get the time left, short prompts first (a long chunk deep in its prompt
 //!   can take a whole step), at least [`MIN_CHUNK_TOKENS`] for the first (so prompts always
 //!   progress), within the token budget as before.
 //!
 //! The bound: a step holds every decode that fits the limit in cost order, so a request whose
-//! decode costs `d` runs in every step where the forced decodes plus the cheaper ones leave
-//! `d` of room: a short chat beside long contexts runs every step, and its step time is at
-//! most the limit plus the forced decodes of that step (at most one in `MAX_DECODE_SKIPS + 1`
-//! steps per long request, on average). Without a cost model (the GPU runner until it has
-//! a profile) or with no request decoding, steps are bounded by tokens only.
+//! decode costs `d` runs in every step where the cheaper ones leave `d` of room: a short chat
+//! beside long contexts runs every step, and its step time is at most the limit plus one
+//! decode (the forced one of that step). Without a cost model (the GPU runner until it has a
+//! profile) or with no request decoding, steps are bounded by tokens only.
 //!
 //! **Calibration.** The model comes from a profile, and a real GPU may run some steps slower
 //! (a long context's small prompt chunks, say). [`Calibration`] follows the ratio of each
@@ -113,21 +113,29 @@ pub(super) fn choose_decodes(
     }
     order.clear();
     order.extend(0..cands.len());
-    // Forced first, then by context divided by the steps it has waited (so the long ones
-    // take turns: the one that just ran competes at its full cost, those that skipped at a
-    // fraction of theirs; short contexts still come first).
+    // By context divided by the steps it has waited (so the long ones take turns: the one
+    // that just ran competes at its full cost, those that skipped at a fraction of theirs;
+    // short contexts come first), while they fit.
     order.sort_by_key(|&i| {
         let k = cands[i];
-        (k.skips < MAX_DECODE_SKIPS, k.kv_len / (k.skips + 1))
+        k.kv_len / (k.skips + 1)
     });
     for &i in order.iter() {
-        let k = cands[i];
-        let d = c.decode_s(k.kv_len);
-        let forced = k.skips >= MAX_DECODE_SKIPS;
-        if forced || t + d <= limit.seconds || t == c.base_s {
+        let d = c.decode_s(cands[i].kv_len);
+        if t + d <= limit.seconds || t == c.base_s {
             run[i] = true;
             t += d;
         }
+    }
+    // Then one decode that skipped its last `MAX_DECODE_SKIPS` steps, the one that waited
+    // longest, whatever it costs; the others wait their turn, so decodes that never fit take
+    // turns instead of all running in one step.
+    let forced = (0..cands.len())
+        .filter(|&i| !run[i] && cands[i].skips >= MAX_DECODE_SKIPS)
+        .max_by_key(|&i| (cands[i].skips, std::cmp::Reverse(cands[i].kv_len)));
+    if let Some(i) = forced {
+        run[i] = true;
+        t += c.decode_s(cands[i].kv_len);
     }
     t
 }

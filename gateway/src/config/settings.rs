@@ -113,6 +113,11 @@ pub struct Settings {
     /// contexts"), e.g. 0.8; 0 or unset: off.
     #[arg(long, env = "SUPERINFER_STEP_TBT_SHARE")]
     pub step_tbt_share: Option<f64>,
+    /// Write one JSON line per engine step (what it ran, its measured and predicted time) to
+    /// this file, for fitting the cost model to a GPU (docs/OPERATIONS.md, "Step trace")
+    /// [default: none].
+    #[arg(long, env = "SUPERINFER_STEP_TRACE")]
+    pub step_trace: Option<PathBuf>,
     /// Turn the prefix cache off: every prompt is prefilled from its first token
     /// (docs/OPERATIONS.md, "Prefix cache") [default: the cache is on].
     #[arg(long, env = "SUPERINFER_NO_PREFIX_CACHE", num_args = 0..=1, default_missing_value = "true")]
@@ -270,6 +275,7 @@ impl Settings {
             shed_late: self.shed_late.or(lower.shed_late),
             queue_deadline_ttfts: self.queue_deadline_ttfts.or(lower.queue_deadline_ttfts),
             step_tbt_share: self.step_tbt_share.or(lower.step_tbt_share),
+            step_trace: self.step_trace.or(lower.step_trace),
             fairness_quantum: self.fairness_quantum.or(lower.fairness_quantum),
             decode_cost: self.decode_cost.or(lower.decode_cost),
             defer_late: self.defer_late.or(lower.defer_late),

@@ -22,13 +22,22 @@ fn long_context_engine(share: Option<f64>) -> TestEngine {
 }
 
 /// Serves 3 requests of 100k prompt tokens and, once all three decode, 4 chats of 300 (TBT
-/// target 20 ms for all); returns the largest gap between two tokens of a chat, whether
-/// every request finished, and the long ones' tokens while the chats ran.
+/// target 20 ms for all), the host taking `host_s` after each batch; returns the largest gap
+/// between two tokens of a chat, whether every request finished, and the long ones' tokens
+/// while the chats ran.
 fn serve(share: Option<f64>) -> (f64, bool, u32) {
+    let (gap, all, long, _) = serve_slower(share, 0.02, 1.0);
+    (gap, all, long)
+}
+
+/// [`serve`] with a TBT target of `tbt_s` on a node whose iterations take `slowdown` times
+/// the runner's modelled time (host work after each batch); also returns the engine's
+/// learned step-cost scale.
+fn serve_slower(share: Option<f64>, tbt_s: f64, slowdown: f64) -> (f64, bool, u32, f64) {
     let mut e = long_context_engine(share);
     let slo = Slo {
         ttft_s: 60.0,
-        tbt_s: 0.02,
+        tbt_s,
     };
     for i in 0..3u64 {
         let mut r = request(i, 0, 100_000, 400);
@@ -57,6 +66,10 @@ fn serve(share: Option<f64>) -> (f64, bool, u32) {
         if let Some(t) = r.idle_until.filter(|_| !r.ran) {
             e.clock_mut().skip_to(t);
         }
+        if r.ran && slowdown > 1.0 {
+            let t = e.clock().now() + (slowdown - 1.0) * r.elapsed;
+            e.clock_mut().skip_to(t);
+        }
         for ev in e.take_events() {
             match ev {
                 EngineEvent::Token { id, t, .. } => {
@@ -79,7 +92,8 @@ fn serve(share: Option<f64>) -> (f64, bool, u32) {
             }
         }
     }
-    (worst_chat_gap, finished == 7, long_while_chats)
+    let scale = e.stats().step_cost_scale;
+    (worst_chat_gap, finished == 7, long_while_chats, scale)
 }
 
 #[test]
@@ -97,6 +111,22 @@ fn chats_beside_long_contexts_keep_their_tbt_and_the_long_ones_are_time_sliced()
         plain_gap > 0.02,
         "without the budget every step waits for the long contexts: {plain_gap:.4} s"
     );
+}
+
+#[test]
+fn iterations_slower_than_modelled_are_learned_and_the_chats_keep_their_tbt() {
+    // Every iteration takes 1.5x the model's time (a slower GPU, host work between steps).
+    // A 25 ms target: at the model's times the limit (20 ms) lets steps through that take
+    // ~29 ms; learned, the limit shrinks to what 25 ms holds (measured gaps: 29.1 ms without
+    // the calibration, 21.2 ms with it).
+    let (gap, all, long_progress, scale) = serve_slower(Some(0.8), 0.025, 1.5);
+    assert!(all, "every request finished");
+    assert!((1.3..=1.5 + 1e-9).contains(&scale), "scale {scale}");
+    assert!(
+        gap <= 0.025,
+        "a chat waited {gap:.4} s between tokens (scale {scale})"
+    );
+    assert!(long_progress > 0);
 }
 
 #[test]
