@@ -18,6 +18,7 @@ use superinfer_engine::grammar::{GrammarCompiler, GrammarSpec};
 use superinfer_engine::runner::ModelRunner;
 use superinfer_engine::serve::{cpu_engine, pin_cpu_threads, EngineOptions};
 use superinfer_engine::transfer::Transfer;
+use superinfer_engine::EngineConfig;
 use superinfer_engine::{ChatMessage, Engine, EngineRequest, SamplingParams, TextCodec};
 use superinfer_policies::{RequestId, Slo, TenantId};
 
@@ -34,10 +35,13 @@ fn options() -> EngineOptions {
     EngineOptions {
         hbm_blocks: Some(512),
         dram_blocks: Some(64),
-        max_batched_tokens: 2048,
+        config: EngineConfig {
+            max_batched_tokens: 2048,
+            prefix_cache: false,
+            ..EngineConfig::default()
+        },
         seed: Some(0),
         warm_up: false,
-        prefix_cache: false,
         ..EngineOptions::default()
     }
 }

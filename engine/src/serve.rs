@@ -62,11 +62,15 @@ impl ModelDtype {
     }
 }
 
-/// How to size and schedule a CPU engine. Each tier is given in blocks or in bytes (blocks
-/// win when both are set; bytes are divided by the model's KV block size).
+/// How to size and schedule an engine over a model (CPU or GPU): the engine's knobs and
+/// their one set of defaults ([`EngineConfig`]), and what sizes the tiers. Each tier is given
+/// in blocks or in bytes (blocks win when both are set; bytes are divided by the model's KV
+/// block size); the tier sizes in `config` are replaced by them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineOptions {
+    /// Batch budget, seats, rotation, prefix cache, deadlines, … as for every engine.
+    pub config: EngineConfig,
     /// HBM-tier (on the CPU: the runner's arena) capacity in blocks.
     pub hbm_blocks: Option<u32>,
     /// HBM-tier capacity in bytes, when `hbm_blocks` is unset.
@@ -78,93 +82,43 @@ pub struct EngineOptions {
     pub policy: PolicyKind,
     /// Knobs of LVF / weighted LVF.
     pub wlvf: WlvfConfig,
-    /// Rotation budget: blocks moved per iteration per direction; `None`: automatic (measured
-    /// link rate × iteration time, `EngineConfig::b_xfer`).
-    pub b_xfer: Option<u32>,
-    /// Token budget per iteration (decode tokens + prefill chunks).
-    pub max_batched_tokens: u32,
-    pub max_num_seqs: u32,
-    /// Requests waiting for admission beyond this are refused.
-    pub max_queue: usize,
-    /// Tokens a request must produce in one running period before its consecutive-rotation
-    /// count (weighted LVF's rotation cap) resets.
-    pub progress_tokens: u32,
-    /// Refuse requests that would wait past their TTFT SLO (`EngineConfig::shed_late`).
-    pub shed_late: Option<f64>,
-    /// Shed requests still waiting this many TTFT targets after arrival
-    /// (`EngineConfig::queue_deadline_ttfts`).
-    pub queue_deadline_ttfts: Option<f64>,
-    /// Keep steps within this share of the tightest decoding TBT target, when the runner knows
-    /// its step cost (`EngineConfig::step_tbt_share`).
-    pub step_tbt_share: Option<f64>,
-    /// One JSON line per step to this file (`EngineConfig::step_trace`).
-    pub step_trace: Option<std::path::PathBuf>,
-    /// Tokens per KV block.
-    pub block_size: u32,
     pub dtype: ModelDtype,
     /// Seed for requests without one; `None`: from the OS.
     pub seed: Option<u64>,
     /// Run one prefill and one decode through the runner before the engine starts
     /// ([`warm_up`]), so the first requests do not pay for first-use loading.
     pub warm_up: bool,
-    /// Keep full KV blocks as a prefix cache (`EngineConfig::prefix_cache`).
-    pub prefix_cache: bool,
-    /// Let cached blocks live in DRAM only (`EngineConfig::prefix_cache_dram`).
-    pub prefix_cache_dram: bool,
-    /// A copy batch not landed within this much time the engine watched for it is a fault
-    /// (`EngineConfig::copy_timeout_s`).
-    pub copy_timeout_s: f64,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
+            config: EngineConfig::default(),
             hbm_blocks: None,
             hbm_bytes: 256 << 20,
             dram_blocks: None,
             dram_bytes: 1 << 30,
             policy: PolicyKind::Wlvf,
             wlvf: WlvfConfig::default(),
-            b_xfer: None,
-            max_batched_tokens: 2048,
-            max_num_seqs: 256,
-            max_queue: 4096,
-            progress_tokens: EngineConfig::default().progress_tokens,
-            shed_late: None,
-            queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
-            step_tbt_share: EngineConfig::default().step_tbt_share,
-            step_trace: None,
-            block_size: 16,
             dtype: ModelDtype::F32,
             seed: None,
             warm_up: true,
-            prefix_cache: true,
-            prefix_cache_dram: true,
-            copy_timeout_s: EngineConfig::default().copy_timeout_s,
         }
     }
 }
 
 impl EngineOptions {
+    /// Tokens per KV block.
+    pub fn block_size(&self) -> u32 {
+        self.config.block_size
+    }
+
     /// The engine's configuration for tiers of `hbm_blocks` and `dram_blocks`.
     pub(crate) fn engine_config(&self, hbm_blocks: u32, dram_blocks: u32) -> EngineConfig {
         EngineConfig {
-            block_size: self.block_size,
-            max_batched_tokens: self.max_batched_tokens,
-            max_num_seqs: self.max_num_seqs,
-            b_xfer: self.b_xfer,
             hbm_blocks,
             dram_blocks,
-            max_queue: self.max_queue,
-            progress_tokens: self.progress_tokens,
-            shed_late: self.shed_late,
-            queue_deadline_ttfts: self.queue_deadline_ttfts,
-            step_tbt_share: self.step_tbt_share,
-            step_trace: self.step_trace.clone(),
-            prefix_cache: self.prefix_cache,
-            prefix_cache_dram: self.prefix_cache_dram,
-            copy_timeout_s: self.copy_timeout_s,
-            ..EngineConfig::default()
+            ..self.config.clone()
         }
     }
 }
@@ -210,7 +164,7 @@ pub fn cpu_engine_with_policy(
     let codec = TextCodec::from_model_dir(model_dir)?;
     let cfg = crate::model::ModelConfig::from_model_dir(model_dir)?;
     let dtype = opts.dtype.dtype();
-    let block_bytes = cfg.kv_geometry(opts.block_size, dtype).block_bytes();
+    let block_bytes = cfg.kv_geometry(opts.block_size(), dtype).block_bytes();
     let blocks = |n: Option<u32>, bytes: u64, what: &str| -> Result<u32, EngineError> {
         let n = n.unwrap_or_else(|| (bytes / block_bytes.max(1)).min(u64::from(u32::MAX)) as u32);
         if n == 0 && what == "HBM" {
@@ -235,7 +189,7 @@ pub fn cpu_engine_with_policy(
     let mut runner = CpuRunner::load(
         model_dir,
         &CpuRunnerConfig {
-            block_size: opts.block_size,
+            block_size: opts.block_size(),
             hbm_blocks,
             dtype: Some(dtype),
             device: Device::Cpu,
@@ -244,7 +198,7 @@ pub fn cpu_engine_with_policy(
     )?;
     runner.set_eos_token_ids(&merged_eos(codec.eos_token_ids(), runner.eos_token_ids()));
     if opts.warm_up {
-        warm_up(&mut runner, hbm_blocks, opts.block_size)?;
+        warm_up(&mut runner, hbm_blocks, opts.block_size())?;
     }
     let transfer = HostTransfer::new(runner.arena().clone(), dram_blocks)?;
     let engine_cfg = opts.engine_config(hbm_blocks, dram_blocks);

@@ -8,6 +8,7 @@
 
 use superinfer_engine::model::tiny::write_tiny_model;
 use superinfer_engine::serve::{cpu_engine, CpuEngine, EngineOptions};
+use superinfer_engine::EngineConfig;
 use superinfer_engine::{EngineEvent, EngineRequest};
 use superinfer_policies::{RequestId, TenantId};
 
@@ -72,7 +73,10 @@ fn prefill_steps_longer_than_the_copy_timeout_are_no_copy_faults() {
 
     let timeout = shortest / 3.0;
     let opts = EngineOptions {
-        copy_timeout_s: timeout,
+        config: EngineConfig {
+            copy_timeout_s: timeout,
+            ..defaults.config.clone()
+        },
         ..defaults
     };
     let (mut e, _) = cpu_engine(dir.path(), &opts).expect("engine");

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use superinfer_engine::model::tiny::write_tiny_model;
 use superinfer_engine::serve::{cpu_engine, cpu_engine_with_policy, CpuEngine, EngineOptions};
+use superinfer_engine::EngineConfig;
 use superinfer_engine::{EngineEvent, EngineRequest};
 use superinfer_policies::{
     Capacity, Phase, Plan, Policy, PolicyKind, ReqView, RequestId, Service, Slo, TenantId,
@@ -21,10 +22,13 @@ fn opts(hbm_blocks: u32, dram_blocks: u32) -> EngineOptions {
     EngineOptions {
         hbm_blocks: Some(hbm_blocks),
         dram_blocks: Some(dram_blocks),
-        max_batched_tokens: 256,
+        config: EngineConfig {
+            max_batched_tokens: 256,
+            // Every request must complete, however slow the machine: no queue deadline.
+            queue_deadline_ttfts: None,
+            ..EngineConfig::default()
+        },
         seed: Some(1),
-        // Every request must complete, however slow the machine: no queue deadline.
-        queue_deadline_ttfts: None,
         ..EngineOptions::default()
     }
 }
@@ -259,7 +263,10 @@ fn two_hundred_requests_under_rotation_complete_with_correct_outputs() {
     let want = drain(&mut e);
     // 40 blocks of HBM for 200 requests of 1 to 4 blocks each: constant rotation.
     let tight = EngineOptions {
-        b_xfer: Some(16),
+        config: EngineConfig {
+            b_xfer: Some(16),
+            ..opts(40, 2048).config
+        },
         ..opts(40, 2048)
     };
     let (mut e, _) = cpu_engine(dir.path(), &tight).unwrap();

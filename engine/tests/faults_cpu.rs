@@ -7,15 +7,19 @@ use std::collections::BTreeMap;
 use superinfer_engine::model::tiny::write_tiny_model;
 use superinfer_engine::serve::{cpu_engine, CpuEngine, EngineOptions};
 use superinfer_engine::transfer::CopyFault;
+use superinfer_engine::EngineConfig;
 use superinfer_engine::{EngineEvent, EngineRequest};
 use superinfer_policies::{RequestId, TenantId};
 
 fn engine(dir: &std::path::Path) -> CpuEngine {
     let opts = EngineOptions {
+        config: EngineConfig {
+            max_batched_tokens: 128,
+            ..EngineConfig::default()
+        },
         // Tight: 12 requests of ~5 blocks each rotate through 24 blocks.
         hbm_blocks: Some(24),
         dram_blocks: Some(512),
-        max_batched_tokens: 128,
         seed: Some(1),
         ..EngineOptions::default()
     };

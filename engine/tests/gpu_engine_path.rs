@@ -8,6 +8,7 @@ use std::path::Path;
 use superinfer_engine::model::tiny::write_tiny_model;
 use superinfer_engine::serve::gpu::{gpu_engine, GpuModel, GpuOptions};
 use superinfer_engine::serve::{EngineOptions, ModelDtype};
+use superinfer_engine::EngineConfig;
 use superinfer_engine::{EngineEvent, EngineRequest};
 use superinfer_policies::{PolicyKind, RequestId, Slo, TenantId, WlvfConfig};
 
@@ -76,14 +77,17 @@ fn run_waves(
     superinfer_engine::EngineStats,
 ) {
     let opts = EngineOptions {
+        config: EngineConfig {
+            max_batched_tokens: 256,
+            b_xfer: Some(16),
+            prefix_cache,
+            ..EngineConfig::default()
+        },
         hbm_blocks: Some(hbm_blocks),
         dram_blocks: Some(4096),
-        max_batched_tokens: 256,
-        b_xfer: Some(16),
         policy,
         dtype: ModelDtype::Bf16,
         seed: Some(1),
-        prefix_cache,
         ..EngineOptions::default()
     };
     let (mut e, _, _) = gpu_engine(

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use superinfer_engine::model::tiny::write_tiny_model;
 use superinfer_engine::serve::{cpu_engine, CpuEngine, EngineOptions};
+use superinfer_engine::EngineConfig;
 use superinfer_engine::{EngineEvent, EngineRequest, PrefixHit, SamplingParams};
 use superinfer_policies::{RequestId, TenantId};
 
@@ -17,11 +18,14 @@ fn model() -> tempfile::TempDir {
 
 fn engine(dir: &Path, hbm_blocks: u32, prefix_cache: bool) -> CpuEngine {
     let opts = EngineOptions {
+        config: EngineConfig {
+            max_batched_tokens: 256,
+            prefix_cache,
+            ..EngineConfig::default()
+        },
         hbm_blocks: Some(hbm_blocks),
         dram_blocks: Some(512),
-        max_batched_tokens: 256,
         seed: Some(1),
-        prefix_cache,
         ..EngineOptions::default()
     };
     cpu_engine(dir, &opts).expect("engine").0

@@ -60,7 +60,10 @@ fn opts(max_batched_tokens: u32) -> EngineOptions {
     EngineOptions {
         hbm_blocks: Some(128),
         dram_blocks: Some(256),
-        max_batched_tokens,
+        config: EngineConfig {
+            max_batched_tokens,
+            ..EngineConfig::default()
+        },
         seed: Some(1),
         ..EngineOptions::default()
     }

@@ -70,40 +70,25 @@ pub fn gpu_options(
     Ok(o)
 }
 
-/// Engine knobs from the command line; `None` keeps the engine's or profile's default.
+/// The engine behind the gateway as the command line sets it: the engine's knobs with their
+/// one set of defaults ([`EngineConfig`], shared with the twin and the benches), the policy,
+/// and what only the gateway knows (its queue, the context it admits, the tool-call format).
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineOptions {
     pub policy: PolicyKind,
     /// Knobs of (weighted) LVF: VLT weights and the starvation caps.
     pub wlvf: WlvfConfig,
+    /// Batch budget, seats, rotation, prefix cache, deadlines, step budget and trace. Its
+    /// tier sizes are replaced by `hbm_blocks` / `dram_blocks`, or sized from the model and
+    /// the device, and its queue by twice `max_queue`.
+    pub config: EngineConfig,
     pub hbm_blocks: Option<u32>,
     pub dram_blocks: Option<u32>,
-    pub b_xfer: Option<u32>,
-    pub max_batched_tokens: Option<u32>,
-    /// Sequences running at once; `None`: the engine's default for the backend.
-    pub max_num_seqs: Option<u32>,
-    /// Tokens of progress that reset a request's consecutive-rotation count.
-    pub progress_tokens: Option<u32>,
-    /// Refuse requests that would wait past their TTFT SLO (503); `None`: never.
-    pub shed_late: Option<f64>,
-    /// Shed a request still waiting this many TTFT targets after arrival (503); `None`:
-    /// never (`EngineConfig::queue_deadline_ttfts`).
-    pub queue_deadline_ttfts: Option<f64>,
-    /// Keep steps within this share of the tightest decoding TBT target when the runner knows
-    /// its step cost; `None`: off (`EngineConfig::step_tbt_share`).
-    pub step_tbt_share: Option<f64>,
-    /// One JSON line per step to this file (`EngineConfig::step_trace`).
-    pub step_trace: Option<std::path::PathBuf>,
     /// Requests waiting for admission beyond this are refused (503).
     pub max_queue: usize,
     /// Longest prompt + output of one request; `None`: the model's context. Capped by the
     /// model's context and by what the HBM KV tier holds.
     pub max_model_len: Option<u32>,
-    /// Keep full blocks as a prefix cache (`--no-prefix-cache` turns it off).
-    pub prefix_cache: bool,
-    /// The prefix cache may keep blocks whose only copy is in DRAM (`--prefix-cache-hbm-only`
-    /// turns it off).
-    pub prefix_cache_dram: bool,
     /// How the model writes tool calls (`--tool-call-parser`); `None`: by its chat template.
     pub tool_call_parser: Option<crate::tools::ToolFormat>,
 }
@@ -113,21 +98,26 @@ impl Default for EngineOptions {
         EngineOptions {
             policy: PolicyKind::Wlvf,
             wlvf: WlvfConfig::default(),
+            config: EngineConfig::default(),
             hbm_blocks: None,
             dram_blocks: None,
-            b_xfer: None,
-            max_batched_tokens: None,
-            max_num_seqs: None,
-            progress_tokens: None,
-            shed_late: None,
-            queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
-            step_tbt_share: EngineConfig::default().step_tbt_share,
-            step_trace: None,
             max_queue: 1024,
             max_model_len: None,
-            prefix_cache: true,
-            prefix_cache_dram: true,
             tool_call_parser: None,
+        }
+    }
+}
+
+impl EngineOptions {
+    /// The engine's configuration for tiers of `hbm_blocks` and `dram_blocks`.
+    fn engine_config(&self, hbm_blocks: u32, dram_blocks: u32) -> EngineConfig {
+        EngineConfig {
+            block_size: BLOCK_SIZE,
+            hbm_blocks,
+            dram_blocks,
+            // The gateway refuses at its own limit first (503); this is the engine's backstop.
+            max_queue: self.max_queue.saturating_mul(2).max(1),
+            ..self.config.clone()
         }
     }
 }
@@ -198,27 +188,15 @@ fn model_id(dir: &Path) -> String {
 
 /// The engine's options for a model runner (CPU or GPU) from the command line's.
 fn engine_options(opts: &EngineOptions) -> superinfer_engine::serve::EngineOptions {
-    let defaults = superinfer_engine::serve::EngineOptions::default();
     superinfer_engine::serve::EngineOptions {
+        // The model runners size the tiers themselves (from `hbm_blocks` / `dram_blocks` or
+        // the memory sizes).
+        config: opts.engine_config(0, 0),
         hbm_blocks: opts.hbm_blocks,
         dram_blocks: opts.dram_blocks,
         policy: opts.policy,
         wlvf: opts.wlvf,
-        b_xfer: opts.b_xfer,
-        max_batched_tokens: opts
-            .max_batched_tokens
-            .unwrap_or(defaults.max_batched_tokens),
-        max_num_seqs: opts.max_num_seqs.unwrap_or(defaults.max_num_seqs),
-        progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),
-        shed_late: opts.shed_late,
-        queue_deadline_ttfts: opts.queue_deadline_ttfts,
-        step_tbt_share: opts.step_tbt_share,
-        step_trace: opts.step_trace.clone(),
-        // The gateway refuses at its own limit first (503); this is the engine's backstop.
-        max_queue: opts.max_queue.saturating_mul(2).max(1),
-        prefix_cache: opts.prefix_cache,
-        prefix_cache_dram: opts.prefix_cache_dram,
-        ..defaults
+        ..superinfer_engine::serve::EngineOptions::default()
     }
 }
 
@@ -394,27 +372,10 @@ fn start_sim(
     let (hbm, dram) = profile
         .kv_blocks(BLOCK_SIZE, 0.9, 400.0)
         .with_context(|| format!("sizing the KV tiers of profile {name}"))?;
-    let defaults = EngineConfig::default();
-    let cfg = EngineConfig {
-        block_size: BLOCK_SIZE,
-        max_batched_tokens: opts
-            .max_batched_tokens
-            .unwrap_or(defaults.max_batched_tokens),
-        max_num_seqs: opts.max_num_seqs.unwrap_or(defaults.max_num_seqs),
-        b_xfer: opts.b_xfer,
-        hbm_blocks: opts.hbm_blocks.unwrap_or(hbm),
-        dram_blocks: opts.dram_blocks.unwrap_or(dram),
-        progress_tokens: opts.progress_tokens.unwrap_or(defaults.progress_tokens),
-        shed_late: opts.shed_late,
-        queue_deadline_ttfts: opts.queue_deadline_ttfts,
-        step_tbt_share: opts.step_tbt_share,
-        step_trace: opts.step_trace.clone(),
-        // The gateway refuses at its own limit first (503); this is the engine's backstop.
-        max_queue: opts.max_queue.saturating_mul(2).max(1),
-        prefix_cache: opts.prefix_cache,
-        prefix_cache_dram: opts.prefix_cache_dram,
-        ..defaults
-    };
+    let cfg = opts.engine_config(
+        opts.hbm_blocks.unwrap_or(hbm),
+        opts.dram_blocks.unwrap_or(dram),
+    );
     let policy = opts.policy.build(&opts.wlvf);
     let engine = sim_engine_on(profile, cfg, policy, RealClock::new())?;
     let model = ModelInfo {

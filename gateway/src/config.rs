@@ -167,21 +167,31 @@ impl ServeConfig {
                 wlvf,
                 hbm_blocks: positive("hbm_blocks", s.hbm_blocks)?,
                 dram_blocks: s.dram_blocks,
-                b_xfer: positive("b_xfer", s.b_xfer)?,
-                max_batched_tokens: positive("max_batched_tokens", s.max_batched_tokens)?,
-                max_num_seqs: positive("max_num_seqs", s.max_num_seqs)?,
-                progress_tokens: positive("progress_tokens", s.progress_tokens)?,
-                shed_late: match s.shed_late {
-                    Some(f) if !(f.is_finite() && f > 0.0) => {
-                        bail!("shed_late must be a fraction of the TTFT SLO above 0, got {f}")
-                    }
-                    f => f,
+                config: EngineConfig {
+                    b_xfer: positive("b_xfer", s.b_xfer)?,
+                    max_batched_tokens: positive("max_batched_tokens", s.max_batched_tokens)?
+                        .unwrap_or(d.config.max_batched_tokens),
+                    max_num_seqs: positive("max_num_seqs", s.max_num_seqs)?
+                        .unwrap_or(d.config.max_num_seqs),
+                    progress_tokens: positive("progress_tokens", s.progress_tokens)?
+                        .unwrap_or(d.config.progress_tokens),
+                    shed_late: match s.shed_late {
+                        Some(f) if !(f.is_finite() && f > 0.0) => {
+                            bail!("shed_late must be a fraction of the TTFT SLO above 0, got {f}")
+                        }
+                        f => f,
+                    },
+                    queue_deadline_ttfts: EngineConfig::queue_deadline_setting(
+                        s.queue_deadline_ttfts,
+                    )
+                    .map_err(anyhow::Error::msg)?,
+                    step_tbt_share: EngineConfig::step_tbt_share_setting(s.step_tbt_share)
+                        .map_err(anyhow::Error::msg)?,
+                    step_trace: s.step_trace,
+                    prefix_cache,
+                    prefix_cache_dram: !hbm_only,
+                    ..d.config.clone()
                 },
-                queue_deadline_ttfts: EngineConfig::queue_deadline_setting(s.queue_deadline_ttfts)
-                    .map_err(anyhow::Error::msg)?,
-                step_tbt_share: EngineConfig::step_tbt_share_setting(s.step_tbt_share)
-                    .map_err(anyhow::Error::msg)?,
-                step_trace: s.step_trace,
                 max_queue: match s.max_queue {
                     Some(0) => bail!(
                         "max_queue must be at least 1 (0 would refuse every request with 503)"
@@ -189,8 +199,6 @@ impl ServeConfig {
                     q => q.unwrap_or(d.max_queue),
                 },
                 max_model_len: positive("max_model_len", s.max_model_len)?.or(d.max_model_len),
-                prefix_cache,
-                prefix_cache_dram: !hbm_only,
                 tool_call_parser: match s.tool_call_parser.as_deref() {
                     None => None,
                     Some(name) => Some(crate::tools::ToolFormat::named(name).ok_or_else(|| {

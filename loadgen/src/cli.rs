@@ -90,7 +90,7 @@ pub struct SimArgs {
     pub b_xfer: Option<u32>,
     /// With the automatic budget: the share of one iteration's link capacity the scheduler
     /// may plan.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_positive)]
+    #[arg(long, default_value_t = EngineConfig::default().b_xfer_link_share, value_parser = parse_positive)]
     pub b_xfer_share: f64,
     /// A prompt with more tokens left than this is a long prefill: chunked at most this much
     /// per iteration while others want tokens, one at a time [default: half of
@@ -163,13 +163,12 @@ pub struct SimArgs {
     /// HBM next to the weights.
     #[arg(long, value_parser = parse_positive, conflicts_with = "gpu_memory_utilization")]
     pub hbm_kv_gb: Option<f64>,
-    /// Token budget per iteration (decode tokens plus prefill chunks); `superinfer serve`
-    /// uses 2048.
-    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Token budget per iteration (decode tokens plus prefill chunks), as `superinfer serve`'s.
+    #[arg(long, default_value_t = EngineConfig::default().max_batched_tokens, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_batched_tokens: u32,
-    /// At most this many requests resident in HBM (running or restoring) at once;
-    /// `superinfer serve` uses 256.
-    #[arg(long, default_value_t = SimTargetConfig::default().max_num_seqs, value_parser = clap::value_parser!(u32).range(1..))]
+    /// At most this many requests resident in HBM (running or restoring) at once, as
+    /// `superinfer serve`'s.
+    #[arg(long, default_value_t = EngineConfig::default().max_num_seqs, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_num_seqs: u32,
     /// After the last arrival, keep serving at most this long; requests not served by then
     /// count as misses.
@@ -219,26 +218,29 @@ pub fn wlvf_config(args: &SimArgs) -> WlvfConfig {
 pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
     SimTargetConfig {
         profile: args.profile.clone(),
-        b_xfer: args.b_xfer,
-        b_xfer_share: args.b_xfer_share,
-        long_prefill_tokens: args.long_prefill_tokens,
+        engine: EngineConfig {
+            b_xfer: args.b_xfer,
+            b_xfer_link_share: args.b_xfer_share,
+            long_prefill_tokens: args.long_prefill_tokens,
+            max_batched_tokens: args.max_batched_tokens,
+            max_num_seqs: args.max_num_seqs,
+            progress_tokens: args.progress_tokens,
+            shed_late: args.shed_late,
+            // Non-negative and finite (the parser): 0 is off, unset the default.
+            queue_deadline_ttfts: EngineConfig::queue_deadline_setting(args.queue_deadline_ttfts)
+                .unwrap_or_default(),
+            step_tbt_share: EngineConfig::step_tbt_share_setting(args.step_tbt_share)
+                .unwrap_or_default(),
+            prefix_cache: !args.no_prefix_cache,
+            prefix_cache_dram: !args.prefix_cache_hbm_only,
+            ..EngineConfig::default()
+        },
         dram_gib: args.dram_gib,
         dram_gb: args.dram_gb,
         gpu_memory_utilization: args.gpu_memory_utilization,
         hbm_kv_gb: args.hbm_kv_gb,
-        max_batched_tokens: args.max_batched_tokens,
-        max_num_seqs: args.max_num_seqs,
-        progress_tokens: args.progress_tokens,
-        shed_late: args.shed_late,
-        // Non-negative and finite (the parser): 0 is off, unset the default.
-        queue_deadline_ttfts: EngineConfig::queue_deadline_setting(args.queue_deadline_ttfts)
-            .unwrap_or_default(),
-        step_tbt_share: EngineConfig::step_tbt_share_setting(args.step_tbt_share)
-            .unwrap_or_default(),
         policy: wlvf_config(args),
         drain_s: args.drain_s,
-        prefix_cache: !args.no_prefix_cache,
-        prefix_cache_dram: !args.prefix_cache_hbm_only,
     }
 }
 

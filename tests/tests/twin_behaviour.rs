@@ -2,6 +2,7 @@
 //! policies on the simulated GH200, statistics from the report. These check what the policies
 //! are for (the figures themselves, at full length, are in docs/BENCHMARKS.md).
 
+use superinfer_engine::EngineConfig;
 use superinfer_loadgen::record::RequestRecord;
 use superinfer_loadgen::report::{summarize, ReportConfig, RunInput, RunSummary};
 use superinfer_loadgen::target::sim::{SimTarget, SimTargetConfig};
@@ -178,16 +179,20 @@ fn slo_experiment() -> (Vec<TenantSpec>, SimTargetConfig) {
         tenant("w4", 4.0, RPS / 3.0),
     ];
     let cfg = SimTargetConfig {
+        engine: EngineConfig {
+            max_batched_tokens: 2048,
+            max_num_seqs: 256,
+            // Every request served, so throughputs compare the same work: with the default
+            // queue deadline weighted LVF sheds w1's requests that waited 50 s (TTFT
+            // unchanged, 96.0%; tokens/s 0.987x FCFS's, the shed requests' tokens never
+            // generated).
+            queue_deadline_ttfts: None,
+            ..EngineConfig::default()
+        },
         profile: "h200-llama-3-8b".into(),
         hbm_kv_gb: Some(4.0),
         dram_gb: Some(48.0),
-        max_batched_tokens: 2048,
-        max_num_seqs: 256,
         drain_s: 30.0,
-        // Every request served, so throughputs compare the same work: with the default queue
-        // deadline weighted LVF sheds w1's requests that waited 50 s (TTFT unchanged, 96.0%;
-        // tokens/s 0.987x FCFS's, the shed requests' tokens never generated).
-        queue_deadline_ttfts: None,
         ..SimTargetConfig::default()
     };
     (tenants, cfg)

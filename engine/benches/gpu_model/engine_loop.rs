@@ -10,6 +10,7 @@
 use std::time::Instant;
 use superinfer_engine::serve::gpu::{gpu_engine, GpuModel, GpuOptions};
 use superinfer_engine::serve::{EngineOptions, ModelDtype};
+use superinfer_engine::EngineConfig;
 use superinfer_engine::EngineRequest;
 use superinfer_policies::{PolicyKind, RequestId, Slo, TenantId, WlvfConfig};
 
@@ -29,14 +30,17 @@ pub fn run(model: &str, context: usize, iters: usize) {
         for batch in [1usize, 8, 32, 64, 128] {
             let per_req = (context + iters + 64).div_ceil(16);
             let opts = EngineOptions {
+                config: EngineConfig {
+                    max_batched_tokens: 2048,
+                    max_num_seqs: 256,
+                    prefix_cache: false,
+                    ..EngineConfig::default()
+                },
                 hbm_blocks: Some((batch * per_req + 64) as u32),
                 dram_blocks: Some(64),
-                max_batched_tokens: 2048,
-                max_num_seqs: 256,
                 policy: PolicyKind::Wlvf,
                 dtype: ModelDtype::Bf16,
                 seed: Some(1),
-                prefix_cache: false,
                 ..EngineOptions::default()
             };
             let gpu = GpuOptions {

@@ -45,7 +45,7 @@ pub fn gpu_engine(
         }
     };
     let config = model.config().clone();
-    let block_bytes = config.kv_geometry(opts.block_size, dtype).block_bytes();
+    let block_bytes = config.kv_geometry(opts.block_size(), dtype).block_bytes();
     let hbm_blocks = match (opts.hbm_blocks, gpu.hbm_kv_blocks(block_bytes)) {
         (Some(n), _) => n,
         (None, Some(n)) => n,
@@ -67,7 +67,7 @@ pub fn gpu_engine(
         .dram_blocks
         .unwrap_or_else(|| gpu.dram_kv_blocks(block_bytes))
         .max(1);
-    let mut runner = GpuRunner::new(model, opts.block_size, hbm_blocks, opts.seed)?;
+    let mut runner = GpuRunner::new(model, opts.block_size(), hbm_blocks, opts.seed)?;
     if !gpu.cuda_graphs {
         runner.model_mut().set_decode_buckets(&[], false);
     }
@@ -76,7 +76,7 @@ pub fn gpu_engine(
         runner.set_eos_token_ids(&eos);
     }
     if opts.warm_up {
-        super::warm_up(&mut runner, hbm_blocks, opts.block_size)?;
+        super::warm_up(&mut runner, hbm_blocks, opts.block_size())?;
     }
     // The pinned DRAM tier is host memory: refuse it up front rather than fail in the driver.
     super::host_memory::check(

@@ -140,12 +140,11 @@ pub struct Settings {
     /// copy rate measured at start × the mean iteration time, at least the largest request].
     #[arg(long, env = "SUPERINFER_B_XFER")]
     pub b_xfer: Option<u32>,
-    /// Token budget per iteration [default: 2048 with a model (CPU or GPU), 16384 with
-    /// --sim-profile].
+    /// Token budget per iteration, shared by decode tokens and prompt chunks [default:
+    /// 16384].
     #[arg(long, env = "SUPERINFER_MAX_BATCHED_TOKENS")]
     pub max_batched_tokens: Option<u32>,
-    /// Sequences running at once in the engine (its batch) [default: 256 with a model (CPU
-    /// or GPU), 1024 with --sim-profile].
+    /// Sequences running at once in the engine (its batch) [default: 1024].
     #[arg(long, env = "SUPERINFER_MAX_NUM_SEQS")]
     pub max_num_seqs: Option<u32>,
     /// Requests waiting in the engine beyond this get 503 [default: 1024].

@@ -157,13 +157,13 @@ fn fairness_knobs_and_shedding_reach_the_engine_and_bad_ones_are_refused() {
     assert_eq!(c.engine.wlvf.decode_cost, 2.0);
     assert!(!c.engine.wlvf.defer_late);
     assert!(c.engine.wlvf.preempt_for_seats);
-    assert_eq!(c.engine.shed_late, Some(0.5));
+    assert_eq!(c.engine.config.shed_late, Some(0.5));
     let d = ServeConfig::resolve(Settings::default()).unwrap();
     assert_eq!(d.engine.wlvf.max_consecutive_rotations, Some(1));
     assert!(d.engine.wlvf.defer_late);
     assert!(!d.engine.wlvf.preempt_for_seats);
     assert_eq!(d.engine.wlvf.wait_cap_scope, WaitCapScope::Global);
-    assert_eq!(d.engine.shed_late, None);
+    assert_eq!(d.engine.config.shed_late, None);
     for (bad, want) in [
         (
             Settings {
@@ -203,7 +203,7 @@ fn starvation_caps_reach_the_policy_and_bad_ones_are_refused() {
     let c = ServeConfig::resolve(s).unwrap();
     assert_eq!(c.engine.wlvf.max_consecutive_rotations, Some(1));
     assert_eq!(c.engine.wlvf.max_wait_s, Some(10.0));
-    assert_eq!(c.engine.progress_tokens, Some(32));
+    assert_eq!(c.engine.config.progress_tokens, 32);
     for bad in [
         Settings {
             max_rotations: Some(0),
@@ -273,11 +273,20 @@ fn serve_help_gives_the_engine_defaults_that_docs_operations_gives() {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ");
-    let model = superinfer_engine::serve::EngineOptions::default();
-    let sim = superinfer_engine::EngineConfig::default();
+    // One set of defaults: the engine's, whatever runs it (a model on the CPU or GPU, the
+    // simulated runner, the twin).
+    let d = superinfer_engine::EngineConfig::default();
+    assert_eq!(superinfer_engine::serve::EngineOptions::default().config, d);
+    assert_eq!(
+        ServeConfig::resolve(Settings::default())
+            .unwrap()
+            .engine
+            .config,
+        d
+    );
     let ops = include_str!("../../../docs/OPERATIONS.md");
-    // The rotation budget is automatic everywhere unless fixed.
-    assert_eq!((model.b_xfer, sim.b_xfer), (None, None));
+    // The rotation budget is automatic unless fixed.
+    assert_eq!(d.b_xfer, None);
     assert!(
         help.contains("[default: automatic"),
         "--b-xfer: not automatic in serve --help"
@@ -287,35 +296,40 @@ fn serve_help_gives_the_engine_defaults_that_docs_operations_gives() {
         .find(|l| l.starts_with("| `--b-xfer`"))
         .expect("a row in docs/OPERATIONS.md");
     assert!(row.contains("| automatic |"), "{row}");
-    let (m, s) = (model.max_batched_tokens, sim.max_batched_tokens);
-    let want = format!("{m} with a model (CPU or GPU), {s} with --sim-profile");
-    assert!(
-        help.contains(&want),
-        "--max-batched-tokens: `{want}` not in serve --help"
-    );
-    let row = ops
-        .lines()
-        .find(|l| l.starts_with("| `--max-batched-tokens`"))
-        .expect("a row in docs/OPERATIONS.md");
-    assert!(row.contains(&format!("model {m}, sim {s}")), "{row}");
-    let (m, s) = (model.max_num_seqs, sim.max_num_seqs);
-    let want = format!("{m} with a model (CPU or GPU), {s} with --sim-profile");
-    assert!(
-        help.contains(&want),
-        "--max-num-seqs: `{want}` not in serve --help"
-    );
-    let row = ops
-        .lines()
-        .find(|l| l.starts_with("| `--max-num-seqs`"))
-        .expect("a row in docs/OPERATIONS.md");
-    assert!(row.contains(&format!("model {m}, sim {s}")), "{row}");
+    for (flag, what, value) in [
+        (
+            "--max-batched-tokens",
+            "Token budget per iteration",
+            d.max_batched_tokens,
+        ),
+        (
+            "--max-num-seqs",
+            "Sequences running at once",
+            d.max_num_seqs,
+        ),
+    ] {
+        let at = help
+            .find(what)
+            .unwrap_or_else(|| panic!("{flag} in serve --help"));
+        let text = &help[at..];
+        let text = &text[..text.find(']').expect("a [default: …]") + 1];
+        assert!(
+            text.ends_with(&format!("[default: {value}]")),
+            "{flag}: `{text}` in serve --help"
+        );
+        let row = ops
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{flag}`")))
+            .expect("a row in docs/OPERATIONS.md");
+        assert!(row.contains(&format!("| {value} |")), "{row}");
+    }
 }
 
 #[test]
 fn the_prefix_cache_is_on_by_default_and_each_source_can_turn_it_off() {
     use clap::Parser;
     let d = ServeConfig::resolve(Settings::default()).unwrap();
-    assert!(d.engine.prefix_cache && d.engine.prefix_cache_dram);
+    assert!(d.engine.config.prefix_cache && d.engine.config.prefix_cache_dram);
     let parse = |args: &[&str]| match crate::cli::Cli::try_parse_from(args).unwrap().command {
         crate::cli::Command::Serve(s) => s.settings,
         _ => unreachable!("a serve command"),
@@ -323,12 +337,18 @@ fn the_prefix_cache_is_on_by_default_and_each_source_can_turn_it_off() {
     let flags = parse(&["superinfer", "serve", "--no-prefix-cache"]);
     assert_eq!(flags.no_prefix_cache, Some(true));
     let c = ServeConfig::resolve(flags).unwrap();
-    assert!(!c.engine.prefix_cache);
+    assert!(!c.engine.config.prefix_cache);
     let hbm = ServeConfig::resolve(parse(&["superinfer", "serve", "--prefix-cache-hbm-only"]));
     let hbm = hbm.unwrap();
-    assert!(hbm.engine.prefix_cache && !hbm.engine.prefix_cache_dram);
+    assert!(hbm.engine.config.prefix_cache && !hbm.engine.config.prefix_cache_dram);
     let file: Settings = toml::from_str("no_prefix_cache = true\n").unwrap();
-    assert!(!ServeConfig::resolve(file).unwrap().engine.prefix_cache);
+    assert!(
+        !ServeConfig::resolve(file)
+            .unwrap()
+            .engine
+            .config
+            .prefix_cache
+    );
     let file: Settings = toml::from_str("prefix_cache_hbm_only = true\n").unwrap();
     // A flag given `false` wins over the file.
     let flags = parse(&["superinfer", "serve", "--prefix-cache-hbm-only", "false"]);
@@ -336,6 +356,7 @@ fn the_prefix_cache_is_on_by_default_and_each_source_can_turn_it_off() {
         ServeConfig::resolve(flags.or(file))
             .unwrap()
             .engine
+            .config
             .prefix_cache_dram
     );
     let both = Settings {

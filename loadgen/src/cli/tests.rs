@@ -103,7 +103,7 @@ fn policy_knobs_reach_the_config() {
         "1024",
     ])
     .unwrap();
-    assert_eq!(sim_target_config(&a).progress_tokens, 32);
+    assert_eq!(sim_target_config(&a).engine.progress_tokens, 32);
     let c = wlvf_config(&a);
     assert_eq!((c.vlt.alpha, c.vlt.beta_b, c.vlt.beta_f), (2.0, -0.5, 0.0));
     assert_eq!(c.max_wait_s, Some(30.0));
@@ -507,8 +507,11 @@ fn a_tenant_with_load_of_its_own_runs_beside_a_replayed_trace() {
 #[test]
 fn the_deadline_and_step_budget_flags_reach_the_config_and_0_turns_them_off() {
     let d = sim_target_config(&parse(&["--rps", "1"]).unwrap());
-    assert_eq!(d.queue_deadline_ttfts, Some(10.0));
-    assert_eq!(d.step_tbt_share, None, "the step budget is off by default");
+    assert_eq!(d.engine.queue_deadline_ttfts, Some(10.0));
+    assert_eq!(
+        d.engine.step_tbt_share, None,
+        "the step budget is off by default"
+    );
     let on = sim_target_config(
         &parse(&[
             "--rps",
@@ -521,7 +524,7 @@ fn the_deadline_and_step_budget_flags_reach_the_config_and_0_turns_them_off() {
         .unwrap(),
     );
     assert_eq!(
-        (on.queue_deadline_ttfts, on.step_tbt_share),
+        (on.engine.queue_deadline_ttfts, on.engine.step_tbt_share),
         (Some(3.0), Some(0.5))
     );
     let off = sim_target_config(
@@ -535,6 +538,9 @@ fn the_deadline_and_step_budget_flags_reach_the_config_and_0_turns_them_off() {
         ])
         .unwrap(),
     );
-    assert_eq!((off.queue_deadline_ttfts, off.step_tbt_share), (None, None));
+    assert_eq!(
+        (off.engine.queue_deadline_ttfts, off.engine.step_tbt_share),
+        (None, None)
+    );
     assert!(parse(&["--rps", "1", "--step-tbt-share", "-1"]).is_err());
 }

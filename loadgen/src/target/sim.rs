@@ -29,13 +29,9 @@ const GIB: f64 = (1u64 << 30) as f64;
 pub struct SimTargetConfig {
     /// Built-in profile name, e.g. `gh200-qwen2.5-32b`.
     pub profile: String,
-    /// Rotation budget in blocks per iteration; `None`: automatic (the profile's link rate ×
-    /// the mean iteration time).
-    pub b_xfer: Option<u32>,
-    /// With the automatic budget: the share of an iteration's link capacity planned.
-    pub b_xfer_share: f64,
-    /// Long-prefill threshold (`EngineConfig::long_prefill_tokens`); `None`: half the budget.
-    pub long_prefill_tokens: Option<u32>,
+    /// The engine's knobs, with the defaults `superinfer serve` has ([`EngineConfig`]); its
+    /// tier sizes are replaced by the ones sized below from the profile.
+    pub engine: EngineConfig,
     /// DRAM tier size in GiB (2^30 bytes); ignored when `dram_gb` is set.
     pub dram_gib: f64,
     /// DRAM tier size in GB (10^9 bytes); overrides `dram_gib`.
@@ -45,51 +41,24 @@ pub struct SimTargetConfig {
     /// HBM KV tier size in GB (10^9 bytes); overrides the size that follows from the HBM
     /// size, the weights and `gpu_memory_utilization`.
     pub hbm_kv_gb: Option<f64>,
-    pub max_batched_tokens: u32,
-    /// At most this many requests resident (running or restoring) at once.
-    pub max_num_seqs: u32,
-    /// Tokens of progress that reset a request's consecutive-rotation count.
-    pub progress_tokens: u32,
-    /// Refuse requests that would wait past their TTFT SLO (`EngineConfig::shed_late`).
-    pub shed_late: Option<f64>,
-    /// Shed requests still waiting this many TTFT targets after arrival
-    /// (`EngineConfig::queue_deadline_ttfts`).
-    pub queue_deadline_ttfts: Option<f64>,
-    /// Keep steps within this share of the tightest decoding TBT target
-    /// (`EngineConfig::step_tbt_share`).
-    pub step_tbt_share: Option<f64>,
     /// VLT knobs and weighted-LVF caps (used by the policies that have them).
     pub policy: WlvfConfig,
     /// After the last arrival, keep serving for at most this long; requests not served by
     /// then count as misses.
     pub drain_s: f64,
-    /// Keep full KV blocks as a prefix cache (`EngineConfig::prefix_cache`).
-    pub prefix_cache: bool,
-    /// Keep the cache in DRAM too (`EngineConfig::prefix_cache_dram`); `false`: HBM only.
-    pub prefix_cache_dram: bool,
 }
 
 impl Default for SimTargetConfig {
     fn default() -> Self {
         SimTargetConfig {
             profile: "gh200-qwen2.5-32b".into(),
-            b_xfer: None,
-            b_xfer_share: EngineConfig::default().b_xfer_link_share,
-            long_prefill_tokens: None,
+            engine: EngineConfig::default(),
             dram_gib: 400.0,
             dram_gb: None,
             gpu_memory_utilization: 0.9,
             hbm_kv_gb: None,
-            max_batched_tokens: 16384,
-            max_num_seqs: EngineConfig::default().max_num_seqs,
-            progress_tokens: EngineConfig::default().progress_tokens,
-            shed_late: EngineConfig::default().shed_late,
-            queue_deadline_ttfts: EngineConfig::default().queue_deadline_ttfts,
-            step_tbt_share: EngineConfig::default().step_tbt_share,
             policy: WlvfConfig::default(),
             drain_s: 60.0,
-            prefix_cache: EngineConfig::default().prefix_cache,
-            prefix_cache_dram: EngineConfig::default().prefix_cache_dram,
         }
     }
 }
@@ -115,29 +84,18 @@ impl SimTarget {
             .map_err(|e| anyhow::anyhow!("{e} (--alpha, --beta-b, --beta-f)"))?;
         let (hbm_blocks, dram_blocks) = kv_blocks(&profile, &cfg)
             .with_context(|| format!("sizing the KV tiers of {}", cfg.profile))?;
-        if cfg.max_batched_tokens == 0 || cfg.max_num_seqs == 0 {
+        if cfg.engine.max_batched_tokens == 0 || cfg.engine.max_num_seqs == 0 {
             anyhow::bail!(
                 "max_batched_tokens ({}) and max_num_seqs ({}) must be positive",
-                cfg.max_batched_tokens,
-                cfg.max_num_seqs
+                cfg.engine.max_batched_tokens,
+                cfg.engine.max_num_seqs
             );
         }
         let engine = EngineConfig {
             block_size: BLOCK_SIZE,
-            max_batched_tokens: cfg.max_batched_tokens,
-            max_num_seqs: cfg.max_num_seqs,
-            b_xfer: cfg.b_xfer,
-            b_xfer_link_share: cfg.b_xfer_share,
-            long_prefill_tokens: cfg.long_prefill_tokens,
             hbm_blocks,
             dram_blocks,
-            progress_tokens: cfg.progress_tokens,
-            shed_late: cfg.shed_late,
-            queue_deadline_ttfts: cfg.queue_deadline_ttfts,
-            step_tbt_share: cfg.step_tbt_share,
-            prefix_cache: cfg.prefix_cache,
-            prefix_cache_dram: cfg.prefix_cache_dram,
-            ..EngineConfig::default()
+            ..cfg.engine.clone()
         };
         Ok(SimTarget {
             cfg,

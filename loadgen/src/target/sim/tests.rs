@@ -129,7 +129,10 @@ fn max_num_seqs_bounds_the_batch() {
     let reqs = crate::workload::generate(&tenants, 10.0, 5).unwrap();
     let run = |max_num_seqs| {
         let cfg = SimTargetConfig {
-            max_num_seqs,
+            engine: EngineConfig {
+                max_num_seqs,
+                ..EngineConfig::default()
+            },
             ..h200_8b(Some(4.0))
         };
         let mut target = SimTarget::new(cfg).unwrap();
@@ -138,7 +141,10 @@ fn max_num_seqs_bounds_the_batch() {
     assert_eq!(most_in_one_step(&run(3)), 3);
     assert!(most_in_one_step(&run(256)) > 3);
     let cfg = SimTargetConfig {
-        max_num_seqs: 0,
+        engine: EngineConfig {
+            max_num_seqs: 0,
+            ..EngineConfig::default()
+        },
         ..h200_8b(None)
     };
     assert!(SimTarget::new(cfg).is_err());
@@ -221,10 +227,13 @@ fn cache_cfg(prefix_cache: bool, prefix_cache_dram: bool) -> SimTargetConfig {
     SimTargetConfig {
         hbm_kv_gb: Some(2.0),
         dram_gb: Some(48.0),
-        max_batched_tokens: 2048,
-        max_num_seqs: 256,
-        prefix_cache,
-        prefix_cache_dram,
+        engine: EngineConfig {
+            max_batched_tokens: 2048,
+            max_num_seqs: 256,
+            prefix_cache,
+            prefix_cache_dram,
+            ..EngineConfig::default()
+        },
         ..h200_8b(None)
     }
 }
