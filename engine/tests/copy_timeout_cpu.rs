@@ -1,6 +1,7 @@
 //! The copy timeout on the CPU model path with 4k-token prompts at the default settings: a
-//! model step longer than the copy timeout is not a copy fault. The tiny model's 2,048-token
-//! prefill steps take tens of milliseconds here, not the >10 s of a bigger model on a small
+//! model step longer than the copy timeout is not a copy fault. The tiny model's prefill
+//! steps (the default budget of 16,384 tokens holds four of these prompts) take tens to
+//! hundreds of milliseconds here, not the >10 s of a bigger model on a small
 //! machine, so the timeout is set below the measured step instead (the ratio is what matters:
 //! every prefill step outlasts the timeout while eager writebacks are in flight). Before the
 //! fix, every copy that landed during such a step was taken for a fault and its request
@@ -84,7 +85,7 @@ fn prefill_steps_longer_than_the_copy_timeout_are_no_copy_faults() {
     let s = e.stats();
     let long = steps.iter().filter(|&&t| t > timeout).count();
     assert!(
-        long >= REQUESTS as usize,
+        long == steps.len() && long >= 2,
         "prefill steps over the {timeout} s timeout: {long} of {steps:?}"
     );
     assert!(s.bytes_d2h > 0, "no writeback was in flight: {s:?}");
