@@ -10,6 +10,7 @@
 #   TIERS [hbm:0,two:80: name:DRAM_KV_GB pairs; 0 = HBM-only; empty: the server's default]  COUNTS [8,16: conversations]
 #   MODEL [random:llama-3.1-8b]  CONTEXT [32000]  THINK_S [5]  STAGGER_S [2]  DURATION [100]
 #   DRAIN [30]  STEP_TBT_SHARE [0.8; empty: off]  TTFT_S [5]  TBT_S [0.1]  SEED [42]
+#   STEP_TRACE [unset; 1: each server writes NAME.steps.jsonl, one line per engine step]
 # Writes under $OUT: env.txt, summary.md, attainment.tsv (tiers, count, TTFT and TBT
 # attainment, p99s, prefix-cache hits) and runs.tar.xz (reports and server logs).
 set -uo pipefail
@@ -64,8 +65,10 @@ for tier in ${TIERS//,/ }; do
   done
   port=$((port + 1))
   log=$out/$name.server.log
+  trace=()
+  [ "${STEP_TRACE:-}" = 1 ] && trace=(--step-trace "$out/$name.steps.jsonl") && runs+=("$name.steps.jsonl")
   # shellcheck disable=SC2086 # SERVE_ARGS is a list of words
-  "$bins/superinfer" serve $SERVE_ARGS ${dram:+--dram-kv-gb "$dram"} "${budget[@]}" \
+  "$bins/superinfer" serve $SERVE_ARGS ${dram:+--dram-kv-gb "$dram"} "${budget[@]}" "${trace[@]}" \
     --data-dir "$data" --listen "127.0.0.1:$port" > "$log" 2>&1 &
   server=$!
   server_up "$log" $server || { echo "(tiers $name)"; continue; }

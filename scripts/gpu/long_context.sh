@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The long-context acceptance runs in one device call: the isolation run (a chat tenant beside
+# the Mooncake trace at 2x its sustainable rate, weighted LVF, step budget 0.8) and the memory
+# wall (N 32k-token conversations, two tiers and HBM-only), each server writing its step trace.
+#   here:       scripts/gpu/slo.sh build                       # .gpu-bin/slo/
+#   on the GPU: scripts/gpu/long_context.sh [VAR=value …]      # with carry [".gpu-bin/slo"]
+# Settings: POLICIES [wlvf] for the isolation run; TWO [8,16] and HBM [4]: the conversation
+# counts of the memory wall on two tiers (DRAM KV 80 GB) and HBM-only.
+# Writes under $OUT: summary.md (every run's summary table), attainment.tsv and results.tar.xz
+# (each part's folder: reports, server logs, step traces, metrics).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+for kv in "$@"; do export "${kv?}"; done
+out=${OUT:-$root/out}
+mkdir -p "$out"
+POLICIES=${POLICIES:-wlvf}; TWO=${TWO:-8,16}; HBM=${HBM:-4}
+OUT=$out/isolation timeout 230 scripts/gpu/slo.sh run MODEL=random:llama-3.1-8b \
+  WORKLOAD=loadgen/workloads/replay/mooncake-beside-chat.toml RPS=file RATE_SCALE=0.4 \
+  TRACE_DURATION_S=48 POLICIES="$POLICIES" STEP_TBT_SHARE=0.8 HBM_KV_GB=50 DRAM_KV_GB=48 \
+  MAX_BATCHED_TOKENS=16384 DRAIN=20 STEP_TRACE=1 2>&1 | tail -25
+[ -n "$TWO" ] && OUT=$out/wall-two timeout 220 scripts/gpu/memwall.sh TIERS=two:80 COUNTS="$TWO" \
+  DURATION=60 DRAIN=20 STEP_TRACE=1 2>&1 | tail -8
+[ -n "$HBM" ] && OUT=$out/wall-hbm timeout 120 scripts/gpu/memwall.sh TIERS=hbm:0 COUNTS="$HBM" \
+  DURATION=60 DRAIN=20 STEP_TRACE=1 2>&1 | tail -8
+{
+  for part in isolation wall-two wall-hbm; do
+    [ -e "$out/$part/env.txt" ] && { echo "# $part"; cat "$out/$part/env.txt"; cat "$out/$part/summary.md"; }
+  done
+} > "$out/summary.md"
+{
+  for part in isolation wall-two wall-hbm; do
+    [ -e "$out/$part/attainment.tsv" ] && { echo "# $part"; cat "$out/$part/attainment.tsv"; }
+  done
+} > "$out/attainment.tsv"
+(cd "$out" && tar cJf results.tar.xz isolation wall-two wall-hbm 2>/dev/null; rm -rf isolation wall-two wall-hbm)
+cat "$out/attainment.tsv"
