@@ -4,8 +4,9 @@
 # wall (N 32k-token conversations, two tiers and HBM-only), each server writing its step trace.
 #   here:       scripts/gpu/slo.sh build                       # .gpu-bin/slo/
 #   on the GPU: scripts/gpu/long_context.sh [VAR=value …]      # with carry [".gpu-bin/slo"]
-# Settings: POLICIES [wlvf] for the isolation run; TWO [8,16] and HBM [4]: the conversation
-# counts of the memory wall on two tiers (DRAM KV 80 GB) and HBM-only.
+# Settings: POLICIES [wlvf] for the isolation run; TWO and HBM: the conversation counts of the
+# memory wall on two tiers (DRAM KV 80 GB) and HBM-only [H100: 8,16 and 4; H200, whose HBM
+# tier holds about twice the tokens: 16,32 and 16].
 # Writes under $OUT: summary.md (every run's summary table), attainment.tsv and results.tar.xz
 # (each part's folder: reports, server logs, step traces, metrics).
 set -uo pipefail
@@ -14,7 +15,11 @@ cd "$root"
 for kv in "$@"; do export "${kv?}"; done
 out=${OUT:-$root/out}
 mkdir -p "$out"
-POLICIES=${POLICIES:-wlvf}; TWO=${TWO:-8,16}; HBM=${HBM:-4}
+POLICIES=${POLICIES:-wlvf}
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+  *H100*) TWO=${TWO-8,16}; HBM=${HBM-4} ;;
+  *) TWO=${TWO-16,32}; HBM=${HBM-16} ;;
+esac
 OUT=$out/isolation timeout 230 scripts/gpu/slo.sh run MODEL=random:llama-3.1-8b \
   WORKLOAD=loadgen/workloads/replay/mooncake-beside-chat.toml RPS=file RATE_SCALE=0.4 \
   TRACE_DURATION_S=48 POLICIES="$POLICIES" STEP_TBT_SHARE=0.8 HBM_KV_GB=50 DRAM_KV_GB=48 \
