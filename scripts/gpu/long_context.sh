@@ -7,8 +7,8 @@
 # Settings: POLICIES [wlvf] for the isolation run; TWO and HBM: the conversation counts of the
 # memory wall on two tiers (DRAM KV 80 GB) and HBM-only [H100: 8,16 and 4; H200, whose HBM
 # tier holds about twice the tokens: 16,32 and 16].
-# Writes under $OUT: summary.md (every run's summary table), attainment.tsv and results.tar.xz
-# (each part's folder: reports, server logs, step traces, metrics).
+# Writes under $OUT: summary.md (every run's summary table), attainment.tsv and one PART.tar.xz
+# per part (isolation, wall-two, wall-hbm: reports, server logs, step traces, metrics).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -20,23 +20,24 @@ case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   *H100*) TWO=${TWO-8,16}; HBM=${HBM-4} ;;
   *) TWO=${TWO-16,32}; HBM=${HBM-16} ;;
 esac
+# Each part is packed as soon as it ends (PART.tar.xz), so a call cut short keeps what ran.
+pack() {
+  local part=$1
+  [ -d "$out/$part" ] || return 0
+  { echo "# $part"; cat "$out/$part/env.txt" "$out/$part/summary.md" 2>/dev/null; } >> "$out/summary.md"
+  { echo "# $part"; cat "$out/$part/attainment.tsv" 2>/dev/null; } >> "$out/attainment.tsv"
+  (cd "$out" && tar cJf "$part.tar.xz" "$part" && rm -rf "$part")
+}
+: > "$out/summary.md"; : > "$out/attainment.tsv"
 OUT=$out/isolation timeout 230 scripts/gpu/slo.sh run MODEL=random:llama-3.1-8b \
   WORKLOAD=loadgen/workloads/replay/mooncake-beside-chat.toml RPS=file RATE_SCALE=0.4 \
   TRACE_DURATION_S=48 POLICIES="$POLICIES" STEP_TBT_SHARE=0.8 HBM_KV_GB=50 DRAM_KV_GB=48 \
   MAX_BATCHED_TOKENS=16384 DRAIN=20 STEP_TRACE=1 2>&1 | tail -25
+pack isolation
 [ -n "$TWO" ] && OUT=$out/wall-two timeout 220 scripts/gpu/memwall.sh TIERS=two:80 COUNTS="$TWO" \
   DURATION=60 DRAIN=20 STEP_TRACE=1 2>&1 | tail -8
+pack wall-two
 [ -n "$HBM" ] && OUT=$out/wall-hbm timeout 120 scripts/gpu/memwall.sh TIERS=hbm:0 COUNTS="$HBM" \
   DURATION=60 DRAIN=20 STEP_TRACE=1 2>&1 | tail -8
-{
-  for part in isolation wall-two wall-hbm; do
-    [ -e "$out/$part/env.txt" ] && { echo "# $part"; cat "$out/$part/env.txt"; cat "$out/$part/summary.md"; }
-  done
-} > "$out/summary.md"
-{
-  for part in isolation wall-two wall-hbm; do
-    [ -e "$out/$part/attainment.tsv" ] && { echo "# $part"; cat "$out/$part/attainment.tsv"; }
-  done
-} > "$out/attainment.tsv"
-(cd "$out" && tar cJf results.tar.xz isolation wall-two wall-hbm 2>/dev/null; rm -rf isolation wall-two wall-hbm)
+pack wall-hbm
 cat "$out/attainment.tsv"
