@@ -8,6 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use superinfer_tenants::TenantError;
 
+mod refusals;
+
 /// Everything a request can fail with. Every message says what to change.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -239,6 +241,8 @@ impl IntoResponse for GatewayError {
         let status = self.status();
         if status.is_server_error() && self.retry_after_s().is_none() {
             tracing::error!(error = %self, "request failed");
+        } else {
+            refusals::log(status.as_u16(), &self.to_string());
         }
         let body = serde_json::to_vec(&self.body()).unwrap_or_default();
         let mut resp = (status, body).into_response();
