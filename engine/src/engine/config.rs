@@ -63,8 +63,8 @@ pub struct EngineConfig {
     /// With a runner that knows its step cost (`ModelRunner::step_cost`), keep each step's
     /// predicted time within this share of the tightest TBT target of the requests decoding
     /// in it: long-context decodes that do not fit skip steps in turn, prompt chunks get the
-    /// time left (`engine/src/engine/step_budget.rs`). `None`: steps are bounded by tokens
-    /// only.
+    /// time left (`engine/src/engine/step_budget.rs`); only in steps with a context past the
+    /// long-prefill threshold in reach. `None`: steps are bounded by tokens only.
     pub step_tbt_share: Option<f64>,
     /// Write one JSON line per step (what it ran, its measured and predicted time) to this
     /// file (`engine/src/engine/step_trace.rs`); `None`: no trace (the default).
@@ -122,9 +122,8 @@ impl Default for EngineConfig {
             prefix_cache_dram: true,
             copy_timeout_s: 10.0,
             queue_deadline_ttfts: Some(DEFAULT_QUEUE_DEADLINE_TTFTS),
-            // Off by default: with many short contexts (a memory-bound batch of ~1k-token
-            // decodes) skipping decodes doubles their gaps and prompt chunks starve
-            // (docs/SCHEDULING.md, "Long contexts").
+            // Off by default until its calibration has run on a GPU; it binds only with a
+            // context past the long-prefill threshold (docs/SCHEDULING.md, "Long contexts").
             step_tbt_share: None,
             step_trace: None,
         }

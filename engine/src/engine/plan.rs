@@ -73,9 +73,16 @@ pub(super) fn plan_batch<'a>(
             wanting.push((r, blocks));
         }
     }
-    // The step's time limit, when there is a cost model and a request decoding.
+    // The step's time limit, when there is a cost model, a request decoding and a long
+    // context in the batch's reach (a decode or a prompt past the long-prefill threshold): a
+    // batch of short contexts is bounded by tokens alone, as without the budget (with the
+    // limit, its decodes would take turns and its prompts get little time: TTFT fell from
+    // 95.5% to 27.5% on the 32B twin at 19 RPS).
+    let long = cfg.long_prefill();
+    let long_context = wanting.iter().any(|(r, _)| r.kv_len > long)
+        || prefills.iter().any(|(_, r)| r.prompt_len > long);
     let limit = limit
-        .filter(|_| !wanting.is_empty())
+        .filter(|_| !wanting.is_empty() && long_context)
         .map(|(cost, share)| StepLimit {
             cost,
             seconds: share * tightest,
@@ -108,7 +115,6 @@ pub(super) fn plan_batch<'a>(
         decodes += 1;
     }
     prefills.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.spec.id.cmp(&b.1.spec.id)));
-    let long = cfg.long_prefill();
     if limit.is_some() {
         // With a time limit, short prompts (their whole prompt, not what is left of it) first,
         // each class in the policy's order: a chunk deep in a long prompt, even its last few

@@ -180,3 +180,44 @@ fn a_short_prompt_is_not_stuck_behind_a_long_prompts_chunks() {
         "the long prompt was still prefilling"
     );
 }
+
+/// Every token's (request, time) of 40 chats of 500 prompt tokens and 50 output tokens,
+/// submitted at once, with a TBT target of 5 ms (the whole batch costs more than its 4 ms
+/// limit; one decode alone nearly does).
+fn chats_timeline(share: Option<f64>) -> Vec<(RequestId, u64)> {
+    let mut e = long_context_engine(share);
+    for i in 0..40u64 {
+        let mut r = request(i, (i % 2) as u32, 500, 50);
+        r.slo = Slo {
+            ttft_s: 10.0,
+            tbt_s: 0.005,
+        };
+        e.submit(r).unwrap();
+    }
+    let mut out = Vec::new();
+    for _ in 0..100_000 {
+        if e.is_empty() {
+            break;
+        }
+        let r = e.step().unwrap();
+        if let Some(t) = r.idle_until.filter(|_| !r.ran) {
+            e.clock_mut().skip_to(t);
+        }
+        for ev in e.take_events() {
+            if let EngineEvent::Token { id, t, .. } = ev {
+                out.push((id, (t * 1e9) as u64));
+            }
+        }
+    }
+    assert!(e.is_empty());
+    out
+}
+
+#[test]
+fn a_batch_of_short_contexts_is_bounded_by_tokens_alone() {
+    // No context past the long-prefill threshold: the budget leaves the batch as it is
+    // (with it binding, the decodes would take turns and the prompts get little time).
+    let on = chats_timeline(Some(0.8));
+    assert_eq!(on.len(), 40 * 50);
+    assert_eq!(on, chats_timeline(None));
+}
