@@ -18,7 +18,11 @@ import json
 import math
 import os
 import sys
-import tomllib
+
+try:
+    import tomllib
+except ImportError:  # Python before 3.11 (scripts/test-requirements.txt installs tomli)
+    import tomli as tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
