@@ -112,7 +112,6 @@ impl EngineOptions {
     /// The engine's configuration for tiers of `hbm_blocks` and `dram_blocks`.
     fn engine_config(&self, hbm_blocks: u32, dram_blocks: u32) -> EngineConfig {
         EngineConfig {
-            block_size: BLOCK_SIZE,
             hbm_blocks,
             dram_blocks,
             // The gateway refuses at its own limit first (503); this is the engine's backstop.
@@ -129,8 +128,6 @@ pub struct Backend {
     pub text: Text,
     pub model: ModelInfo,
 }
-
-const BLOCK_SIZE: u32 = 16;
 
 /// Loads the model and starts its engine thread, which records its per-step histograms into
 /// `steps` (when given).
@@ -370,7 +367,7 @@ fn start_sim(
         Profile::builtin(name)?
     };
     let (hbm, dram) = profile
-        .kv_blocks(BLOCK_SIZE, 0.9, 400.0)
+        .kv_blocks(opts.config.block_size, 0.9, 400.0)
         .with_context(|| format!("sizing the KV tiers of profile {name}"))?;
     let cfg = opts.engine_config(
         opts.hbm_blocks.unwrap_or(hbm),

@@ -79,10 +79,12 @@ pub(super) fn plan_batch<'a>(
     // limit, its decodes would take turns and its prompts get little time: TTFT fell from
     // 95.5% to 27.5% on the 32B twin at 19 RPS).
     let long = cfg.long_prefill();
-    let long_context = wanting.iter().any(|(r, _)| r.kv_len > long)
-        || prefills.iter().any(|(_, r)| r.prompt_len > long);
     let limit = limit
-        .filter(|_| !wanting.is_empty() && long_context)
+        .filter(|_| !wanting.is_empty())
+        .filter(|_| {
+            wanting.iter().any(|(r, _)| r.kv_len > long)
+                || prefills.iter().any(|(_, r)| r.prompt_len > long)
+        })
         .map(|(cost, share)| StepLimit {
             cost,
             seconds: share * tightest,

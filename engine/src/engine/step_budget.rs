@@ -23,9 +23,10 @@
 //! profile) or with no request decoding, steps are bounded by tokens only.
 //!
 //! **Calibration.** The model comes from a profile, and a real GPU may run some steps slower
-//! (a long context's small prompt chunks, say). [`Calibration`] follows the ratio of each
-//! step's measured time to its prediction and shrinks the limit by it, so the budget holds the
-//! measured steps, not the modelled ones, within the target. It only tightens: steps that run
+//! (a long context's small prompt chunks, say), and the host's work between steps adds to
+//! every gap a client sees. [`Calibration`] follows the ratio of each iteration's measured
+//! time (to the next step's start) to its step's prediction and shrinks the limit by it, so the
+//! budget holds the measured iterations, not the modelled steps, within the target. It only tightens: steps that run
 //! faster than modelled (the twin, whose steps overlap compute and memory where the model adds
 //! them) leave the limit as configured.
 
@@ -38,8 +39,8 @@ pub const MAX_DECODE_SKIPS: u32 = 3;
 /// step's time (prompts always progress).
 pub const MIN_CHUNK_TOKENS: u32 = 256;
 
-/// How much slower than the cost model the runner's steps run: an exponentially weighted mean
-/// of `measured / predicted` over the steps predicted at [`Calibration::MIN_PREDICTED_S`] or
+/// How much slower than the cost model the engine's iterations run: an exponentially weighted
+/// mean of `measured / predicted` over the steps predicted at [`Calibration::MIN_PREDICTED_S`] or
 /// more, each ratio clamped to `[1, MAX_SCALE]`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Calibration {

@@ -2,8 +2,9 @@
 //! letting a client that floods refusals flood the log: the first refusal after a quiet spell
 //! is one line at once; those within the next [`WINDOW`] are counted, and the counts (by
 //! status, with the latest message) are one line when the first refusal after the window
-//! comes. `/metrics` has the exact counts (`superinfer_requests_rejected_total`, by tenant and
-//! reason).
+//! comes (so the refusals of a window after which none follows are not written). `/metrics`
+//! counts the refusals of a known tenant by reason (`superinfer_requests_rejected_total`);
+//! malformed requests and bad keys only here.
 
 use std::collections::BTreeMap;
 use std::sync::{LazyLock, Mutex};
