@@ -139,7 +139,8 @@ case "${1:-}" in
     # first (torch.log: flash SDPA + cuBLAS, decode compiled at 32k × batch 1 and 8 and 128k ×
     # batch 1, and one-shot causal prefills of 32k and 128k tokens), then our bench's `long`
     # section (bench.log) for random:llama-3.1-8b against the rates torch measured, with the
-    # twin profile of this GPU beside it. Extra arguments go to the bench.
+    # twin profile of this GPU beside it. Extra arguments go to the bench. TORCH_ARGS replaces
+    # the reference's arguments (e.g. "--context 32768 --batches 1 --iters 3 --prefill 32768,131072").
     shift
     gpu_setup .gpu-bin/long /tmp/superinfer-long-bins
     {
@@ -153,7 +154,10 @@ case "${1:-}" in
       *) twin=h200-llama-3.1-8b ;;
     esac
     rates=()
-    if [ -z "${NO_TORCH:-}" ]; then
+    if [ -n "${TORCH_ARGS:-}" ]; then
+      # shellcheck disable=SC2086 # a list of arguments
+      torch_reference $TORCH_ARGS
+    elif [ -z "${NO_TORCH:-}" ]; then
       torch_reference --context 32768 --batches 1,8 --iters 10 --prefill 32768,131072
       PYTHONUNBUFFERED=1 python3 scripts/gpu/torch_decoder.py --context 131072 --batches 1 \
         --iters 10 --no-rates 2>&1 | tee -a "$out/torch.log"
