@@ -7,10 +7,24 @@
 //   key tiles of 64 copied into shared memory by cp.async (a tile's V while its scores are
 //   computed, the next tile's K while its values are summed), fragments read by ldmatrix
 //   (V through .trans, so it is stored as it is in the arena); online softmax in registers.
+//
+// The kernel is bound by instruction issue, not by the tensor cores, unless the work beside
+// the MMAs is kept small: each thread finds the arena rows of its keys once per tile (K and V
+// of a key are block_size rows apart), one tile ahead, so the block-table reads are in flight
+// while the tile's scores are computed; only the tiles that cross the diagonal (or a sliding
+// window) are masked; the softmax scale is folded into one FMA before ex2.approx.
 
 #define PF_M 64
 #define PF_N 64
 #define PF_THREADS 128  // 4 warps of 16 query rows
+
+// 2^x by the special-function unit, subnormals flushed (exp2f adds a range fix-up around it);
+// 2^-inf = 0.
+__device__ __forceinline__ float pf_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
 template <typename T, int D>
 __device__ __forceinline__ void paged_prefill_impl(
@@ -21,6 +35,8 @@ __device__ __forceinline__ void paged_prefill_impl(
     constexpr int P = D + 8;    // row pitch in elements (16 bytes of padding: ldmatrix reads
                                 // 8 rows without a bank conflict)
     constexpr int CPR = D / 8;  // 16-byte chunks per row
+    constexpr int CPT = PF_N * CPR / PF_THREADS;  // chunks a thread copies per tile
+    constexpr int KSTEP = PF_THREADS / CPR;       // keys between a thread's chunks
     __shared__ __align__(16) u16 Ks[PF_N][P];
     __shared__ __align__(16) u16 Vs[PF_N][P];
 
@@ -58,22 +74,29 @@ __device__ __forceinline__ void paged_prefill_impl(
     const u32 k_lo = (window > 0 && p_lo + 1 > window) ? p_lo + 1 - window : 0;
     const u32 p0 = pos + r0, p1 = pos + r1;
 
-    // Starts the copies of the K (v = 0) or V (v = 1) rows of keys k0..k0 + PF_N into shared
-    // memory; keys past the tile's last query are zero-filled (nothing read).
-    auto issue = [&](u32 k0, u32 v) {
-        u16* dst = v ? &Vs[0][0] : &Ks[0][0];
+    // This thread copies chunk `my_c` of keys k0 + my_key + i * KSTEP (i < CPT) of every tile.
+    // Their arena rows (K; V is block_size rows further) come from the block table; a key past
+    // the tile's last query is not read (its chunk is zero-filled).
+    const u32 my_key = threadIdx.x / CPR, my_c = (threadIdx.x % CPR) * 8;
+    const T* kv_base = kv + (size_t)kh * D + my_c;
+    const bool pow2 = (block_size & (block_size - 1)) == 0;
+    const u32 bs_shift = __ffs(block_size) - 1;
+    auto rows_of = [&](u32 k0, u32* rows) {
 #pragma unroll
-        for (int it = 0; it < PF_N * CPR / PF_THREADS; ++it) {
-            const u32 i = it * PF_THREADS + threadIdx.x;
-            const u32 key = i / CPR, c = (i % CPR) * 8, j = k0 + key;
-            const T* src = kv;
-            if (j <= p_hi) {
-                const size_t blk = tables[tstart + j / block_size];
-                const size_t row = (blk * num_layers + layer) * 2 * block_size +
-                                   (v ? block_size : 0) + j % block_size;
-                src = kv + row * kvw + (size_t)kh * D + c;
-            }
-            cp_async16(smem_addr(dst + key * P + c), src, j <= p_hi ? 16 : 0);
+        for (int i = 0; i < CPT; ++i) {
+            const u32 j = min(k0 + my_key + i * KSTEP, p_hi);
+            const u32 b = pow2 ? j >> bs_shift : j / block_size;
+            rows[i] = (tables[tstart + b] * num_layers + layer) * 2 * block_size + (j - b * block_size);
+        }
+    };
+    auto issue = [&](u32 k0, const u32* rows, u32 v) {
+        u16* dst = (v ? &Vs[0][0] : &Ks[0][0]) + my_key * P + my_c;
+        const u32 voff = v ? block_size : 0;
+#pragma unroll
+        for (int i = 0; i < CPT; ++i) {
+            const bool in = k0 + my_key + i * KSTEP <= p_hi;
+            cp_async16(smem_addr(dst + i * KSTEP * P), kv_base + (size_t)(rows[i] + voff) * kvw,
+                       in ? 16 : 0);
         }
         cp_async_commit();
     };
@@ -87,11 +110,15 @@ __device__ __forceinline__ void paged_prefill_impl(
 
     // K of the next tile loads during this tile's P V, V of this tile during its Q K^T.
     const u32 k_first = (k_lo / PF_N) * PF_N;
-    issue(k_first, 0);
+    u32 rows[CPT], next[CPT];
+    rows_of(k_first, rows);
+    issue(k_first, rows, 0);
     for (u32 k0 = k_first; k0 <= p_hi; k0 += PF_N) {
+        const bool more = k0 + PF_N <= p_hi;
+        if (more) rows_of(k0 + PF_N, next);
         cp_async_wait<0>();
         __syncthreads();  // K landed for all; every warp is done with the previous V
-        issue(k0, 1);
+        issue(k0, rows, 1);
 
         float sc[PF_N / 8][4];
 #pragma unroll
@@ -106,16 +133,23 @@ __device__ __forceinline__ void paged_prefill_impl(
                 mma16816<T>(sc[2 * np + 1], qa[kk], b + 2);
             }
         }
+        // Only a tile with a key after the tile's first query (the diagonal, and keys past
+        // the chunk) or a sliding window has scores to hide.
+        if (window > 0 || k0 + PF_N - 1 > p_lo) {
+#pragma unroll
+            for (int nt = 0; nt < PF_N / 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const u32 j = k0 + nt * 8 + 2 * t4 + (e & 1);
+                    const u32 p = e < 2 ? p0 : p1;
+                    const bool ok = j <= p && j <= p_hi && (window == 0 || j + window > p);
+                    if (!ok) sc[nt][e] = NEG_INF;
+                }
+            }
+        }
         float mx0 = NEG_INF, mx1 = NEG_INF;
 #pragma unroll
         for (int nt = 0; nt < PF_N / 8; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const u32 j = k0 + nt * 8 + 2 * t4 + (e & 1);
-                const u32 p = e < 2 ? p0 : p1;
-                const bool ok = j <= p && j <= p_hi && (window == 0 || j + window > p);
-                sc[nt][e] = ok ? sc[nt][e] * scale_log2 : NEG_INF;
-            }
             mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
             mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
         }
@@ -123,9 +157,10 @@ __device__ __forceinline__ void paged_prefill_impl(
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        // Maxima in the scaled (log2) domain; the scale is positive, so it commutes with max.
+        const float n0 = fmaxf(m0, mx0 * scale_log2), n1 = fmaxf(m1, mx1 * scale_log2);
         const float b0 = n0 == NEG_INF ? 0.0f : n0, b1 = n1 == NEG_INF ? 0.0f : n1;
-        const float a0 = exp2f(m0 - b0), a1 = exp2f(m1 - b1);
+        const float a0 = pf_exp2(m0 - b0), a1 = pf_exp2(m1 - b1);
         m0 = n0;
         m1 = n1;
         l0 *= a0;
@@ -139,17 +174,21 @@ __device__ __forceinline__ void paged_prefill_impl(
         }
 #pragma unroll
         for (int nt = 0; nt < PF_N / 8; ++nt) {
-            sc[nt][0] = exp2f(sc[nt][0] - b0);
-            sc[nt][1] = exp2f(sc[nt][1] - b0);
-            sc[nt][2] = exp2f(sc[nt][2] - b1);
-            sc[nt][3] = exp2f(sc[nt][3] - b1);
+            sc[nt][0] = pf_exp2(fmaf(sc[nt][0], scale_log2, -b0));
+            sc[nt][1] = pf_exp2(fmaf(sc[nt][1], scale_log2, -b0));
+            sc[nt][2] = pf_exp2(fmaf(sc[nt][2], scale_log2, -b1));
+            sc[nt][3] = pf_exp2(fmaf(sc[nt][3], scale_log2, -b1));
             l0 += sc[nt][0] + sc[nt][1];
             l1 += sc[nt][2] + sc[nt][3];
         }
 
         cp_async_wait<0>();
         __syncthreads();  // V landed for all; every warp is done with K
-        if (k0 + PF_N <= p_hi) issue(k0 + PF_N, 0);
+        if (more) {
+#pragma unroll
+            for (int i = 0; i < CPT; ++i) rows[i] = next[i];
+            issue(k0 + PF_N, rows, 0);
+        }
 #pragma unroll
         for (int kt = 0; kt < PF_N / 16; ++kt) {
             u32 pa[4];
@@ -178,7 +217,6 @@ __device__ __forceinline__ void paged_prefill_impl(
         if (r1 < n) *(u32*)(out + (size_t)(q_off + r1) * qw + col) = pack2<T>(o[dt][2] * i1, o[dt][3] * i1);
     }
 }
-
 #define PREFILL(T, NAME, D)                                                                    \
     extern "C" __global__ void __launch_bounds__(PF_THREADS) paged_prefill_##NAME##_d##D(     \
         const T* q, const T* kv, T* out, const u32* tiles, const u32* seqs, const u32* tables, \
