@@ -42,7 +42,11 @@ def terms(hw, m, s):
     seqs = s["decodes"] + s["chunks"]
     kv_tokens = s["decode_kv"] + s["chunk_pos"] + s["chunk_tokens"]
     q_width = m["num_heads"] * m["head_dim"]
-    attn_flops = 4.0 * m["num_layers"] * q_width * s["chunk_pairs"]
+    # The chunks' attention is no shorter than the longest chunk's walk over its keys
+    # (`prefill_attention_rows_in_flight`; traces before `max_chunk_end` give a lower bound).
+    floor_rows = hw.get("prefill_attention_rows_in_flight", 0) / m["num_heads"]
+    chunk_keys = s.get("max_chunk_end", s["max_chunk_pos"]) if s["chunks"] else 0
+    attn_flops = 4.0 * m["num_layers"] * q_width * max(s["chunk_pairs"], floor_rows * chunk_keys)
     attn_rate = hw["matmul_tflops"] * 1e12 * hw.get(
         "prefill_attention_efficiency", hw["prefill_efficiency"])
     gemm = 2.0 * m["params"] * tokens / (hw["matmul_tflops"] * 1e12 * hw["prefill_efficiency"])

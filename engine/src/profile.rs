@@ -20,6 +20,13 @@ pub struct HardwareProfile {
     /// the runner's prefill-attention kernel; `prefill_efficiency` when absent.
     #[serde(default)]
     pub prefill_attention_efficiency: Option<f64>,
+    /// Query rows (of one head) the prefill-attention kernel keeps in flight at that rate:
+    /// SMs × resident CTAs × rows a CTA takes. A chunk with fewer rows × heads than this
+    /// cannot fill the GPU: its CTAs each walk all the chunk's keys at once, so its attention
+    /// takes at least as long as `rows / heads` queries over those keys would at the full
+    /// rate ([`HardwareProfile::attention_floor_rows`]). 0 (absent): no such floor.
+    #[serde(default)]
+    pub prefill_attention_rows_in_flight: u32,
     pub h2d_gbps: f64,
     pub d2h_gbps: f64,
     pub duplex_each_gbps: f64,
@@ -63,6 +70,14 @@ impl HardwareProfile {
             * self
                 .prefill_attention_efficiency
                 .unwrap_or(self.prefill_efficiency)
+    }
+
+    /// The queries whose attention over a chunk's keys takes as long as any chunk's at least
+    /// (`prefill_attention_rows_in_flight / heads`; 0 when the profile has no floor): a chunk
+    /// of `len` queries from `pos` costs `max(len × (pos + len / 2), floor × (pos + len))`
+    /// (query, key) pairs.
+    pub fn attention_floor_rows(&self, num_heads: u32) -> f64 {
+        f64::from(self.prefill_attention_rows_in_flight) / f64::from(num_heads.max(1))
     }
 }
 

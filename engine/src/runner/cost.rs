@@ -21,6 +21,9 @@ pub struct StepCost {
     pub prompt_token_s: f64,
     /// Each (query, key) pair of a prompt chunk's causal attention.
     pub attn_pair_s: f64,
+    /// A chunk's attention costs at least this many queries' pairs over its keys (the GPU
+    /// is not filled by fewer: `HardwareProfile::attention_floor_rows`; 0: no floor).
+    pub attn_floor_rows: f64,
 }
 
 impl StepCost {
@@ -41,6 +44,7 @@ impl StepCost {
             kv_token_s: geometry.bytes_per_token() as f64 / (bandwidth * hw.kv_read_efficiency),
             prompt_token_s: 2.0 * m.params / flops,
             attn_pair_s: 4.0 * f64::from(m.num_layers) * q_width / hw.attention_flops_per_s(),
+            attn_floor_rows: hw.attention_floor_rows(m.num_heads),
         }
     }
 
@@ -51,30 +55,44 @@ impl StepCost {
     }
 
     /// Seconds a prompt chunk of `len` tokens from position `pos` adds: its GEMMs, its causal
-    /// attention and its KV read.
+    /// attention and its KV read. Each chunk is costed as if alone: beside other chunks its
+    /// attention's floor is shared, so a step of several costs at most this sum.
     pub fn chunk_s(&self, pos: u32, len: u32) -> f64 {
         let (pos, len) = (f64::from(pos), f64::from(len));
+        let pairs = if len > 1.0 {
+            (len * (pos + len / 2.0)).max(self.attn_floor_rows * (pos + len))
+        } else {
+            len * (pos + len / 2.0)
+        };
         self.per_seq_s
             + self.prompt_token_s * len
-            + self.attn_pair_s * len * (pos + len / 2.0)
+            + self.attn_pair_s * pairs
             + self.kv_token_s * (pos + len)
     }
 
     /// The most tokens of a chunk from `pos` that fit in `seconds` (0 if none does).
     pub fn chunk_tokens_within(&self, pos: u32, seconds: f64) -> u32 {
-        let room = seconds - self.per_seq_s - self.kv_token_s * f64::from(pos);
-        if room <= 0.0 {
+        // `chunk_s` grows with the length (the floor only makes the first rows' attention
+        // cost the same): the longest that fits, by bisection.
+        if self.chunk_s(pos, 1) > seconds {
             return 0;
         }
-        // a len² + b len = room, with a = attn / 2, b = prompt + attn pos + kv.
-        let a = self.attn_pair_s / 2.0;
-        let b = self.prompt_token_s + self.attn_pair_s * f64::from(pos) + self.kv_token_s;
-        let len = if a > 0.0 {
-            (-b + (b * b + 4.0 * a * room).sqrt()) / (2.0 * a)
-        } else {
-            room / b
-        };
-        len.max(0.0).floor().min(f64::from(u32::MAX)) as u32
+        let (mut lo, mut hi) = (1u32, 2u32);
+        while self.chunk_s(pos, hi) <= seconds {
+            if hi >= u32::MAX / 2 {
+                return hi;
+            }
+            (lo, hi) = (hi, hi * 2);
+        }
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.chunk_s(pos, mid) <= seconds {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     /// The work of a span in prompt-token equivalents beyond its own tokens (what fairness
@@ -111,6 +129,13 @@ mod tests {
                 assert!(c.chunk_s(pos, n + 1) > s, "{pos} {s} {n}: one more fits");
             }
         }
+        // Deep in a context, the first ~528 queries' attention costs about the same (the GPU
+        // is not full below that): 464 more queries add their GEMMs and KV, and of attention
+        // only the floor's growth, not 464 × 40k pairs.
+        let extra = c.chunk_s(40_000, 528)
+            - c.chunk_s(40_000, 64)
+            - (c.prompt_token_s + c.kv_token_s) * 464.0;
+        assert!(extra < 0.02 * c.attn_pair_s * 464.0 * 40_000.0, "{extra}");
         // A 100k-token decode costs ~150 prompt tokens of GEMM time, a short one ~0.
         let long = c.kv_equivalent(100_000, 100_001);
         assert!((50..500).contains(&long), "{long}");

@@ -2,8 +2,10 @@
 //! Prefill is compute-bound (matmul rate × efficiency); decode is memory-bound (weights read
 //! at HBM bandwidth × efficiency, KV bytes at that × the attention kernel's efficiency); every
 //! step pays an overhead, fixed plus a part per sequence (smaller for a decode-only step the
-//! runner replays from a CUDA graph). Sampled tokens are a constant, so lengths come from
-//! `max_tokens` (`ignore_eos`), as in the paper.
+//! runner replays from a CUDA graph). A prompt chunk's attention runs at its kernel's rate, and
+//! no faster than its longest chunk's walk over its keys when the chunks' query rows cannot
+//! fill the GPU (`HardwareProfile::prefill_attention_rows_in_flight`). Sampled tokens are a
+//! constant, so lengths come from `max_tokens` (`ignore_eos`), as in the paper.
 
 use super::{ModelRunner, StepBatch, StepCost, StepOutput};
 use crate::error::EngineError;
@@ -31,6 +33,9 @@ impl SimRunner {
         let m = &self.profile.model;
         let hw = &self.profile.hw;
         let (mut tokens, mut kv_tokens, mut attn_flops, mut seqs) = (0f64, 0f64, 0f64, 0f64);
+        // The most keys a prompt chunk's queries attend to: the chunks' attention is one
+        // launch, at least as long as the walk over them (`attention_floor_rows`).
+        let mut chunk_keys = 0f64;
         let mut decode_only = true;
         let q_width = f64::from(m.num_heads) * f64::from(m.head_dim);
         for (pos, end) in spans {
@@ -47,8 +52,15 @@ impl SimRunner {
             if len > 1.0 {
                 attn_flops +=
                     4.0 * f64::from(m.num_layers) * q_width * len * (f64::from(pos) + len / 2.0);
+                chunk_keys = chunk_keys.max(f64::from(end));
             }
         }
+        let floor = 4.0
+            * f64::from(m.num_layers)
+            * q_width
+            * hw.attention_floor_rows(m.num_heads)
+            * chunk_keys;
+        let attn_flops = attn_flops.max(floor);
         if tokens == 0.0 {
             return 0.0;
         }
@@ -131,10 +143,39 @@ mod tests {
             let ratio = decode(keys, batch) * 1e3 / measured_ms;
             assert!((ratio - 1.0).abs() <= 0.06, "{keys} x {batch}: {ratio}");
         }
-        let prefill =
-            r.step_time([(0, 16384)].into_iter()) + r.step_time([(16384, 32768)].into_iter());
-        let ratio = prefill * 1e3 / 2979.0;
-        assert!((ratio - 1.0).abs() <= 0.1, "32k prefill: {ratio}");
+        // Prompts of 32k and 128k in chunks of 16,384 (2026-12-07 04:15 UTC, the kernel of
+        // `prefill_attention_efficiency`).
+        for (n, measured_ms) in [(32_768u32, 1907.0), (131_072, 20_503.0)] {
+            let prefill: f64 = (0..n)
+                .step_by(16384)
+                .map(|p| r.step_time([(p, p + 16384)].into_iter()))
+                .sum();
+            let ratio = prefill * 1e3 / measured_ms;
+            assert!((ratio - 1.0).abs() <= 0.1, "{n} prefill: {ratio}");
+        }
+    }
+
+    #[test]
+    fn a_small_chunk_deep_in_a_context_pays_the_walk_over_its_keys() {
+        let r = SimRunner::new(Profile::builtin("h100-llama-3.1-8b").unwrap(), 16);
+        let rows = r.profile.hw.attention_floor_rows(r.profile.model.num_heads);
+        assert_eq!(rows, 528.0);
+        let step = |pos: u32, len: u32| r.step_time([(pos, pos + len)].into_iter());
+        // At 40k of context, 64 or 256 queries take about as long as 528 would: the GPU is
+        // not full (their GEMMs and KV reads differ a little).
+        let (t64, t256, t528) = (step(40_000, 64), step(40_000, 256), step(40_000, 528));
+        assert!(t64 < t256 && t256 < t528, "{t64} {t256} {t528}");
+        assert!(t64 > 0.6 * t528, "{t64} {t528}");
+        // Without the floor the 64-query chunk's attention would be an eighth of it.
+        let mut flat = r.profile.clone();
+        flat.hw.prefill_attention_rows_in_flight = 0;
+        let flat = SimRunner::new(flat, 16);
+        assert!(flat.step_time([(40_000, 40_064)].into_iter()) < 0.5 * t64);
+        // A long chunk fills the GPU: the floor changes nothing.
+        assert_eq!(
+            step(40_000, 8192),
+            flat.step_time([(40_000, 48_192)].into_iter())
+        );
     }
 
     #[test]
