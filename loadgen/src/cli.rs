@@ -134,6 +134,10 @@ pub struct SimArgs {
     /// requests decoding in it (long contexts take turns), e.g. 0.8; 0 or unset: off.
     #[arg(long, value_parser = parse_non_negative)]
     pub step_tbt_share: Option<f64>,
+    /// Write one JSON line per engine step to this file (what the step ran, its modelled
+    /// time), as `superinfer serve --step-trace` does; one policy at one offered load.
+    #[arg(long)]
+    pub step_trace: Option<std::path::PathBuf>,
     /// Weighted LVF: fairness band in cost units (prompt tokens) per unit of weight.
     #[arg(long, default_value_t = WlvfConfig::default().fairness_quantum_tokens, value_parser = parse_positive)]
     pub fairness_quantum: f64,
@@ -233,6 +237,7 @@ pub fn sim_target_config(args: &SimArgs) -> SimTargetConfig {
                 .unwrap_or_default(),
             prefix_cache: !args.no_prefix_cache,
             prefix_cache_dram: !args.prefix_cache_hbm_only,
+            step_trace: args.step_trace.clone(),
             ..EngineConfig::default()
         },
         dram_gib: args.dram_gib,
@@ -366,6 +371,10 @@ pub fn run<I: IntoIterator<Item = OsString>>(argv: I) -> ExitCode {
 }
 
 fn run_sim(args: &SimArgs, command: String) -> ExitCode {
+    if args.step_trace.is_some() && (args.policies.len() > 1 || args.rps.len() > 1) {
+        eprintln!("error: --step-trace traces one run: give one policy and at most one --rps");
+        return ExitCode::from(2);
+    }
     // An unknown profile or KV tiers that do not fit are bad input too.
     let mut target = match SimTarget::new(sim_target_config(args)) {
         Ok(t) => t,

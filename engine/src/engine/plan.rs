@@ -144,7 +144,10 @@ pub(super) fn plan_batch<'a>(
             .chunk_tokens_within(r.kv_len, left_s + spent(already))
             .saturating_sub(already);
         let take = if first && already == 0 {
-            want.min(fit.max(MIN_CHUNK_TOKENS))
+            // A chunk of fewer queries than fill the GPU costs as much attention as one that
+            // does (`StepCost::attn_floor_rows`): a forced chunk takes those too.
+            let least = MIN_CHUNK_TOKENS.max(l.cost.attn_floor_rows as u32);
+            want.min(fit.max(least))
         } else {
             want.min(fit)
         };
