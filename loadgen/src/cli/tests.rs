@@ -544,3 +544,48 @@ fn the_deadline_and_step_budget_flags_reach_the_config_and_0_turns_them_off() {
     );
     assert!(parse(&["--rps", "1", "--step-tbt-share", "-1"]).is_err());
 }
+
+#[test]
+fn a_step_trace_takes_one_run_and_writes_its_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("steps.jsonl");
+    let out = dir.path().join("out");
+    let (trace_s, out_s) = (trace.to_str().unwrap(), out.to_str().unwrap());
+    let base = [
+        "--profile",
+        "h100-llama-3.1-8b",
+        "--duration",
+        "5",
+        "--seed",
+        "1",
+    ];
+    let with = |more: &[&'static str]| -> Vec<String> {
+        base.iter()
+            .chain(more)
+            .map(|s| s.to_string())
+            .chain([
+                "--out".into(),
+                out_s.into(),
+                "--step-trace".into(),
+                trace_s.into(),
+            ])
+            .collect()
+    };
+    // Two policies or two loads: refused, nothing written.
+    for more in [
+        &["--policies", "fcfs,wlvf", "--rps", "2"][..],
+        &["--policies", "wlvf", "--rps", "1,2"],
+    ] {
+        let argv = with(more);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        assert_eq!(code(&argv), ExitCode::from(2), "{more:?}");
+        assert!(!trace.exists());
+    }
+    let argv = with(&["--policies", "wlvf", "--rps", "2", "--no-progress"]);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    assert_eq!(code(&argv), ExitCode::SUCCESS);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(text.lines().count() > 10, "{text}");
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert!(first["predicted_s"].as_f64().unwrap() > 0.0, "{first}");
+}
