@@ -17,7 +17,7 @@ mod step_budget;
 mod step_trace;
 mod xfer;
 
-pub use config::{EngineConfig, DEFAULT_QUEUE_DEADLINE_TTFTS};
+pub use config::{EngineConfig, DEFAULT_QUEUE_DEADLINE_TTFTS, DEFAULT_STEP_TBT_SHARE};
 pub use xfer::measure_duplex_rate;
 
 use crate::clock::Clock;

@@ -131,7 +131,7 @@ pub struct SimArgs {
     #[arg(long, value_parser = parse_non_negative)]
     pub queue_deadline_ttfts: Option<f64>,
     /// Keep each step's modelled time within this share of the tightest TBT target of the
-    /// requests decoding in it (long contexts take turns), e.g. 0.8; 0 or unset: off.
+    /// requests decoding in it (long contexts take turns); 0: off [default: 0.8].
     #[arg(long, value_parser = parse_non_negative)]
     pub step_tbt_share: Option<f64>,
     /// Write one JSON line per engine step to this file (what the step ran, its modelled

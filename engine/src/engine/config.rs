@@ -64,7 +64,8 @@ pub struct EngineConfig {
     /// predicted time within this share of the tightest TBT target of the requests decoding
     /// in it: long-context decodes that do not fit skip steps in turn, prompt chunks get the
     /// time left (`engine/src/engine/step_budget.rs`); only in steps with a context past the
-    /// long-prefill threshold in reach. `None`: steps are bounded by tokens only.
+    /// long-prefill threshold in reach. `None`: steps are bounded by tokens only. Default
+    /// [`DEFAULT_STEP_TBT_SHARE`].
     pub step_tbt_share: Option<f64>,
     /// Write one JSON line per step (what it ran, its measured and predicted time) to this
     /// file (`engine/src/engine/step_trace.rs`); `None`: no trace (the default).
@@ -83,11 +84,15 @@ impl EngineConfig {
         )
     }
 
-    /// `step_tbt_share` from a command-line or file setting: unset or 0, off (the default);
-    /// otherwise that share (finite and positive; 0.8 leaves room for the host's work between
-    /// steps and the cost model's error).
+    /// `step_tbt_share` from a command-line or file setting: unset, the default; 0, off;
+    /// otherwise that share (finite and positive).
     pub fn step_tbt_share_setting(v: Option<f64>) -> Result<Option<f64>, String> {
-        off_or_positive(v, None, "step_tbt_share", "share of the TBT target")
+        off_or_positive(
+            v,
+            Some(DEFAULT_STEP_TBT_SHARE),
+            "step_tbt_share",
+            "share of the TBT target",
+        )
     }
 
     /// The long-prefill threshold in effect.
@@ -101,6 +106,12 @@ impl EngineConfig {
 /// The default queue deadline, in TTFT targets: past ten times its target a first token is
 /// worth little to an interactive client, and most client timeouts have given up.
 pub const DEFAULT_QUEUE_DEADLINE_TTFTS: f64 = 10.0;
+
+/// The default step time budget, as a share of the tightest running TBT target: 0.8 leaves
+/// room for the host's work between steps and the cost model's error (learned by the
+/// calibration). It binds only with a context past the long-prefill threshold in reach, so
+/// short-context traffic is bounded by tokens alone (docs/SCHEDULING.md, "Long contexts").
+pub const DEFAULT_STEP_TBT_SHARE: f64 = 0.8;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -124,7 +135,7 @@ impl Default for EngineConfig {
             queue_deadline_ttfts: Some(DEFAULT_QUEUE_DEADLINE_TTFTS),
             // Off by default until its calibration has run on a GPU; it binds only with a
             // context past the long-prefill threshold (docs/SCHEDULING.md, "Long contexts").
-            step_tbt_share: None,
+            step_tbt_share: Some(DEFAULT_STEP_TBT_SHARE),
             step_trace: None,
         }
     }

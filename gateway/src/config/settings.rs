@@ -110,7 +110,7 @@ pub struct Settings {
     /// Keep each engine step's predicted time within this share of the tightest TBT target
     /// of the requests decoding in it, when the runner knows its step cost (the simulated
     /// engine; the GPU runner on an H100, H200 or GH200; docs/SCHEDULING.md, "Long
-    /// contexts"), e.g. 0.8; 0 or unset: off.
+    /// contexts"), only with a long context in reach; 0: off [default: 0.8].
     #[arg(long, env = "SUPERINFER_STEP_TBT_SHARE")]
     pub step_tbt_share: Option<f64>,
     /// Write one JSON line per engine step (what it ran, its measured and predicted time) to

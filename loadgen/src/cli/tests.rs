@@ -509,8 +509,9 @@ fn the_deadline_and_step_budget_flags_reach_the_config_and_0_turns_them_off() {
     let d = sim_target_config(&parse(&["--rps", "1"]).unwrap());
     assert_eq!(d.engine.queue_deadline_ttfts, Some(10.0));
     assert_eq!(
-        d.engine.step_tbt_share, None,
-        "the step budget is off by default"
+        d.engine.step_tbt_share,
+        Some(0.8),
+        "the step budget is on by default"
     );
     let on = sim_target_config(
         &parse(&[
