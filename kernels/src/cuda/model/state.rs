@@ -343,6 +343,13 @@ impl ModelKernels {
         let scale = s.scale_log2();
         let tables = meta.at(p.tables);
         if p.num_tiles > 0 {
+            // The prefill kernel indexes arena rows (K or V of one token and layer) in 32 bits.
+            if arena.elem_count() / (s.kv_heads * s.head_dim).max(1) as usize > u32::MAX as usize {
+                return Err(Error::Invalid(format!(
+                    "a KV arena of {} elements has more rows than the prefill kernel indexes (2^32)",
+                    arena.elem_count()
+                )));
+            }
             let f = self.func(
                 &self.attention,
                 format_args!("paged_prefill_{name}_d{}", s.head_dim),
