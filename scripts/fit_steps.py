@@ -36,17 +36,29 @@ def load_profile(name):
     return hw, model
 
 
+def attention_pairs(pos, length, wave, tile):
+    """A chunk's causal (query, key) pairs rounded up to the kernel's whole waves."""
+    pairs = length * (pos + length / 2.0)
+    if length <= 1 or wave <= 0 or tile <= 0:
+        return pairs
+    waves = math.ceil(math.ceil(length / tile) * tile / wave)
+    return max(pairs, waves * wave * (pos + length / 2.0))
+
+
 def terms(hw, m, s):
     """The twin's step time of trace line `s`, term by term (seconds)."""
     tokens = s["decodes"] + s["chunk_tokens"]
     seqs = s["decodes"] + s["chunks"]
     kv_tokens = s["decode_kv"] + s["chunk_pos"] + s["chunk_tokens"]
     q_width = m["num_heads"] * m["head_dim"]
-    # The chunks' attention is no shorter than the longest chunk's walk over its keys
-    # (`prefill_attention_rows_in_flight`; traces before `max_chunk_end` give a lower bound).
-    floor_rows = hw.get("prefill_attention_rows_in_flight", 0) / m["num_heads"]
-    chunk_keys = s.get("max_chunk_end", s["max_chunk_pos"]) if s["chunks"] else 0
-    attn_flops = 4.0 * m["num_layers"] * q_width * max(s["chunk_pairs"], floor_rows * chunk_keys)
+    # The chunks' attention: their pairs, and at least the kernel's whole waves of the chunk
+    # that needs the most (engine/src/runner/cost.rs, `attention_pairs`); a trace without
+    # `chunk_spans` is read as one chunk at its deepest position.
+    tile = hw.get("prefill_attention_tile", 0)
+    wave = hw.get("prefill_attention_rows_in_flight", 0) / m["num_heads"] if tile else 0.0
+    spans = s.get("chunk_spans") or ([[s["max_chunk_pos"], s["chunk_tokens"]]] if s["chunks"] else [])
+    waved = max((attention_pairs(p, n, wave, tile) for p, n in spans if n > 1), default=0.0)
+    attn_flops = 4.0 * m["num_layers"] * q_width * max(s["chunk_pairs"], waved)
     attn_rate = hw["matmul_tflops"] * 1e12 * hw.get(
         "prefill_attention_efficiency", hw["prefill_efficiency"])
     gemm = 2.0 * m["params"] * tokens / (hw["matmul_tflops"] * 1e12 * hw["prefill_efficiency"])

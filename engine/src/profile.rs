@@ -21,12 +21,15 @@ pub struct HardwareProfile {
     #[serde(default)]
     pub prefill_attention_efficiency: Option<f64>,
     /// Query rows (of one head) the prefill-attention kernel keeps in flight at that rate:
-    /// SMs × resident CTAs × rows a CTA takes. A chunk with fewer rows × heads than this
-    /// cannot fill the GPU: its CTAs each walk all the chunk's keys at once, so its attention
-    /// takes at least as long as `rows / heads` queries over those keys would at the full
-    /// rate ([`HardwareProfile::attention_floor_rows`]). 0 (absent): no such floor.
+    /// SMs × resident CTAs × `prefill_attention_tile`. A chunk's query tiles run in waves of
+    /// that many rows over all heads, each wave as long as its tiles' walk over the keys, so
+    /// a chunk costs its (query, key) pairs rounded up to whole waves
+    /// ([`crate::runner::cost::attention_pairs`]). 0 (absent): no waves, pairs only.
     #[serde(default)]
     pub prefill_attention_rows_in_flight: u32,
+    /// Query rows of one head a CTA of the prefill-attention kernel takes (its tile).
+    #[serde(default)]
+    pub prefill_attention_tile: u32,
     pub h2d_gbps: f64,
     pub d2h_gbps: f64,
     pub duplex_each_gbps: f64,
@@ -72,12 +75,16 @@ impl HardwareProfile {
                 .unwrap_or(self.prefill_efficiency)
     }
 
-    /// The queries whose attention over a chunk's keys takes as long as any chunk's at least
-    /// (`prefill_attention_rows_in_flight / heads`; 0 when the profile has no floor): a chunk
-    /// of `len` queries from `pos` costs `max(len × (pos + len / 2), floor × (pos + len))`
-    /// (query, key) pairs.
-    pub fn attention_floor_rows(&self, num_heads: u32) -> f64 {
-        f64::from(self.prefill_attention_rows_in_flight) / f64::from(num_heads.max(1))
+    /// Queries of one wave of the prefill-attention kernel over `num_heads` heads, and its
+    /// tile (both 0 when the profile does not say).
+    pub fn attention_waves(&self, num_heads: u32) -> (f64, f64) {
+        if self.prefill_attention_tile == 0 {
+            return (0.0, 0.0);
+        }
+        (
+            f64::from(self.prefill_attention_rows_in_flight) / f64::from(num_heads.max(1)),
+            f64::from(self.prefill_attention_tile),
+        )
     }
 }
 

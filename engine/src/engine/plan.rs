@@ -144,9 +144,10 @@ pub(super) fn plan_batch<'a>(
             .chunk_tokens_within(r.kv_len, left_s + spent(already))
             .saturating_sub(already);
         let take = if first && already == 0 {
-            // A chunk of fewer queries than fill the GPU costs as much attention as one that
-            // does (`StepCost::attn_floor_rows`): a forced chunk takes those too.
-            let least = MIN_CHUNK_TOKENS.max(l.cost.attn_floor_rows as u32);
+            // A chunk of fewer queries than one wave of the attention kernel costs as much
+            // attention as the wave (`runner::cost::attention_pairs`): a forced chunk takes
+            // the wave.
+            let least = MIN_CHUNK_TOKENS.max(l.cost.wave_tokens());
             want.min(fit.max(least))
         } else {
             want.min(fit)

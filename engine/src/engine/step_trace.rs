@@ -12,7 +12,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 /// One step's line.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub(super) struct StepRecord {
     /// Engine time at the step's start (seconds).
     pub(super) t: f64,
@@ -36,6 +36,8 @@ pub(super) struct StepRecord {
     /// `Σ len × (pos + len / 2)` over the chunks: their causal attention's (query, key)
     /// pairs.
     pub(super) chunk_pairs: f64,
+    /// Each chunk's `[pos, len]` (the attention's waves depend on each one's length).
+    pub(super) chunk_spans: Vec<[u32; 2]>,
 }
 
 impl StepRecord {
@@ -60,6 +62,7 @@ impl StepRecord {
                 r.max_chunk_end = r.max_chunk_end.max(s.end);
             }
             r.chunk_pairs += f64::from(len) * (f64::from(s.pos) + f64::from(len) / 2.0);
+            r.chunk_spans.push([s.pos, len]);
         }
         r
     }
@@ -119,6 +122,7 @@ mod tests {
         assert_eq!((r.decodes, r.decode_kv, r.max_decode_kv), (2, 110, 100));
         assert_eq!((r.chunks, r.chunk_tokens, r.chunk_pos), (2, 1536, 4096));
         assert_eq!((r.max_chunk_pos, r.max_chunk_end), (4096, 5120));
+        assert_eq!(r.chunk_spans, vec![[0, 512], [4096, 1024]]);
         assert_eq!(r.chunk_pairs, 512.0 * 256.0 + 1024.0 * (4096.0 + 512.0));
 
         let dir = tempfile::tempdir().unwrap();
@@ -126,7 +130,7 @@ mod tests {
         let mut trace = StepTrace::open(Some(&path)).unwrap();
         trace.write(&StepRecord {
             iteration_s: Some(0.02),
-            ..r
+            ..r.clone()
         });
         trace.write(&r);
         let text = std::fs::read_to_string(&path).unwrap();

@@ -21,9 +21,25 @@ pub struct StepCost {
     pub prompt_token_s: f64,
     /// Each (query, key) pair of a prompt chunk's causal attention.
     pub attn_pair_s: f64,
-    /// A chunk's attention costs at least this many queries' pairs over its keys (the GPU
-    /// is not filled by fewer: `HardwareProfile::attention_floor_rows`; 0: no floor).
-    pub attn_floor_rows: f64,
+    /// Queries of one wave of the prefill-attention kernel and its tile
+    /// (`HardwareProfile::attention_waves`; 0: pairs only).
+    pub attn_wave: f64,
+    pub attn_tile: f64,
+}
+
+/// The (query, key) pairs a prompt chunk of `len` queries from `pos` costs: its causal pairs,
+/// rounded up to whole waves of `wave` queries (its queries in tiles of `tile`) where the
+/// kernel runs its query tiles in waves, each as long as its tiles' walk over the keys. A
+/// chunk deep in a context with fewer queries than a wave costs a whole wave; one of many
+/// waves, about its pairs. Measured on the H100 (docs/BENCHMARKS.md, "Long context"): steps
+/// with one chunk at 0.89-0.98x this model, 0.95-1.48x of pairs with a one-wave floor.
+pub fn attention_pairs(pos: f64, len: f64, wave: f64, tile: f64) -> f64 {
+    let pairs = len * (pos + len / 2.0);
+    if len <= 1.0 || wave <= 0.0 || tile <= 0.0 {
+        return pairs;
+    }
+    let waves = ((len / tile).ceil() * tile / wave).ceil();
+    pairs.max(waves * wave * (pos + len / 2.0))
 }
 
 impl StepCost {
@@ -44,7 +60,8 @@ impl StepCost {
             kv_token_s: geometry.bytes_per_token() as f64 / (bandwidth * hw.kv_read_efficiency),
             prompt_token_s: 2.0 * m.params / flops,
             attn_pair_s: 4.0 * f64::from(m.num_layers) * q_width / hw.attention_flops_per_s(),
-            attn_floor_rows: hw.attention_floor_rows(m.num_heads),
+            attn_wave: hw.attention_waves(m.num_heads).0,
+            attn_tile: hw.attention_waves(m.num_heads).1,
         }
     }
 
@@ -59,21 +76,26 @@ impl StepCost {
     /// attention's floor is shared, so a step of several costs at most this sum.
     pub fn chunk_s(&self, pos: u32, len: u32) -> f64 {
         let (pos, len) = (f64::from(pos), f64::from(len));
-        let pairs = if len > 1.0 {
-            (len * (pos + len / 2.0)).max(self.attn_floor_rows * (pos + len))
-        } else {
-            len * (pos + len / 2.0)
-        };
+        let pairs = attention_pairs(pos, len, self.attn_wave, self.attn_tile);
         self.per_seq_s
             + self.prompt_token_s * len
             + self.attn_pair_s * pairs
             + self.kv_token_s * (pos + len)
     }
 
+    /// The most queries one wave of the attention kernel takes in whole tiles (what a chunk
+    /// deep in a context gets for the time of one query), 0 without waves.
+    pub fn wave_tokens(&self) -> u32 {
+        if self.attn_tile <= 0.0 {
+            return 0;
+        }
+        ((self.attn_wave / self.attn_tile).floor() * self.attn_tile) as u32
+    }
+
     /// The most tokens of a chunk from `pos` that fit in `seconds` (0 if none does).
     pub fn chunk_tokens_within(&self, pos: u32, seconds: f64) -> u32 {
-        // `chunk_s` grows with the length (the floor only makes the first rows' attention
-        // cost the same): the longest that fits, by bisection.
+        // `chunk_s` grows with the length (in steps where a wave starts): the longest that
+        // fits, by bisection.
         if self.chunk_s(pos, 1) > seconds {
             return 0;
         }
@@ -129,13 +151,20 @@ mod tests {
                 assert!(c.chunk_s(pos, n + 1) > s, "{pos} {s} {n}: one more fits");
             }
         }
-        // Deep in a context, the first ~528 queries' attention costs about the same (the GPU
-        // is not full below that): 464 more queries add their GEMMs and KV, and of attention
-        // only the floor's growth, not 464 × 40k pairs.
-        let extra = c.chunk_s(40_000, 528)
+        // Deep in a context the first wave's queries (512 in 8 tiles on the H100) cost about
+        // the same attention: 448 more queries add their GEMMs and KV, and of attention only
+        // the wave's growth, not 448 × 40k pairs; one tile more starts a second wave.
+        assert_eq!(c.wave_tokens(), 512);
+        let extra = c.chunk_s(40_000, 512)
             - c.chunk_s(40_000, 64)
-            - (c.prompt_token_s + c.kv_token_s) * 464.0;
-        assert!(extra < 0.02 * c.attn_pair_s * 464.0 * 40_000.0, "{extra}");
+            - (c.prompt_token_s + c.kv_token_s) * 448.0;
+        assert!(extra < 0.02 * c.attn_pair_s * 448.0 * 40_000.0, "{extra}");
+        let second = c.chunk_s(40_000, 576) - c.chunk_s(40_000, 512);
+        assert!(second > 0.9 * c.attn_pair_s * 528.0 * 40_000.0, "{second}");
+        // Many waves: about the pairs (within the last wave's rounding).
+        let big = attention_pairs(0.0, 16_384.0, c.attn_wave, c.attn_tile);
+        let pairs = 16_384.0 * 8_192.0;
+        assert!(big >= pairs && big < 1.05 * pairs, "{big} {pairs}");
         // A 100k-token decode costs ~150 prompt tokens of GEMM time, a short one ~0.
         let long = c.kv_equivalent(100_000, 100_001);
         assert!((50..500).contains(&long), "{long}");

@@ -2,11 +2,12 @@
 //! Prefill is compute-bound (matmul rate × efficiency); decode is memory-bound (weights read
 //! at HBM bandwidth × efficiency, KV bytes at that × the attention kernel's efficiency); every
 //! step pays an overhead, fixed plus a part per sequence (smaller for a decode-only step the
-//! runner replays from a CUDA graph). A prompt chunk's attention runs at its kernel's rate, and
-//! no faster than its longest chunk's walk over its keys when the chunks' query rows cannot
-//! fill the GPU (`HardwareProfile::prefill_attention_rows_in_flight`). Sampled tokens are a
-//! constant, so lengths come from `max_tokens` (`ignore_eos`), as in the paper.
+//! runner replays from a CUDA graph). A prompt chunk's attention runs at its kernel's rate, its
+//! pairs rounded up to the kernel's whole waves of query tiles (`cost::attention_pairs`): a
+//! small chunk deep in a context walks all its keys however few its queries. Sampled tokens
+//! are a constant, so lengths come from `max_tokens` (`ignore_eos`), as in the paper.
 
+use super::cost::attention_pairs;
 use super::{ModelRunner, StepBatch, StepCost, StepOutput};
 use crate::error::EngineError;
 use crate::kv::BlockGeometry;
@@ -32,10 +33,11 @@ impl SimRunner {
     pub fn step_time(&self, spans: impl Iterator<Item = (u32, u32)>) -> f64 {
         let m = &self.profile.model;
         let hw = &self.profile.hw;
-        let (mut tokens, mut kv_tokens, mut attn_flops, mut seqs) = (0f64, 0f64, 0f64, 0f64);
-        // The most keys a prompt chunk's queries attend to: the chunks' attention is one
-        // launch, at least as long as the walk over them (`attention_floor_rows`).
-        let mut chunk_keys = 0f64;
+        let (mut tokens, mut kv_tokens, mut pairs, mut seqs) = (0f64, 0f64, 0f64, 0f64);
+        // The chunks' attention is one launch: their pairs, and at least the waves of the
+        // chunk that needs the most (`cost::attention_pairs`).
+        let mut waved = 0f64;
+        let (wave, tile) = hw.attention_waves(m.num_heads);
         let mut decode_only = true;
         let q_width = f64::from(m.num_heads) * f64::from(m.head_dim);
         for (pos, end) in spans {
@@ -50,17 +52,12 @@ impl SimRunner {
             // A prompt chunk's QK^T and PV: 2 matmuls × 2 flops per multiply-add over the
             // causal context (a decode's attention is its KV read, below).
             if len > 1.0 {
-                attn_flops +=
-                    4.0 * f64::from(m.num_layers) * q_width * len * (f64::from(pos) + len / 2.0);
-                chunk_keys = chunk_keys.max(f64::from(end));
+                let pos = f64::from(pos);
+                pairs += len * (pos + len / 2.0);
+                waved = waved.max(attention_pairs(pos, len, wave, tile));
             }
         }
-        let floor = 4.0
-            * f64::from(m.num_layers)
-            * q_width
-            * hw.attention_floor_rows(m.num_heads)
-            * chunk_keys;
-        let attn_flops = attn_flops.max(floor);
+        let attn_flops = 4.0 * f64::from(m.num_layers) * q_width * pairs.max(waved);
         if tokens == 0.0 {
             return 0.0;
         }
@@ -158,24 +155,29 @@ mod tests {
     #[test]
     fn a_small_chunk_deep_in_a_context_pays_the_walk_over_its_keys() {
         let r = SimRunner::new(Profile::builtin("h100-llama-3.1-8b").unwrap(), 16);
-        let rows = r.profile.hw.attention_floor_rows(r.profile.model.num_heads);
-        assert_eq!(rows, 528.0);
+        assert_eq!(r.profile.hw.attention_waves(32), (528.0, 64.0));
         let step = |pos: u32, len: u32| r.step_time([(pos, pos + len)].into_iter());
-        // At 40k of context, 64 or 256 queries take about as long as 528 would: the GPU is
-        // not full (their GEMMs and KV reads differ a little).
-        let (t64, t256, t528) = (step(40_000, 64), step(40_000, 256), step(40_000, 528));
-        assert!(t64 < t256 && t256 < t528, "{t64} {t256} {t528}");
-        assert!(t64 > 0.6 * t528, "{t64} {t528}");
-        // Without the floor the 64-query chunk's attention would be an eighth of it.
+        // At 40k of context, 64 or 256 queries take about as long as a wave's 512: the GPU
+        // is not full (their GEMMs and KV reads differ a little); 576 start a second wave.
+        let (t64, t256, t512) = (step(40_000, 64), step(40_000, 256), step(40_000, 512));
+        assert!(t64 < t256 && t256 < t512, "{t64} {t256} {t512}");
+        assert!(t64 > 0.6 * t512, "{t64} {t512}");
+        assert!(step(40_000, 576) > 1.5 * t512);
+        // Without waves the 64-query chunk's attention would be an eighth of it.
         let mut flat = r.profile.clone();
-        flat.hw.prefill_attention_rows_in_flight = 0;
+        flat.hw.prefill_attention_tile = 0;
         let flat = SimRunner::new(flat, 16);
         assert!(flat.step_time([(40_000, 40_064)].into_iter()) < 0.5 * t64);
-        // A long chunk fills the GPU: the floor changes nothing.
-        assert_eq!(
+        // A long chunk fills the GPU many times over: the waves add at most the last one's
+        // rounding.
+        let (waved, pairs) = (
             step(40_000, 8192),
-            flat.step_time([(40_000, 48_192)].into_iter())
+            flat.step_time([(40_000, 48_192)].into_iter()),
         );
+        assert!(waved >= pairs && waved < 1.05 * pairs, "{waved} {pairs}");
+        // Two chunks in one step: their pairs, or the waves of the costlier, not both.
+        let both = r.step_time([(40_000, 40_064), (0, 2048)].into_iter());
+        assert!(both < t64 + step(0, 2048), "{both}");
     }
 
     #[test]
