@@ -13,8 +13,9 @@
 //!   turn. So each decodes at least every `max(MAX_DECODE_SKIPS + 1, n)` steps, `n` the
 //!   decodes that do not fit beside the cheaper ones; at least one decode runs every step.
 //! - **Prompt chunks** get the time left, short prompts first (a long chunk deep in its prompt
-//!   can take a whole step), at least [`MIN_CHUNK_TOKENS`] for the first (so prompts always
-//!   progress), within the token budget as before.
+//!   can take a whole step), at least [`MIN_CHUNK_TOKENS`] for the first, or one wave of the
+//!   attention kernel's query tiles where that is more (`StepCost::wave_tokens`: fewer cost
+//!   the same attention), so prompts always progress, within the token budget as before.
 //!
 //! The bound: a step holds every decode that fits the limit in cost order, so a request whose
 //! decode costs `d` runs in every step where the cheaper ones leave `d` of room: a short chat

@@ -72,8 +72,8 @@ impl StepCost {
     }
 
     /// Seconds a prompt chunk of `len` tokens from position `pos` adds: its GEMMs, its causal
-    /// attention and its KV read. Each chunk is costed as if alone: beside other chunks its
-    /// attention's floor is shared, so a step of several costs at most this sum.
+    /// attention and its KV read. Each chunk is costed as if alone: beside other chunks the
+    /// attention kernel's waves are shared, so a step of several costs at most this sum.
     pub fn chunk_s(&self, pos: u32, len: u32) -> f64 {
         let (pos, len) = (f64::from(pos), f64::from(len));
         let pairs = attention_pairs(pos, len, self.attn_wave, self.attn_tile);
