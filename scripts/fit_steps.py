@@ -51,14 +51,20 @@ def terms(hw, m, s):
     seqs = s["decodes"] + s["chunks"]
     kv_tokens = s["decode_kv"] + s["chunk_pos"] + s["chunk_tokens"]
     q_width = m["num_heads"] * m["head_dim"]
-    # The chunks' attention: their pairs, and at least the kernel's whole waves of the chunk
-    # that needs the most (engine/src/runner/cost.rs, `attention_pairs`); a trace without
-    # `chunk_spans` is read as one chunk at its deepest position.
+    # The chunks of more than one token (the twin counts a one-token chunk as a decode): their
+    # pairs, and at least the kernel's whole waves of the chunk that needs the most
+    # (engine/src/runner/cost.rs, `attention_pairs`); a trace without `chunk_spans` is read as
+    # one chunk at its deepest position.
     tile = hw.get("prefill_attention_tile", 0)
     wave = hw.get("prefill_attention_rows_in_flight", 0) / m["num_heads"] if tile else 0.0
-    spans = s.get("chunk_spans") or ([[s["max_chunk_pos"], s["chunk_tokens"]]] if s["chunks"] else [])
-    waved = max((attention_pairs(p, n, wave, tile) for p, n in spans if n > 1), default=0.0)
-    attn_flops = 4.0 * m["num_layers"] * q_width * max(s["chunk_pairs"], waved)
+    if "chunk_spans" in s:
+        spans = [(p, n) for p, n in s["chunk_spans"] if n > 1]
+        pairs = sum(n * (p + n / 2.0) for p, n in spans)
+    else:
+        spans = [(s["max_chunk_pos"], s["chunk_tokens"])] if s["chunks"] else []
+        pairs = s["chunk_pairs"]
+    waved = max((attention_pairs(p, n, wave, tile) for p, n in spans), default=0.0)
+    attn_flops = 4.0 * m["num_layers"] * q_width * max(pairs, waved)
     attn_rate = hw["matmul_tflops"] * 1e12 * hw.get(
         "prefill_attention_efficiency", hw["prefill_efficiency"])
     gemm = 2.0 * m["params"] * tokens / (hw["matmul_tflops"] * 1e12 * hw["prefill_efficiency"])

@@ -133,8 +133,6 @@ impl Default for EngineConfig {
             prefix_cache_dram: true,
             copy_timeout_s: 10.0,
             queue_deadline_ttfts: Some(DEFAULT_QUEUE_DEADLINE_TTFTS),
-            // Off by default until its calibration has run on a GPU; it binds only with a
-            // context past the long-prefill threshold (docs/SCHEDULING.md, "Long contexts").
             step_tbt_share: Some(DEFAULT_STEP_TBT_SHARE),
             step_trace: None,
         }

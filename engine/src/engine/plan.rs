@@ -60,8 +60,13 @@ pub(super) fn plan_batch<'a>(
     // Decoding requests with room for their next token, in request order.
     let mut wanting: Vec<(&'a Request, &'a [LogicalBlock])> = Vec::new();
     let mut tightest = f64::INFINITY;
+    // A long context in the batch's reach: a decode or a prompt past the long-prefill
+    // threshold.
+    let long = cfg.long_prefill();
+    let mut long_in_reach = false;
     for r in requests.values().filter(|r| r.state == ReqState::Running) {
         if r.prefilling() {
+            long_in_reach |= r.prompt_len > long;
             prefills.push((r.t_run.unwrap_or(r.t_arr), r));
             continue;
         }
@@ -70,21 +75,16 @@ pub(super) fn plan_batch<'a>(
             if limit.is_some() {
                 tightest = tightest.min(r.spec.slo.tbt_s);
             }
+            long_in_reach |= r.kv_len > long;
             wanting.push((r, blocks));
         }
     }
     // The step's time limit, when there is a cost model, a request decoding and a long
-    // context in the batch's reach (a decode or a prompt past the long-prefill threshold): a
-    // batch of short contexts is bounded by tokens alone, as without the budget (with the
-    // limit, its decodes would take turns and its prompts get little time: TTFT fell from
-    // 95.5% to 27.5% on the 32B twin at 19 RPS).
-    let long = cfg.long_prefill();
+    // context in reach: a batch of short contexts is bounded by tokens alone, as without the
+    // budget (with the limit, its decodes would take turns and its prompts get little time:
+    // TTFT fell from 95.5% to 27.5% on the 32B twin at 19 RPS).
     let limit = limit
-        .filter(|_| !wanting.is_empty())
-        .filter(|_| {
-            wanting.iter().any(|(r, _)| r.kv_len > long)
-                || prefills.iter().any(|(_, r)| r.prompt_len > long)
-        })
+        .filter(|_| !wanting.is_empty() && long_in_reach)
         .map(|(cost, share)| StepLimit {
             cost,
             seconds: share * tightest,

@@ -31,8 +31,6 @@ pub(super) struct StepRecord {
     /// Tokens of context before the chunks (summed), and the longest of them.
     pub(super) chunk_pos: u64,
     pub(super) max_chunk_pos: u32,
-    /// The most keys a chunk of more than one token attends to (its end).
-    pub(super) max_chunk_end: u32,
     /// `Σ len × (pos + len / 2)` over the chunks: their causal attention's (query, key)
     /// pairs.
     pub(super) chunk_pairs: f64,
@@ -58,9 +56,6 @@ impl StepRecord {
             r.chunk_tokens += len;
             r.chunk_pos += u64::from(s.pos);
             r.max_chunk_pos = r.max_chunk_pos.max(s.pos);
-            if len > 1 {
-                r.max_chunk_end = r.max_chunk_end.max(s.end);
-            }
             r.chunk_pairs += f64::from(len) * (f64::from(s.pos) + f64::from(len) / 2.0);
             r.chunk_spans.push([s.pos, len]);
         }
@@ -121,7 +116,7 @@ mod tests {
         let r = StepRecord::of_batch(2.5, &spans, 2);
         assert_eq!((r.decodes, r.decode_kv, r.max_decode_kv), (2, 110, 100));
         assert_eq!((r.chunks, r.chunk_tokens, r.chunk_pos), (2, 1536, 4096));
-        assert_eq!((r.max_chunk_pos, r.max_chunk_end), (4096, 5120));
+        assert_eq!(r.max_chunk_pos, 4096);
         assert_eq!(r.chunk_spans, vec![[0, 512], [4096, 1024]]);
         assert_eq!(r.chunk_pairs, 512.0 * 256.0 + 1024.0 * (4096.0 + 512.0));
 

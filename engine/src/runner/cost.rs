@@ -54,14 +54,15 @@ impl StepCost {
             1.0
         };
         let q_width = f64::from(m.num_heads) * f64::from(m.head_dim);
+        let (attn_wave, attn_tile) = hw.attention_waves(m.num_heads);
         StepCost {
             base_s: m.weight_bytes() / bandwidth + per_layer * hw.graph_step_overhead_s,
             per_seq_s: per_layer * hw.graph_step_overhead_per_seq_s,
             kv_token_s: geometry.bytes_per_token() as f64 / (bandwidth * hw.kv_read_efficiency),
             prompt_token_s: 2.0 * m.params / flops,
             attn_pair_s: 4.0 * f64::from(m.num_layers) * q_width / hw.attention_flops_per_s(),
-            attn_wave: hw.attention_waves(m.num_heads).0,
-            attn_tile: hw.attention_waves(m.num_heads).1,
+            attn_wave,
+            attn_tile,
         }
     }
 

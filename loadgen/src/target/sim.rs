@@ -16,9 +16,6 @@ mod serve;
 
 pub use serve::RunLog;
 
-/// Tokens per KV block, as in the paper and `superinfer serve`.
-pub const BLOCK_SIZE: u32 = 16;
-
 /// Bytes in a GB, the unit of [`SimTargetConfig::hbm_kv_gb`] and [`SimTargetConfig::dram_gb`].
 const GB: f64 = 1e9;
 /// Bytes in a GiB, the unit of [`SimTargetConfig::dram_gib`].
@@ -82,17 +79,18 @@ impl SimTarget {
             .vlt
             .validate()
             .map_err(|e| anyhow::anyhow!("{e} (--alpha, --beta-b, --beta-f)"))?;
-        let (hbm_blocks, dram_blocks) = kv_blocks(&profile, &cfg)
-            .with_context(|| format!("sizing the KV tiers of {}", cfg.profile))?;
-        if cfg.engine.max_batched_tokens == 0 || cfg.engine.max_num_seqs == 0 {
+        let e = &cfg.engine;
+        if e.max_batched_tokens == 0 || e.max_num_seqs == 0 || e.block_size == 0 {
             anyhow::bail!(
-                "max_batched_tokens ({}) and max_num_seqs ({}) must be positive",
-                cfg.engine.max_batched_tokens,
-                cfg.engine.max_num_seqs
+                "max_batched_tokens ({}), max_num_seqs ({}) and block_size ({}) must be positive",
+                e.max_batched_tokens,
+                e.max_num_seqs,
+                e.block_size
             );
         }
+        let (hbm_blocks, dram_blocks) = kv_blocks(&profile, &cfg)
+            .with_context(|| format!("sizing the KV tiers of {}", cfg.profile))?;
         let engine = EngineConfig {
-            block_size: BLOCK_SIZE,
             hbm_blocks,
             dram_blocks,
             ..cfg.engine.clone()
@@ -117,12 +115,17 @@ impl SimTarget {
 
     /// The longest sequence the node can ever hold: its HBM KV tier, in tokens.
     pub fn context_tokens(&self) -> u32 {
-        self.engine.hbm_blocks.saturating_mul(BLOCK_SIZE)
+        self.engine
+            .hbm_blocks
+            .saturating_mul(self.engine.block_size)
     }
 
     /// Bytes of one KV block of the profile's model.
     pub fn block_bytes(&self) -> u64 {
-        self.profile.model.geometry(BLOCK_SIZE).block_bytes()
+        self.profile
+            .model
+            .geometry(self.engine.block_size)
+            .block_bytes()
     }
 
     /// Keep the prompts of the next runs (see [`SimTarget::last_prompts`]).
@@ -150,13 +153,14 @@ impl SimTarget {
 /// vLLM's rule leaves: HBM × `gpu_memory_utilization` − weights − activation reserve. The
 /// DRAM tier is `dram_gb` GB when set, otherwise `dram_gib` GiB.
 pub fn kv_blocks(profile: &Profile, cfg: &SimTargetConfig) -> anyhow::Result<(u32, u32)> {
-    let block_bytes = profile.model.geometry(BLOCK_SIZE).block_bytes();
+    let block_size = cfg.engine.block_size;
+    let block_bytes = profile.model.geometry(block_size).block_bytes();
     let block = block_bytes as f64;
     let blocks = |bytes: f64| whole_blocks(bytes, block_bytes);
     let hbm = match cfg.hbm_kv_gb {
         None => {
             profile
-                .kv_blocks(BLOCK_SIZE, cfg.gpu_memory_utilization, cfg.dram_gib)?
+                .kv_blocks(block_size, cfg.gpu_memory_utilization, cfg.dram_gib)?
                 .0
         }
         Some(gb) => {
@@ -180,7 +184,7 @@ pub fn kv_blocks(profile: &Profile, cfg: &SimTargetConfig) -> anyhow::Result<(u3
             if n == 0 {
                 anyhow::bail!(
                     "an HBM KV tier of {gb} GB (--hbm-kv-gb) holds no KV block: one block \
-                     ({BLOCK_SIZE} tokens) of this model is {:.3} GB",
+                     ({block_size} tokens) of this model is {:.3} GB",
                     block / GB
                 );
             }

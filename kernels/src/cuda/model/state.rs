@@ -343,13 +343,6 @@ impl ModelKernels {
         let scale = s.scale_log2();
         let tables = meta.at(p.tables);
         if p.num_tiles > 0 {
-            // The prefill kernel indexes arena rows (K or V of one token and layer) in 32 bits.
-            if arena.elem_count() / (s.kv_heads * s.head_dim).max(1) as usize > u32::MAX as usize {
-                return Err(Error::Invalid(format!(
-                    "a KV arena of {} elements has more rows than the prefill kernel indexes (2^32)",
-                    arena.elem_count()
-                )));
-            }
             let f = self.func(
                 &self.attention,
                 format_args!("paged_prefill_{name}_d{}", s.head_dim),
@@ -372,7 +365,8 @@ impl ModelKernels {
             let cfg = grid((p.num_tiles, s.num_heads, 1), 128);
             // SAFETY: tiles, sequences and tables come from one AttentionPlan (validated on
             // the host); every key row read is in a block of the sequence's table, inside the
-            // arena (the engine's block ids); rows written are the chunk's own.
+            // arena (the engine's block ids; the engine's arena has fewer than 2^32 rows, the
+            // kernel's row index); rows written are the chunk's own.
             unsafe { b.launch(cfg) }.map_err(driver("launch paged_prefill"))?;
         }
         if p.num_decodes > 0 {
