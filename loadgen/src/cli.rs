@@ -285,10 +285,11 @@ fn meta(args: &SimArgs, target: &SimTarget, command: String) -> ReportMeta {
         d => format!("{workload}; {d}"),
     };
     let e = target.engine_config();
-    let prefix_cache = match (e.prefix_cache, e.prefix_cache_dram) {
-        (false, _) => "off (--no-prefix-cache)",
-        (true, false) => "HBM only (--prefix-cache-hbm-only)",
-        (true, true) => "two tiers (HBM + DRAM)",
+    let prefix_cache = match (e.prefix_cache, e.prefix_cache_dram, e.dram_blocks > 0) {
+        (false, _, _) => "off (--no-prefix-cache)",
+        (true, false, _) => "HBM only (--prefix-cache-hbm-only)",
+        (true, true, false) => "HBM only (no DRAM tier)",
+        (true, true, true) => "two tiers (HBM + DRAM)",
     };
     let b_xfer = args
         .b_xfer

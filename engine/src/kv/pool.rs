@@ -176,12 +176,15 @@ impl KvPool {
         }
     }
 
-    /// Turns the prefix cache on (`dram_level`: entries may live in DRAM only).
+    /// Turns the prefix cache on (`dram_level`: entries may live in DRAM only). Without a
+    /// DRAM tier the cache is HBM-only whatever `dram_level` says: its entries are full blocks
+    /// of finished requests left in HBM, dropped when their slot is needed.
     pub fn with_prefix_cache(mut self, on: bool, dram_level: bool) -> KvPool {
         self.prefix = on;
-        self.dram_level = dram_level;
+        self.dram_level = dram_level && self.dram_capacity > 0;
         if on {
-            self.cache = cache::Cache::with_capacity(self.dram_capacity as usize);
+            let entries = self.dram_capacity.max(self.hbm_capacity);
+            self.cache = cache::Cache::with_capacity(entries as usize);
         }
         self
     }
@@ -378,6 +381,8 @@ impl KvPool {
                 BlockState::Synced | BlockState::Parked | BlockState::WritingBack if trusted => {
                     self.keep_on_free(id, i)
                 }
+                // Without a DRAM tier nothing is synced: full blocks are cached from HBM.
+                BlockState::Dirty if self.dram_capacity == 0 => self.keep_on_free(id, i),
                 _ => {}
             }
             self.set(id, i, BlockState::Freed);

@@ -205,8 +205,9 @@ impl Target for SimTarget {
     fn cache_blocks(&self) -> Option<(u32, u64)> {
         let e = &self.engine;
         // The two-tier cache is inclusive: every entry keeps a DRAM slot and some also an
-        // HBM copy (engine/src/kv/pool), so the DRAM tier bounds how many entries it holds.
-        let blocks = match (e.prefix_cache, e.prefix_cache_dram) {
+        // HBM copy (engine/src/kv/pool), so the DRAM tier bounds how many entries it holds;
+        // without a DRAM tier the cache is HBM-only.
+        let blocks = match (e.prefix_cache, e.prefix_cache_dram && e.dram_blocks > 0) {
             (false, _) => 0,
             (true, false) => u64::from(e.hbm_blocks),
             (true, true) => u64::from(e.dram_blocks),

@@ -210,6 +210,57 @@ fn an_hbm_only_cache_forgets_what_left_hbm() {
     assert_eq!(prefill, 100);
 }
 
+/// An engine with the prefix cache and no DRAM tier (HBM-only KV).
+fn no_dram_engine(hbm: u32) -> TestEngine {
+    engine_with(
+        PolicyKind::Wlvf,
+        EngineConfig {
+            hbm_blocks: hbm,
+            dram_blocks: 0,
+            max_batched_tokens: 512,
+            max_num_seqs: 64,
+            ..EngineConfig::default()
+        },
+    )
+}
+
+#[test]
+fn without_a_dram_tier_finished_blocks_are_cached_in_hbm() {
+    // Nothing is written back (no DRAM): the six full blocks of the first request stay in
+    // HBM as entries when it finishes, and the same prompt hits them there.
+    let mut e = no_dram_engine(64);
+    let (hit, _, prefill) = run_one(&mut e, asking(1, 0, &chat(), 4));
+    assert_eq!((hit, prefill), (PrefixHit::default(), 100));
+    let (hit, _, prefill) = run_one(&mut e, asking(2, 0, &chat(), 4));
+    assert_eq!(hit, PrefixHit { hbm: 96, dram: 0 });
+    assert_eq!(prefill, 4);
+    assert_eq!(e.stats().bytes_h2d + e.stats().bytes_d2h, 0);
+    // A conversation's next turn starts with its history: it hits the blocks of the turn
+    // before (prompt and answer) that are full.
+    let mut history = chat();
+    history.extend(1000..1030);
+    let (hit, _, _) = run_one(&mut e, asking(3, 0, &history, 4));
+    assert_eq!(hit.tokens(), 96);
+    e.pool().check().unwrap();
+}
+
+#[test]
+fn without_a_dram_tier_cached_blocks_give_way_to_running_requests() {
+    // 24 slots: other prompts need the cached blocks' slots, which are dropped (the entries
+    // with them: there is no DRAM copy to keep); the prompt then misses.
+    let mut e = no_dram_engine(24);
+    run_one(&mut e, asking(1, 0, &chat(), 4));
+    for i in 0..3 {
+        let other: Vec<u32> = (0..300).map(|t| 90_000 + i * 1000 + t).collect();
+        run_one(&mut e, asking(100 + u64::from(i), 0, &other, 8));
+    }
+    e.pool().check().unwrap();
+    let (hit, _, prefill) = run_one(&mut e, asking(2, 0, &chat(), 4));
+    assert_eq!(hit, PrefixHit::default());
+    assert_eq!(prefill, 100);
+    assert_eq!(e.pool().hbm_available(), 24);
+}
+
 #[test]
 fn a_history_loses_its_tail_before_the_prefix_its_next_turn_starts_with() {
     // HBM-only, 24 slots: the first prompt leaves six entries; the second takes the 18 free

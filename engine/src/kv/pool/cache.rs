@@ -1,6 +1,7 @@
 //! The prefix cache's entries: full, immutable blocks named by their [`BlockHash`], each with
-//! a DRAM copy (always: an entry is made from a synced block) and maybe an HBM copy, reference
-//! counts, and a least-recently-used order per tier for what nobody holds.
+//! a DRAM copy (an entry is made from a synced block; only a pool without a DRAM tier makes
+//! entries of HBM copies alone) and maybe an HBM copy, reference counts, and a
+//! least-recently-used order per tier for what nobody holds.
 //!
 //! - `refs`: logical blocks of live requests that reference the entry (any state). While above
 //!   zero the entry (and its DRAM copy) stays.
@@ -38,7 +39,8 @@ pub struct Entry {
     /// The base namespace's key ([`crate::kv::CacheScope::base_key`]), for dropping it.
     pub base: u64,
     pub hbm: Option<HbmBlock>,
-    pub dram: DramBlock,
+    /// None only in a pool without a DRAM tier (the entry goes with its HBM copy).
+    pub dram: Option<DramBlock>,
     pub refs: u32,
     /// Inline for the usual one or two holders: an entry is made per block that fills, and
     /// a heap allocation each would be a `malloc` per block.
@@ -63,8 +65,9 @@ impl Entry {
         self.hbm.is_some() && !self.pinned()
     }
 
+    /// Deleting it frees a DRAM slot (an entry without a DRAM copy goes with its HBM copy).
     fn dram_evictable(&self) -> bool {
-        self.refs == 0 && self.inflight.is_none() && !self.pending
+        self.refs == 0 && self.inflight.is_none() && !self.pending && self.dram.is_some()
     }
 }
 
@@ -79,7 +82,7 @@ pub struct Cache {
     stale: usize,
     /// Entries with an unpinned HBM copy, least recently used first.
     hbm_lru: BTreeSet<(u64, EntryId)>,
-    /// Entries nobody references, least recently used first.
+    /// Entries with a DRAM copy nobody references, least recently used first.
     dram_lru: BTreeSet<(u64, EntryId)>,
     tick: u64,
     /// Entries whose copy-in each ticket carries.
@@ -90,8 +93,8 @@ pub struct Cache {
 }
 
 impl Cache {
-    /// A cache for at most `entries` entries (every entry has a DRAM copy: the DRAM tier's
-    /// blocks), its index and slab sized once: the index holds at most twice the entries in
+    /// A cache for at most `entries` entries (the DRAM tier's blocks, or the HBM tier's in a
+    /// pool without DRAM), its index and slab sized once: the index holds at most twice the entries in
     /// names (stale ones are swept past half), so it never grows or rehashes while serving
     /// (growing a table of a million names in a decode step was ~10% of the step's host time,
     /// docs/BENCHMARKS.md "Per-step cost").
@@ -184,14 +187,15 @@ impl Cache {
         }
     }
 
-    /// Adds an entry for a synced block, referenced and held by `holder` if given (else
-    /// nobody's, and cached). The hash must not be listed yet.
+    /// Adds an entry for a synced block (or, without a DRAM tier, a full block in HBM),
+    /// referenced and held by `holder` if given (else nobody's, and cached). The hash must not
+    /// be listed yet.
     pub fn insert(
         &mut self,
         hash: BlockHash,
         base: u64,
         hbm: Option<HbmBlock>,
-        dram: DramBlock,
+        dram: Option<DramBlock>,
         holder: Option<RequestId>,
     ) -> EntryId {
         let entry = Entry {
@@ -243,21 +247,26 @@ impl Cache {
     }
 
     /// Deletes entry `e` (nobody references it, no copy in flight); returns its slots.
-    pub fn remove(&mut self, e: EntryId) -> (Option<HbmBlock>, DramBlock) {
+    pub fn remove(&mut self, e: EntryId) -> (Option<HbmBlock>, Option<DramBlock>) {
         let last_use = self.get(e).last_use;
         self.dram_lru.remove(&(last_use, e));
         self.remove_unlisted(e)
     }
 
-    /// Deletes the least recently used entry nobody references; returns its slots. (One
-    /// descent of the LRU order: a full cache does this for every block written back.)
+    /// Deletes the least recently used entry with a DRAM copy nobody references; returns its
+    /// slots. (One descent of the LRU order: a full cache does this for every block written
+    /// back.)
     pub fn remove_lru(&mut self) -> Option<(Option<HbmBlock>, DramBlock)> {
         let (_, e) = self.dram_lru.pop_first()?;
-        Some(self.remove_unlisted(e))
+        let (hbm, dram) = self.remove_unlisted(e);
+        Some((
+            hbm,
+            dram.expect("entries in the DRAM order have a DRAM copy"),
+        ))
     }
 
     /// [`Cache::remove`] of an entry already out of the DRAM LRU order.
-    fn remove_unlisted(&mut self, e: EntryId) -> (Option<HbmBlock>, DramBlock) {
+    fn remove_unlisted(&mut self, e: EntryId) -> (Option<HbmBlock>, Option<DramBlock>) {
         let entry = self.slab[e.0 as usize].take().expect("live entry");
         debug_assert!(entry.refs == 0 && entry.inflight.is_none() && !entry.pending);
         if entry.hbm_evictable() {
@@ -302,12 +311,12 @@ impl Cache {
         self.hbm_lru.len() as u32
     }
 
-    /// Entries that could be deleted now.
+    /// Entries with a DRAM copy that could be deleted now.
     pub fn dram_evictable(&self) -> u32 {
         self.dram_lru.len() as u32
     }
 
-    /// Entries with an HBM copy, and entries in all (each has a DRAM copy).
+    /// Entries with an HBM copy, and entries in all.
     pub fn blocks_per_tier(&self) -> (u32, u32) {
         (self.with_hbm, (self.slab.len() - self.vacant.len()) as u32)
     }
@@ -398,7 +407,7 @@ mod tests {
     fn names_of_deleted_entries_are_forgotten_lazily_and_swept() {
         let mut c = Cache::default();
         let ids: Vec<EntryId> = (0..3000)
-            .map(|i| c.insert(hash(i), 0, None, DramBlock(i as u32), None))
+            .map(|i| c.insert(hash(i), 0, None, Some(DramBlock(i as u32)), None))
             .collect();
         // Deleted entries miss at once; their slots are reused by other hashes.
         for (i, &e) in ids.iter().enumerate().take(1000) {
@@ -407,14 +416,14 @@ mod tests {
         }
         assert_eq!(c.stale_names(), (1000, 1000));
         for i in 3000..3500 {
-            let e = c.insert(hash(i), 0, None, DramBlock(i as u32), None);
+            let e = c.insert(hash(i), 0, None, Some(DramBlock(i as u32)), None);
             assert_eq!(c.lookup(hash(i)), Some(e));
         }
         for i in 0..1000 {
             assert_eq!(c.lookup(hash(i)), None, "a reused slot names another hash");
         }
         // A hash listed again overwrites its stale name.
-        let again = c.insert(hash(7), 0, None, DramBlock(7), None);
+        let again = c.insert(hash(7), 0, None, Some(DramBlock(7)), None);
         assert_eq!(c.lookup(hash(7)), Some(again));
         assert_eq!(c.stale_names(), (999, 999));
         // Unlisting leaves a stale name too; past half the index they are swept.

@@ -98,7 +98,7 @@ impl KvPool {
                         refs.entry(e).or_default().1.push(*id);
                     }
                     let (hbm, dram) = self.entry_slots(e);
-                    if b.dram != Some(dram) || (resident && b.hbm != hbm) {
+                    if b.dram != dram || (resident && b.hbm != hbm) {
                         return Err(format!("{id:?} block {i} disagrees with its entry"));
                     }
                     if table.hashes.get(i) != Some(&self.cache.get(e).hash) {
@@ -168,7 +168,15 @@ impl KvPool {
             if let Some(h) = entry.hbm {
                 mark(hbm_seen, h.0, "HBM")?;
             }
-            mark(dram_seen, entry.dram.0, "DRAM")?;
+            match entry.dram {
+                Some(d) => mark(dram_seen, d.0, "DRAM")?,
+                None if self.dram_capacity > 0 || entry.hbm.is_none() => {
+                    return Err(format!(
+                        "entry {e:?} has no DRAM copy beside a DRAM tier, or no copy at all"
+                    ));
+                }
+                None => {}
+            }
             if entry.listed != (self.cache.lookup(entry.hash) == Some(e)) {
                 return Err(format!("entry {e:?}: listed {} disagrees", entry.listed));
             }

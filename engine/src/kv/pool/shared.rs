@@ -34,9 +34,11 @@ impl KvPool {
         self.dram_free.len() as u32 + self.cache.dram_evictable()
     }
 
-    /// Prefix-cache blocks with an HBM copy, and in all (every entry has a DRAM copy).
+    /// Prefix-cache blocks with an HBM copy, and with a DRAM copy (every entry has one,
+    /// except in a pool without a DRAM tier: none has).
     pub fn prefix_blocks(&self) -> (u32, u32) {
-        self.cache.blocks_per_tier()
+        let (hbm, all) = self.cache.blocks_per_tier();
+        (hbm, if self.dram_capacity == 0 { 0 } else { all })
     }
 
     /// Whether full blocks are kept as a prefix cache.
@@ -50,7 +52,11 @@ impl KvPool {
             return Some(s);
         }
         let (e, slot) = self.cache.drop_lru_hbm()?;
-        if !self.dram_level && self.cache.get(e).refs == 0 {
+        let entry = self.cache.get(e);
+        // Nobody holds its HBM copy, so a reference is a rotary request's, and rotating out
+        // needs a DRAM tier, where every entry has a DRAM copy.
+        debug_assert!(entry.dram.is_some() || entry.refs == 0);
+        if !self.dram_level && entry.refs == 0 {
             // An HBM-only cache keeps no entry without its HBM copy.
             self.delete_entry(e);
         }
@@ -75,7 +81,9 @@ impl KvPool {
         if let Some(h) = hbm {
             self.hbm_free.give(h.0);
         }
-        self.dram_free.give(dram.0);
+        if let Some(d) = dram {
+            self.dram_free.give(d.0);
+        }
     }
 
     /// The cached run at the start of `hashes` and what bringing it in costs.
@@ -171,7 +179,7 @@ impl KvPool {
             let table = self.tables.get_mut(&id).expect("made above");
             table.blocks.push(LogicalBlock {
                 hbm: None,
-                dram: Some(dram),
+                dram,
                 state: BlockState::SharedOut,
                 inflight: None,
                 entry: Some(e),
@@ -221,9 +229,10 @@ impl KvPool {
         }
     }
 
-    /// Block `i` of a finishing `id`, synced, parked or being written back: it stays as an
-    /// entry nobody references (unless its hash is cached already, or it is not full). One
-    /// being written back is pinned until its copy lands (a hit in the meantime waits for it).
+    /// Block `i` of a finishing `id`, synced, parked or being written back (or, in a pool
+    /// without a DRAM tier, dirty): it stays as an entry nobody references (unless its hash is
+    /// cached already, or it is not full). One being written back is pinned until its copy
+    /// lands (a hit in the meantime waits for it).
     pub(super) fn keep_on_free(&mut self, id: RequestId, i: usize) {
         let t = &self.tables[&id];
         let Some(&hash) = t.hashes.get(i) else {
@@ -234,11 +243,16 @@ impl KvPool {
         if !self.prefix || (parked && !self.dram_level) || self.cache.lookup(hash).is_some() {
             return;
         }
-        let (hbm, dram, writing) = (
-            b.hbm,
-            b.dram.expect("these states have a mirror"),
-            b.inflight,
-        );
+        let dram = match b.dram {
+            Some(d) => Some(d),
+            // A full block in HBM with no DRAM tier to mirror it: cached by its HBM copy.
+            None if self.dram_capacity == 0 && b.state == BlockState::Dirty => None,
+            None => {
+                debug_assert!(false, "a {:?} block without a mirror", b.state);
+                return;
+            }
+        };
+        let (hbm, writing) = (b.hbm, b.inflight);
         let e = self.cache.insert(hash, t.base, hbm, dram, None);
         if let Some(ticket) = writing {
             self.cache.track(e, ticket);
@@ -274,7 +288,8 @@ impl KvPool {
                 self.cache.update(e, |entry| entry.hbm = Some(slot));
                 self.cache.copy_in_pending(e);
                 out.push(H2dCopy {
-                    src: dram,
+                    // Only a DRAM tier's entries lose their HBM copy while referenced.
+                    src: dram.expect("an entry out of HBM has a DRAM copy"),
                     dst: slot,
                 });
                 self.pending.push((id, i, true));
@@ -396,7 +411,7 @@ impl KvPool {
     }
 
     /// The DRAM slot of a referencing block is its entry's (for checks).
-    pub(super) fn entry_slots(&self, e: EntryId) -> (Option<HbmBlock>, DramBlock) {
+    pub(super) fn entry_slots(&self, e: EntryId) -> (Option<HbmBlock>, Option<DramBlock>) {
         let entry = self.cache.get(e);
         (entry.hbm, entry.dram)
     }
@@ -418,7 +433,8 @@ pub(super) fn donate_in(
         return;
     }
     let b = &t.blocks[i];
-    let (hbm, dram) = (b.hbm, b.dram.expect("synced blocks have a mirror"));
+    let (hbm, dram) = (b.hbm, b.dram);
+    debug_assert!(dram.is_some(), "synced blocks have a mirror");
     let e = cache.insert(hash, t.base, hbm, dram, Some(id));
     t.blocks[i].entry = Some(e);
     t.set(i, BlockState::Shared, illegal);
