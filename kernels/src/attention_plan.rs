@@ -5,7 +5,7 @@
 //! Sections, in order (each at the offset [`AttentionPlan`] records):
 //! - `positions[t]`, `slots[t]`: every token's position and the arena row of its K at layer 0
 //!   (block-first rows: `((block * layers + layer) * 2 + kv) * block_size + offset`);
-//! - prefill tiles `[seq, q0]` (64 queries each) and prefill sequences
+//! - prefill tiles `[seq, q0]` ([`PREFILL_TILE`] queries each) and prefill sequences
 //!   `[q_offset, pos, end, table_start]`;
 //! - decode sequences `[q_row, context_len, table_start, 0]`;
 //! - the block tables of all sequences, flat.
@@ -18,8 +18,19 @@ pub use fixed::{FixedDecodeLayout, MAX_FIXED_SPLITS, NO_SLOT};
 
 use crate::error::{Error, Result};
 
-/// Queries per prefill tile (`PF_M` in the kernel).
-pub const PREFILL_TILE: u32 = 64;
+/// Queries per prefill tile (`PF_M` in the kernel: `PF_WARPS` warps of `PF_MT` 16-row tiles).
+pub const PREFILL_TILE: u32 = 128;
+/// Threads of a prefill CTA (`PF_THREADS`: 32 per warp).
+pub const PREFILL_THREADS: u32 = 128;
+/// Keys per tile the prefill kernel stages in shared memory (`PF_N`).
+pub const PREFILL_KEY_TILE: u32 = 32;
+
+/// Dynamic shared memory of a prefill CTA at `head_dim`: the CTA's queries and one key tile
+/// each of K and V, rows padded by 8 elements of 2 bytes (52,224 bytes at head_dim 128, above
+/// the 48 KiB a launch gets without raising the function's limit).
+pub const fn prefill_shared_bytes(head_dim: u32) -> u32 {
+    (PREFILL_TILE + 2 * PREFILL_KEY_TILE) * (head_dim + 8) * 2
+}
 /// Most keys per decode split (`DEC_PART` in the kernel: its shared memory holds that many
 /// scores per head).
 pub const DECODE_PART: u32 = 256;

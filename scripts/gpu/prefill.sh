@@ -5,7 +5,9 @@
 # prefills in the engine's chunks with the tree's kernels (model.sh long, the CUDA sources
 # read from the tree), beside PyTorch's one-shot prefill of the same lengths.
 #   here:       scripts/gpu/model.sh build-long                 # .gpu-bin/long
-#   on the GPU: scripts/gpu/prefill.sh [BASE=rev] [CASES=…]    # with carry [".gpu-bin/long"]
+#   on the GPU: scripts/gpu/prefill.sh [BASE=rev] [CASES=…] [VARIANTS=…] [NO_MODEL=1]
+#               # with carry [".gpu-bin/long"]; VARIANTS: other shapes of the tree's kernel
+#               # (prefill_attention.py --variants, e.g. 'PF_N=64;PF_MT=1,PF_N=64')
 # Writes under $OUT: kernel.md, and env.txt, torch.log, bench.log of the model's prefills.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -15,8 +17,8 @@ out=${OUT:-$root/out}
 mkdir -p "$out"
 base=()
 [ -n "${BASE:-}" ] && base=(--base "$BASE")
-PYTHONUNBUFFERED=1 timeout 240 python3 scripts/gpu/prefill_attention.py "${base[@]}" \
-  ${CASES:+--cases "$CASES"} 2>&1 | tee "$out/kernel.md"
+PYTHONUNBUFFERED=1 timeout 300 python3 scripts/gpu/prefill_attention.py "${base[@]}" \
+  ${CASES:+--cases "$CASES"} ${VARIANTS:+--variants "$VARIANTS"} 2>&1 | tee "$out/kernel.md"
 status=${PIPESTATUS[0]}
 [ -n "${NO_MODEL:-}" ] && exit "$status"
 SUPERINFER_CUDA_SOURCES=$root/kernels/src/cuda/cu \

@@ -13,12 +13,15 @@ heads, head dim 128, 32 layers, blocks of 16 tokens) for chunks of queries at a 
 - times PyTorch's scaled_dot_product_attention on the same chunk with contiguous K/V (flash
   where it takes a lower-right causal mask, else the backend it picks; the line says which).
 
-Usage (on the GPU): python3 scripts/gpu/prefill_attention.py [--base REV] [--iters 5]
+With --variants, builds of the tree's kernel with other shapes (its #ifndef defines) run beside
+it. Usage (on the GPU): python3 scripts/gpu/prefill_attention.py [--base REV] [--iters 5]
+    [--variants 'PF_N=64;PF_MT=1,PF_N=64']
     [--cases 2048@0,16384@16384,16384@114688]
 Prints a markdown table; exits 1 when a kernel's output is off the reference.
 """
 import argparse
 import math
+import re
 import pathlib
 import subprocess
 import sys
@@ -41,9 +44,41 @@ def source(rev):
                        capture_output=True, text=True).stdout for f in files)
 
 
-def compile_kernels(rev):
-    mod = cupy.RawModule(code=source(rev), options=("--std=c++17",))
-    return lambda d: mod.get_function(f"paged_prefill_bf16_d{d}")
+# The tree's kernel takes its shape from #ifndef-guarded defines (PF_WARPS, PF_MT, PF_N) and
+# dynamic shared memory; an older revision's has fixed PF_M / PF_THREADS and static memory.
+GUARDED = re.compile(r"#ifndef (PF_\w+)\n#define \1 (\d+)")
+
+
+class Kernel:
+    """One build of prefill.cu: a revision's (None: the tree's) with -D defines."""
+
+    def __init__(self, rev, defines=()):
+        src = source(rev)
+        defs = dict(defines)
+        opts = ("--std=c++17",) + tuple(f"-D{k}={v}" for k, v in defs.items())
+        self.mod = cupy.RawModule(code=src, options=opts)
+        if "extern __shared__" in src:
+            cfg = {k: int(v) for k, v in GUARDED.findall(src)}
+            cfg.update({k: int(v) for k, v in defs.items()})
+            self.rows = cfg["PF_WARPS"] * 16 * cfg["PF_MT"]
+            self.threads = cfg["PF_WARPS"] * 32
+            self.keys = cfg["PF_N"]
+        else:
+            self.rows = int(re.search(r"#define PF_M (\d+)", src).group(1))
+            self.threads = int(re.search(r"#define PF_THREADS (\d+)", src).group(1))
+            self.keys = None
+        self.funcs = {}
+
+    def smem(self, d):
+        return 0 if self.keys is None else (self.rows + 2 * self.keys) * (d + 8) * 2
+
+    def get(self, d):
+        if d not in self.funcs:
+            fn = self.mod.get_function(f"paged_prefill_bf16_d{d}")
+            if self.smem(d) > 48 * 1024:
+                fn.max_dynamic_shared_size_bytes = self.smem(d)
+            self.funcs[d] = fn
+        return self.funcs[d]
 
 
 class Case:
@@ -73,8 +108,7 @@ class Case:
         self.arena = torch.empty(rows, self.kh * self.d, dtype=torch.bfloat16, device="cuda")
         self.arena.normal_()
         self.q = torch.randn(self.n, self.h * self.d, dtype=torch.bfloat16, device="cuda")
-        tiles = [(0, q0) for q0 in range(0, self.n, 64)]
-        self.tiles = torch.tensor(tiles, dtype=torch.int32, device="cuda").flatten()
+        self.tiles = {}
         self.seqs = torch.tensor([0, self.pos, self.end, 0], dtype=torch.int32, device="cuda")
         j = torch.arange(self.end, device="cuda")
         krow = (self.table[j // self.bs].long() * self.layers + self.layer) * 2 * self.bs + j % self.bs
@@ -82,14 +116,19 @@ class Case:
         self.v = self.arena[krow + self.bs].view(self.end, self.kh, self.d)
         self.scale_log2 = (1.0 / math.sqrt(self.d)) * math.log2(math.e)
 
-    def launch(self, fn, out):
+    def launch(self, kernel, out):
         u32 = np.uint32
-        fn((self.tiles.numel() // 2, self.h, 1), (128, 1, 1),
+        rows = kernel.rows
+        if rows not in self.tiles:
+            tiles = [(0, q0) for q0 in range(0, self.n, rows)]
+            self.tiles[rows] = torch.tensor(tiles, dtype=torch.int32, device="cuda").flatten()
+        tiles, fn = self.tiles[rows], kernel.get(self.d)
+        fn((tiles.numel() // 2, self.h, 1), (kernel.threads, 1, 1),
            (np.uint64(self.q.data_ptr()), np.uint64(self.arena.data_ptr()),
-            np.uint64(out.data_ptr()), np.uint64(self.tiles.data_ptr()),
+            np.uint64(out.data_ptr()), np.uint64(tiles.data_ptr()),
             np.uint64(self.seqs.data_ptr()), np.uint64(self.table.data_ptr()),
             u32(self.h), u32(self.kh), u32(self.layers), u32(self.bs), u32(self.layer),
-            np.float32(self.scale_log2), u32(self.window)))
+            np.float32(self.scale_log2), u32(self.window)), shared_mem=kernel.smem(self.d))
 
     def reference(self, rows):
         """float32 attention of the given query rows."""
@@ -160,12 +199,17 @@ CHECKS = [Case(1000, 300, window=256), Case(700, 50, bs=24), Case(333, 4000, d=6
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", help="git revision whose prefill.cu runs beside the tree's")
+    ap.add_argument("--variants", help="builds of the tree's kernel beside its default, each a "
+                    "comma-separated list of defines, separated by ';' (e.g. 'PF_N=64;PF_MT=1')")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--cases", default="2048@0,16384@0,16384@16384,16384@114688")
     a = ap.parse_args()
-    kernels = [("tree", compile_kernels(None))]
+    kernels = [("tree", Kernel(None))]
+    for spec in filter(None, (a.variants or "").split(";")):
+        defs = [kv.split("=") for kv in spec.split(",")]
+        kernels.append((f"tree {spec}", Kernel(None, defs)))
     if a.base:
-        kernels.insert(0, (a.base, compile_kernels(a.base)))
+        kernels.insert(0, (a.base, Kernel(a.base)))
     gen = torch.Generator().manual_seed(0)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     failed = False
@@ -175,9 +219,9 @@ def main():
         rows = torch.unique(torch.cat([torch.tensor([0, c.n - 1]),
                                        torch.randint(0, c.n, (62,), generator=gen)])).cuda()
         ref = c.reference(rows)
-        for name, get in kernels:
+        for name, kernel in kernels:
             out = torch.zeros_like(c.q)
-            c.launch(get(c.d), out)
+            c.launch(kernel, out)
             torch.cuda.synchronize()
             err = (out[rows].float() - ref).abs().max().item()
             scale = ref.abs().max().item()
@@ -192,9 +236,9 @@ def main():
         c.build(gen)
         flops = 4.0 * c.d * c.h * c.pairs()
         first = None
-        for name, get in kernels:
-            out, fn = torch.empty_like(c.q), get(c.d)
-            ms = timed(lambda: c.launch(fn, out), a.iters)
+        for name, kernel in kernels:
+            out = torch.empty_like(c.q)
+            ms = timed(lambda: c.launch(kernel, out), a.iters)
             first = first or ms
             print(f"| {c.name()} | {name} | {ms:.2f} | {flops / ms / 1e9:.0f} | {ms / first:.2f} |")
         backend, call = c.torch_sdpa()

@@ -152,16 +152,16 @@ mod tests {
                 assert!(c.chunk_s(pos, n + 1) > s, "{pos} {s} {n}: one more fits");
             }
         }
-        // Deep in a context the first wave's queries (512 in 8 tiles on the H100) cost about
-        // the same attention: 448 more queries add their GEMMs and KV, and of attention only
-        // the wave's growth, not 448 × 40k pairs; one tile more starts a second wave.
-        assert_eq!(c.wave_tokens(), 512);
-        let extra = c.chunk_s(40_000, 512)
-            - c.chunk_s(40_000, 64)
-            - (c.prompt_token_s + c.kv_token_s) * 448.0;
-        assert!(extra < 0.02 * c.attn_pair_s * 448.0 * 40_000.0, "{extra}");
-        let second = c.chunk_s(40_000, 576) - c.chunk_s(40_000, 512);
-        assert!(second > 0.9 * c.attn_pair_s * 528.0 * 40_000.0, "{second}");
+        // Deep in a context the first wave's queries (1,024 in 8 tiles on the H100) cost about
+        // the same attention: 896 more queries add their GEMMs and KV, and of attention only
+        // the wave's growth, not 896 × 40k pairs; one tile more starts a second wave.
+        assert_eq!(c.wave_tokens(), 1024);
+        let extra = c.chunk_s(40_000, 1024)
+            - c.chunk_s(40_000, 128)
+            - (c.prompt_token_s + c.kv_token_s) * 896.0;
+        assert!(extra < 0.02 * c.attn_pair_s * 896.0 * 40_000.0, "{extra}");
+        let second = c.chunk_s(40_000, 1152) - c.chunk_s(40_000, 1024);
+        assert!(second > 0.9 * c.attn_pair_s * 1056.0 * 40_000.0, "{second}");
         // Many waves: about the pairs (within the last wave's rounding).
         let big = attention_pairs(0.0, 16_384.0, c.attn_wave, c.attn_tile);
         let pairs = 16_384.0 * 8_192.0;

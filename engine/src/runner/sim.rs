@@ -155,19 +155,19 @@ mod tests {
     #[test]
     fn a_small_chunk_deep_in_a_context_pays_the_walk_over_its_keys() {
         let r = SimRunner::new(Profile::builtin("h100-llama-3.1-8b").unwrap(), 16);
-        assert_eq!(r.profile.hw.attention_waves(32), (528.0, 64.0));
+        assert_eq!(r.profile.hw.attention_waves(32), (1056.0, 128.0));
         let step = |pos: u32, len: u32| r.step_time([(pos, pos + len)].into_iter());
-        // At 40k of context, 64 or 256 queries take about as long as a wave's 512: the GPU
-        // is not full (their GEMMs and KV reads differ a little); 576 start a second wave.
-        let (t64, t256, t512) = (step(40_000, 64), step(40_000, 256), step(40_000, 512));
-        assert!(t64 < t256 && t256 < t512, "{t64} {t256} {t512}");
-        assert!(t64 > 0.6 * t512, "{t64} {t512}");
-        assert!(step(40_000, 576) > 1.5 * t512);
-        // Without waves the 64-query chunk's attention would be an eighth of it.
+        // At 40k of context, 128 or 512 queries take about as long as a wave's 1,024: the GPU
+        // is not full (their GEMMs and KV reads differ a little); 1,152 start a second wave.
+        let (t128, t512, t1024) = (step(40_000, 128), step(40_000, 512), step(40_000, 1024));
+        assert!(t128 < t512 && t512 < t1024, "{t128} {t512} {t1024}");
+        assert!(t128 > 0.5 * t1024, "{t128} {t1024}");
+        assert!(step(40_000, 1152) > 1.5 * t1024);
+        // Without waves the 128-query chunk's attention would be an eighth of it.
         let mut flat = r.profile.clone();
         flat.hw.prefill_attention_tile = 0;
         let flat = SimRunner::new(flat, 16);
-        assert!(flat.step_time([(40_000, 40_064)].into_iter()) < 0.5 * t64);
+        assert!(flat.step_time([(40_000, 40_128)].into_iter()) < 0.5 * t128);
         // A long chunk fills the GPU many times over: the waves add at most the last one's
         // rounding.
         let (waved, pairs) = (
@@ -176,8 +176,8 @@ mod tests {
         );
         assert!(waved >= pairs && waved < 1.05 * pairs, "{waved} {pairs}");
         // Two chunks in one step: their pairs, or the waves of the costlier, not both.
-        let both = r.step_time([(40_000, 40_064), (0, 2048)].into_iter());
-        assert!(both < t64 + step(0, 2048), "{both}");
+        let both = r.step_time([(40_000, 40_128), (0, 2048)].into_iter());
+        assert!(both < t128 + step(0, 2048), "{both}");
     }
 
     #[test]

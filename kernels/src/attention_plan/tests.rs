@@ -15,8 +15,8 @@ fn shape() -> AttentionShape {
 fn sections_hold_positions_slots_tiles_and_tables() {
     let a = [7u32, 2, 9];
     let b = [5u32];
-    // A 70-token prefill chunk at positions 2..72 needs 18 blocks; use a long table.
-    let long: Vec<u32> = (100..118).collect();
+    // A 130-token prefill chunk at positions 2..132 needs 33 blocks; use a long table.
+    let long: Vec<u32> = (100..133).collect();
     let seqs = [
         SeqSpan {
             q_offset: 0,
@@ -33,12 +33,12 @@ fn sections_hold_positions_slots_tiles_and_tables() {
         SeqSpan {
             q_offset: 4,
             pos: 2,
-            end: 72,
+            end: 132,
             blocks: &long,
         },
     ];
     let p = AttentionPlan::new(&shape(), &seqs).unwrap();
-    assert_eq!(p.tokens, 1 + 3 + 70);
+    assert_eq!(p.tokens, 1 + 3 + 130);
     let pos = &p.data[p.positions..p.positions + p.tokens as usize];
     assert_eq!(&pos[..4], &[10, 0, 1, 2]);
     assert_eq!(pos[4], 2);
@@ -47,22 +47,51 @@ fn sections_hold_positions_slots_tiles_and_tables() {
     assert_eq!(slots[0], 9 * 24 + 2);
     assert_eq!(slots[1], 5 * 24);
     assert_eq!(slots[4], 100 * 24 + 2);
-    // Decode: [q_row, ctx, table_start, 0]; tables: a (3 blocks), b (1), long (18).
+    // Decode: [q_row, ctx, table_start, 0]; tables: a (3 blocks), b (1), long (33).
     assert_eq!(p.num_decodes, 1);
     assert_eq!(&p.data[p.decode_seqs..p.decode_seqs + 4], &[0, 11, 0, 0]);
-    // Prefill sequences [q_offset, pos, end, table_start] and tiles of 64 queries.
+    // Prefill sequences [q_offset, pos, end, table_start] and tiles of 128 queries.
     assert_eq!(
         &p.data[p.prefill_seqs..p.prefill_seqs + 8],
-        &[1, 0, 3, 3, 4, 2, 72, 4]
+        &[1, 0, 3, 3, 4, 2, 132, 4]
     );
     assert_eq!(p.num_tiles, 3);
     assert_eq!(
         &p.data[p.prefill_tiles..p.prefill_tiles + 6],
-        &[0, 0, 1, 0, 1, 64]
+        &[0, 0, 1, 0, 1, 128]
     );
     assert_eq!(&p.data[p.tables..p.tables + 4], &[7, 2, 9, 5]);
     // One sequence of 11 keys over 2 KV heads: one split of 32 keys.
     assert_eq!((p.decode_part, p.decode_splits), (32, 1));
+}
+
+/// The value of `#define NAME` under `#ifndef NAME` in a kernel source.
+fn guarded_default(source: &str, name: &str) -> u32 {
+    let line = format!("#ifndef {name}\n#define {name} ");
+    let at = source
+        .find(&line)
+        .unwrap_or_else(|| panic!("no guarded {name}"))
+        + line.len();
+    let digits: String = source[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} is not a number"))
+}
+
+#[test]
+fn the_prefill_constants_are_the_kernels_defaults() {
+    let cu = include_str!("../cuda/cu/prefill.cu");
+    let (warps, m_tiles) = (
+        guarded_default(cu, "PF_WARPS"),
+        guarded_default(cu, "PF_MT"),
+    );
+    assert_eq!(PREFILL_TILE, warps * 16 * m_tiles);
+    assert_eq!(PREFILL_THREADS, warps * 32);
+    assert_eq!(PREFILL_KEY_TILE, guarded_default(cu, "PF_N"));
+    assert_eq!(prefill_shared_bytes(128), (128 + 64) * 136 * 2);
 }
 
 #[test]

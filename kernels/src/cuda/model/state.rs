@@ -9,13 +9,14 @@ use candle_core::cuda_backend::CudaStorageSlice;
 use candle_core::{DType, Device, Storage, Tensor};
 
 use super::super::cudarc::cublas::CudaBlas;
+use super::super::cudarc::driver::sys::CUfunction_attribute;
 use super::super::cudarc::driver::{CudaFunction, CudaStream, DevicePtr, PushKernelArg};
 use super::super::nvrtc::{load_module, Origin};
 use super::super::{driver, Gpu};
 use super::decode_kernel::DecodeKernel;
 use super::overlap::OverlapCell;
 use super::spec::{grid, DecodeLaunch, GemvOut, RopeLaunch};
-use crate::attention_plan::{AttentionPlan, AttentionShape};
+use crate::attention_plan::{prefill_shared_bytes, AttentionPlan, AttentionShape, PREFILL_THREADS};
 use crate::compile_cache::CompileCache;
 use crate::error::{Error, Result};
 
@@ -223,6 +224,17 @@ impl ModelKernels {
         m: &Arc<super::super::cudarc::driver::CudaModule>,
         name: std::fmt::Arguments<'_>,
     ) -> Result<CudaFunction> {
+        self.func_with(m, name, |_| Ok(()))
+    }
+
+    /// [`Self::func`], with `init` run once on the function when it is first looked up (an
+    /// attribute a launch needs, such as its dynamic shared memory limit).
+    pub(super) fn func_with(
+        &self,
+        m: &Arc<super::super::cudarc::driver::CudaModule>,
+        name: std::fmt::Arguments<'_>,
+        init: impl FnOnce(&CudaFunction) -> Result<()>,
+    ) -> Result<CudaFunction> {
         let mut key = String::with_capacity(32);
         std::fmt::write(&mut key, name).expect("formatting a kernel name");
         let mut funcs = self.funcs.lock().unwrap_or_else(|p| p.into_inner());
@@ -232,6 +244,7 @@ impl ModelKernels {
         let f = m
             .load_function(&key)
             .map_err(driver("cuModuleGetFunction"))?;
+        init(&f)?;
         funcs.insert(key, f.clone());
         Ok(f)
     }
@@ -343,9 +356,17 @@ impl ModelKernels {
         let scale = s.scale_log2();
         let tables = meta.at(p.tables);
         if p.num_tiles > 0 {
-            let f = self.func(
+            let smem = prefill_shared_bytes(s.head_dim);
+            let f = self.func_with(
                 &self.attention,
                 format_args!("paged_prefill_{name}_d{}", s.head_dim),
+                |f| {
+                    f.set_attribute(
+                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        smem as i32,
+                    )
+                    .map_err(driver("raise the prefill kernel's shared memory limit"))
+                },
             )?;
             let (tiles, seqs) = (meta.at(p.prefill_tiles), meta.at(p.prefill_seqs));
             let mut b = st.launch_builder(&f);
@@ -362,7 +383,8 @@ impl ModelKernels {
                 .arg(&layer)
                 .arg(&scale)
                 .arg(&s.window);
-            let cfg = grid((p.num_tiles, s.num_heads, 1), 128);
+            let mut cfg = grid((p.num_tiles, s.num_heads, 1), PREFILL_THREADS);
+            cfg.shared_mem_bytes = smem;
             // SAFETY: tiles, sequences and tables come from one AttentionPlan (validated on
             // the host); every key row read is in a block of the sequence's table, inside the
             // arena (the engine's block ids; the engine's arena has fewer than 2^32 rows, the
