@@ -65,8 +65,10 @@ pub fn gpu_engine(
     }
     let dram_blocks = opts
         .dram_blocks
-        .unwrap_or_else(|| gpu.dram_kv_blocks(block_bytes))
-        .max(1);
+        .unwrap_or_else(|| gpu.dram_kv_blocks(block_bytes));
+    // The copy engine pins an arena of at least one block; a tier of none (HBM-only KV) is
+    // the engine's: it never rotates, and its prefix cache keeps blocks in HBM.
+    let arena_blocks = dram_blocks.max(1);
     let mut runner = GpuRunner::new(model, opts.block_size(), hbm_blocks, opts.seed)?;
     if !gpu.cuda_graphs {
         runner.model_mut().set_decode_buckets(&[], false);
@@ -80,15 +82,15 @@ pub fn gpu_engine(
     }
     // The pinned DRAM tier is host memory: refuse it up front rather than fail in the driver.
     super::host_memory::check(
-        u64::from(dram_blocks) * block_bytes,
+        u64::from(arena_blocks) * block_bytes,
         super::host_memory::available_bytes(),
         "pinned DRAM KV tier",
         "--dram-kv-gb",
     )?;
-    let transfer = runner.transfer(dram_blocks).map_err(|e| {
+    let transfer = runner.transfer(arena_blocks).map_err(|e| {
         EngineError::Config(format!(
             "{e} (allocating the pinned DRAM KV tier of {:.1} GB: lower --dram-kv-gb)",
-            (u64::from(dram_blocks) * block_bytes) as f64 / 1e9
+            (u64::from(arena_blocks) * block_bytes) as f64 / 1e9
         ))
     })?;
     let engine_cfg = opts.engine_config(hbm_blocks, dram_blocks);
