@@ -4,9 +4,9 @@
 # wall (N 32k-token conversations, two tiers and HBM-only), each server writing its step trace.
 #   here:       scripts/gpu/slo.sh build                       # .gpu-bin/slo/
 #   on the GPU: scripts/gpu/long_context.sh [VAR=value …]      # with carry [".gpu-bin/slo"]
-# Settings: POLICIES [wlvf] for the isolation run; TWO and HBM: the conversation counts of the
-# memory wall on two tiers (DRAM KV 80 GB) and HBM-only [H100: 8,16 and 4; H200, whose HBM
-# tier holds about twice the tokens: 16,32 and 16].
+# Settings: POLICIES [wlvf] for the isolation run (empty: no isolation run); TWO and HBM: the
+# conversation counts of the memory wall on two tiers (DRAM KV 80 GB) and HBM-only [H100: 8,16
+# and 4; H200, whose HBM tier holds about twice the tokens: 16,32 and 16].
 # Writes under $OUT: summary.md (every run's summary table), attainment.tsv and one PART.tar.xz
 # per part (isolation, wall-two, wall-hbm: reports, server logs, step traces, metrics).
 set -uo pipefail
@@ -15,7 +15,7 @@ cd "$root"
 for kv in "$@"; do export "${kv?}"; done
 out=${OUT:-$root/out}
 mkdir -p "$out"
-POLICIES=${POLICIES:-wlvf}
+POLICIES=${POLICIES-wlvf}
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
   *H100*) TWO=${TWO-8,16}; HBM=${HBM-4} ;;
   *) TWO=${TWO-16,32}; HBM=${HBM-16} ;;
@@ -29,15 +29,17 @@ pack() {
   (cd "$out" && tar cJf "$part.tar.xz" "$part" && rm -rf "$part")
 }
 : > "$out/summary.md"; : > "$out/attainment.tsv"
-OUT=$out/isolation timeout 230 scripts/gpu/slo.sh run MODEL=random:llama-3.1-8b \
+[ -n "$POLICIES" ] && OUT=$out/isolation timeout 230 scripts/gpu/slo.sh run MODEL=random:llama-3.1-8b \
   WORKLOAD=loadgen/workloads/replay/mooncake-beside-chat.toml RPS=file RATE_SCALE=0.4 \
   TRACE_DURATION_S=48 POLICIES="$POLICIES" STEP_TBT_SHARE=0.8 HBM_KV_GB=50 DRAM_KV_GB=48 \
   MAX_BATCHED_TOKENS=16384 DRAIN=20 STEP_TRACE=1 2>&1 | tail -25
 pack isolation
-[ -n "$TWO" ] && OUT=$out/wall-two timeout 220 scripts/gpu/memwall.sh TIERS=two:80 COUNTS="$TWO" \
+# About 100 s a cell (60 s of load, 20 s of drain, the server's start).
+cells() { echo $(( 110 * $(echo "$1" | tr ',' '\n' | grep -c .) )); }
+[ -n "$TWO" ] && OUT=$out/wall-two timeout "$(cells "$TWO")" scripts/gpu/memwall.sh TIERS=two:80 COUNTS="$TWO" \
   DURATION=60 DRAIN=20 STEP_TRACE=1 2>&1 | tail -8
 pack wall-two
-[ -n "$HBM" ] && OUT=$out/wall-hbm timeout 120 scripts/gpu/memwall.sh TIERS=hbm:0 COUNTS="$HBM" \
+[ -n "$HBM" ] && OUT=$out/wall-hbm timeout "$(cells "$HBM")" scripts/gpu/memwall.sh TIERS=hbm:0 COUNTS="$HBM" \
   DURATION=60 DRAIN=20 STEP_TRACE=1 2>&1 | tail -8
 pack wall-hbm
 cat "$out/attainment.tsv"
