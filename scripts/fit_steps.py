@@ -67,6 +67,13 @@ def terms(hw, m, s):
     attn_flops = 4.0 * m["num_layers"] * q_width * max(pairs, waved)
     attn_rate = hw["matmul_tflops"] * 1e12 * hw.get(
         "prefill_attention_efficiency", hw["prefill_efficiency"])
+    # A step with a chunk of the wide kernel's length runs all its chunks there: their pairs
+    # at its rate (engine/src/runner/sim.rs).
+    wide_min = hw.get("prefill_attention_wide_min_tokens", 0)
+    if wide_min and "prefill_attention_wide_efficiency" in hw and any(
+            n >= wide_min for _, n in spans):
+        attn_flops = 4.0 * m["num_layers"] * q_width * pairs
+        attn_rate = hw["matmul_tflops"] * 1e12 * hw["prefill_attention_wide_efficiency"]
     gemm = 2.0 * m["params"] * tokens / (hw["matmul_tflops"] * 1e12 * hw["prefill_efficiency"])
     attention = attn_flops / attn_rate
     bandwidth = hw["hbm_bw_gbps"] * 1e9 * hw["hbm_bw_efficiency"]

@@ -30,6 +30,14 @@ pub struct HardwareProfile {
     /// Query rows of one head a CTA of the prefill-attention kernel takes (its tile).
     #[serde(default)]
     pub prefill_attention_tile: u32,
+    /// A step with a prompt chunk of at least this many tokens runs the wide kernel
+    /// (`kernels/src/cu/prefill_wide.cu`, at `prefill_attention_wide_efficiency`, its many
+    /// waves costed as pairs); 0 (absent): one kernel.
+    #[serde(default)]
+    pub prefill_attention_wide_min_tokens: u32,
+    /// Fraction of `matmul_tflops` the wide kernel's attention reaches.
+    #[serde(default)]
+    pub prefill_attention_wide_efficiency: Option<f64>,
     pub h2d_gbps: f64,
     pub d2h_gbps: f64,
     pub duplex_each_gbps: f64,
@@ -73,6 +81,17 @@ impl HardwareProfile {
             * self
                 .prefill_attention_efficiency
                 .unwrap_or(self.prefill_efficiency)
+    }
+
+    /// The wide prefill-attention kernel's threshold (chunk tokens) and rate, if it has one.
+    pub fn wide_attention(&self) -> Option<(f64, f64)> {
+        let eff = self.prefill_attention_wide_efficiency?;
+        (self.prefill_attention_wide_min_tokens > 0).then(|| {
+            (
+                f64::from(self.prefill_attention_wide_min_tokens),
+                self.matmul_tflops * 1e12 * eff,
+            )
+        })
     }
 
     /// Queries of one wave of the prefill-attention kernel over `num_heads` heads, and its

@@ -5,7 +5,7 @@
 //! Sections, in order (each at the offset [`AttentionPlan`] records):
 //! - `positions[t]`, `slots[t]`: every token's position and the arena row of its K at layer 0
 //!   (block-first rows: `((block * layers + layer) * 2 + kv) * block_size + offset`);
-//! - prefill tiles `[seq, q0]` ([`PREFILL_TILE`] queries each) and prefill sequences
+//! - prefill tiles `[seq, q0]` ([`AttentionPlan::prefill_tile`] queries each) and prefill sequences
 //!   `[q_offset, pos, end, table_start]`;
 //! - decode sequences `[q_row, context_len, table_start, 0]`;
 //! - the block tables of all sequences, flat.
@@ -18,18 +18,26 @@ pub use fixed::{FixedDecodeLayout, MAX_FIXED_SPLITS, NO_SLOT};
 
 use crate::error::{Error, Result};
 
-/// Queries per prefill tile (`PF_M` in the kernel: `PF_WARPS` warps of `PF_MT` 16-row tiles).
-pub const PREFILL_TILE: u32 = 128;
-/// Threads of a prefill CTA (`PF_THREADS`: 32 per warp).
+/// Queries per prefill tile of `paged_prefill` (`PF_M` in `cu/prefill.cu`).
+pub const PREFILL_TILE: u32 = 64;
+/// Queries per prefill tile of `paged_prefill_wide` (`PFW_M` in `cu/prefill_wide.cu`: `PFW_WARPS`
+/// warps of `PFW_MT` 16-row tiles).
+pub const PREFILL_WIDE_TILE: u32 = 128;
+/// Threads of a CTA of either prefill kernel (`PF_THREADS`, `PFW_THREADS`).
 pub const PREFILL_THREADS: u32 = 128;
-/// Keys per tile the prefill kernel stages in shared memory (`PF_N`).
-pub const PREFILL_KEY_TILE: u32 = 32;
+/// Keys per tile the wide kernel stages in shared memory (`PFW_N`).
+pub const PREFILL_WIDE_KEY_TILE: u32 = 32;
+/// A step with a prompt chunk of at least this many tokens runs the wide kernel: 1.12x the
+/// rate on long chunks (H100), but a CTA walks its keys with twice the queries, so a small
+/// chunk deep in a context takes about twice as long; at 8,192 queries over 32 heads the
+/// wide kernel's CTAs fill an H100 about eight times (docs/BENCHMARKS.md "Long context").
+pub const PREFILL_WIDE_MIN_TOKENS: u32 = 8192;
 
-/// Dynamic shared memory of a prefill CTA at `head_dim`: the CTA's queries and one key tile
-/// each of K and V, rows padded by 8 elements of 2 bytes (52,224 bytes at head_dim 128, above
-/// the 48 KiB a launch gets without raising the function's limit).
-pub const fn prefill_shared_bytes(head_dim: u32) -> u32 {
-    (PREFILL_TILE + 2 * PREFILL_KEY_TILE) * (head_dim + 8) * 2
+/// Dynamic shared memory of a wide prefill CTA at `head_dim`: the CTA's queries and one key
+/// tile each of K and V, rows padded by 8 elements of 2 bytes (52,224 bytes at head_dim 128,
+/// above the 48 KiB a launch gets without raising the function's limit).
+pub const fn prefill_wide_shared_bytes(head_dim: u32) -> u32 {
+    (PREFILL_WIDE_TILE + 2 * PREFILL_WIDE_KEY_TILE) * (head_dim + 8) * 2
 }
 /// Most keys per decode split (`DEC_PART` in the kernel: its shared memory holds that many
 /// scores per head).
@@ -112,6 +120,9 @@ pub struct AttentionPlan {
     pub slots: usize,
     pub prefill_tiles: usize,
     pub num_tiles: u32,
+    /// Queries per prefill tile: [`PREFILL_WIDE_TILE`] (the wide kernel) when a chunk has
+    /// [`PREFILL_WIDE_MIN_TOKENS`] or more, else [`PREFILL_TILE`].
+    pub prefill_tile: u32,
     pub prefill_seqs: usize,
     pub decode_seqs: usize,
     pub num_decodes: u32,
@@ -154,6 +165,14 @@ impl AttentionPlan {
         let mut decode = Vec::new();
         let mut tables: Vec<u32> = Vec::new();
         let mut max_keys = 0u32;
+        let prefill_tile = if seqs
+            .iter()
+            .any(|s| s.end.saturating_sub(s.pos) >= PREFILL_WIDE_MIN_TOKENS)
+        {
+            PREFILL_WIDE_TILE
+        } else {
+            PREFILL_TILE
+        };
         for (i, s) in seqs.iter().enumerate() {
             if s.pos >= s.end {
                 return Err(Error::Invalid(format!(
@@ -198,7 +217,7 @@ impl AttentionPlan {
                 let mut q0 = 0;
                 while q0 < s.end - s.pos {
                     tiles.extend_from_slice(&[seq, q0]);
-                    q0 += PREFILL_TILE;
+                    q0 += prefill_tile;
                 }
             }
         }
@@ -208,6 +227,7 @@ impl AttentionPlan {
         let mut plan = AttentionPlan {
             tokens,
             num_tiles: (tiles.len() / 2) as u32,
+            prefill_tile,
             num_decodes,
             decode_splits,
             decode_part,

@@ -6,8 +6,8 @@
 # read from the tree), beside PyTorch's one-shot prefill of the same lengths.
 #   here:       scripts/gpu/model.sh build-long                 # .gpu-bin/long
 #   on the GPU: scripts/gpu/prefill.sh [BASE=rev] [CASES=…] [VARIANTS=…] [NO_MODEL=1]
-#               # with carry [".gpu-bin/long"]; VARIANTS: other shapes of the tree's kernel
-#               # (prefill_attention.py --variants, e.g. 'PF_N=64;PF_MT=1,PF_N=64')
+#               # with carry [".gpu-bin/long"]; VARIANTS: other shapes of the tree's wide kernel
+#               # (prefill_attention.py --variants, e.g. 'PFW_N=64;PFW_MT=1,PFW_N=64')
 # Writes under $OUT: kernel.md, and env.txt, torch.log, bench.log of the model's prefills.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

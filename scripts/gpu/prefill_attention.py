@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""The paged prefill attention kernel alone, beside PyTorch, in one process on the GPU.
+"""The paged prefill attention kernels alone, beside PyTorch, in one process on the GPU.
 
-Compiles `kernels/src/cuda/cu/prefill.cu` (with `common.cuh`, as the engine does through NVRTC)
-of the working tree and, with `--base REV`, of a git revision, and runs each on the same paged
-KV arena (block-first layout, shuffled block table, Llama-3.1-8B heads: 32 query heads, 8 KV
-heads, head dim 128, 32 layers, blocks of 16 tokens) for chunks of queries at a position:
+Compiles `kernels/src/cuda/cu/prefill.cu` and `prefill_wide.cu` (with `common.cuh`, as the
+engine does through NVRTC) of the working tree and, with `--base REV`, a git revision's
+`paged_prefill`, and runs each on the same paged KV arena (block-first layout, shuffled block
+table, Llama-3.1-8B heads: 32 query heads, 8 KV heads, head dim 128, 32 layers, blocks of 16
+tokens) for chunks of queries at a position:
 
 - checks each against a float32 reference on sampled query rows (causal, sliding window, a
   partial tile, a block size that is not a power of two, head dims 64 and 32);
@@ -13,9 +14,9 @@ heads, head dim 128, 32 layers, blocks of 16 tokens) for chunks of queries at a 
 - times PyTorch's scaled_dot_product_attention on the same chunk with contiguous K/V (flash
   where it takes a lower-right causal mask, else the backend it picks; the line says which).
 
-With --variants, builds of the tree's kernel with other shapes (its #ifndef defines) run beside
-it. Usage (on the GPU): python3 scripts/gpu/prefill_attention.py [--base REV] [--iters 5]
-    [--variants 'PF_N=64;PF_MT=1,PF_N=64']
+With --variants, builds of the tree's wide kernel with other shapes (its #ifndef defines) run
+beside it. Usage (on the GPU): python3 scripts/gpu/prefill_attention.py [--base REV] [--iters 5]
+    [--variants 'PFW_N=64;PFW_MT=1,PFW_N=64']
     [--cases 2048@0,16384@16384,16384@114688]
 Prints a markdown table; exits 1 when a kernel's output is off the reference.
 """
@@ -36,36 +37,43 @@ CU = "kernels/src/cuda/cu"
 
 
 def source(rev):
-    files = [f"{CU}/common.cuh", f"{CU}/prefill.cu"]
+    """common.cuh and the prefill kernels of the tree (rev None) or of a revision (a revision
+    before prefill_wide.cu has prefill.cu alone)."""
+    names = ["common.cuh", "prefill.cu", "prefill_wide.cu"]
     if rev is None:
-        return "".join((ROOT / f).read_text() for f in files)
-    return "".join(
-        subprocess.run(["git", "show", f"{rev}:{f}"], cwd=ROOT, check=True,
-                       capture_output=True, text=True).stdout for f in files)
-
-
-# The tree's kernel takes its shape from #ifndef-guarded defines (PF_WARPS, PF_MT, PF_N) and
-# dynamic shared memory; an older revision's has fixed PF_M / PF_THREADS and static memory.
-GUARDED = re.compile(r"#ifndef (PF_\w+)\n#define \1 (\d+)")
+        return "".join((ROOT / CU / f).read_text() for f in names if (ROOT / CU / f).exists())
+    out = []
+    for f in names:
+        got = subprocess.run(["git", "show", f"{rev}:{CU}/{f}"], cwd=ROOT, capture_output=True,
+                             text=True)
+        if got.returncode == 0:
+            out.append(got.stdout)
+        elif f != "prefill_wide.cu":
+            raise SystemExit(f"{rev} has no {CU}/{f}")
+    return "".join(out)
 
 
 class Kernel:
-    """One build of prefill.cu: a revision's (None: the tree's) with -D defines."""
+    """One prefill kernel (`entry`: paged_prefill, or paged_prefill_wide, whose shape comes
+    from #ifndef-guarded PFW_ defines and which takes dynamic shared memory) of the tree's
+    sources (rev None) or a revision's, built with -D defines."""
 
-    def __init__(self, rev, defines=()):
+    def __init__(self, rev, entry="paged_prefill", defines=()):
         src = source(rev)
         defs = dict(defines)
         opts = ("--std=c++17",) + tuple(f"-D{k}={v}" for k, v in defs.items())
         self.mod = cupy.RawModule(code=src, options=opts)
-        if "extern __shared__" in src:
-            cfg = {k: int(v) for k, v in GUARDED.findall(src)}
-            cfg.update({k: int(v) for k, v in defs.items()})
-            self.rows = cfg["PF_WARPS"] * 16 * cfg["PF_MT"]
-            self.threads = cfg["PF_WARPS"] * 32
-            self.keys = cfg["PF_N"]
+        self.entry = entry
+        prefix = "PFW" if entry.endswith("_wide") else "PF"
+        guarded = dict(re.findall(rf"#ifndef ({prefix}_\w+)\n#define \1 (\d+)", src))
+        if f"{prefix}_WARPS" in guarded:
+            cfg = {k: int(v) for k, v in {**guarded, **defs}.items()}
+            self.rows = cfg[f"{prefix}_WARPS"] * 16 * cfg[f"{prefix}_MT"]
+            self.threads = cfg[f"{prefix}_WARPS"] * 32
+            self.keys = cfg[f"{prefix}_N"]
         else:
-            self.rows = int(re.search(r"#define PF_M (\d+)", src).group(1))
-            self.threads = int(re.search(r"#define PF_THREADS (\d+)", src).group(1))
+            self.rows = int(re.search(rf"#define {prefix}_M (\d+)", src).group(1))
+            self.threads = int(re.search(rf"#define {prefix}_THREADS (\d+)", src).group(1))
             self.keys = None
         self.funcs = {}
 
@@ -74,7 +82,7 @@ class Kernel:
 
     def get(self, d):
         if d not in self.funcs:
-            fn = self.mod.get_function(f"paged_prefill_bf16_d{d}")
+            fn = self.mod.get_function(f"{self.entry}_bf16_d{d}")
             if self.smem(d) > 48 * 1024:
                 fn.max_dynamic_shared_size_bytes = self.smem(d)
             self.funcs[d] = fn
@@ -199,15 +207,15 @@ CHECKS = [Case(1000, 300, window=256), Case(700, 50, bs=24), Case(333, 4000, d=6
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", help="git revision whose prefill.cu runs beside the tree's")
-    ap.add_argument("--variants", help="builds of the tree's kernel beside its default, each a "
-                    "comma-separated list of defines, separated by ';' (e.g. 'PF_N=64;PF_MT=1')")
+    ap.add_argument("--variants", help="builds of the tree's wide kernel beside its default, each a "
+                    "comma-separated list of defines, separated by ';' (e.g. 'PFW_N=64;PFW_MT=1')")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--cases", default="2048@0,16384@0,16384@16384,16384@114688")
     a = ap.parse_args()
-    kernels = [("tree", Kernel(None))]
+    kernels = [("tree", Kernel(None)), ("tree wide", Kernel(None, "paged_prefill_wide"))]
     for spec in filter(None, (a.variants or "").split(";")):
         defs = [kv.split("=") for kv in spec.split(",")]
-        kernels.append((f"tree {spec}", Kernel(None, defs)))
+        kernels.append((f"tree wide {spec}", Kernel(None, "paged_prefill_wide", defs)))
     if a.base:
         kernels.insert(0, (a.base, Kernel(a.base)))
     gen = torch.Generator().manual_seed(0)

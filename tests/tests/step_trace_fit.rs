@@ -19,6 +19,8 @@ fn the_fit_script_reads_the_twins_own_trace_as_the_twin() {
         dram_blocks: 50_000,
         b_xfer: Some(512),
         step_tbt_share: Some(0.8),
+        // Chunks of up to 16,384 tokens: the first steps' (no decode yet) run the wide kernel.
+        max_batched_tokens: 16_384,
         step_trace: Some(trace.clone()),
         ..EngineConfig::default()
     };

@@ -88,6 +88,7 @@ pub(super) fn plan_batch<'a>(
         .map(|(cost, share)| StepLimit {
             cost,
             seconds: share * tightest,
+            target_s: tightest,
         });
     let mut left_s = f64::INFINITY;
     if let Some(l) = &limit {
@@ -146,8 +147,12 @@ pub(super) fn plan_batch<'a>(
         let take = if first && already == 0 {
             // A chunk of fewer queries than one wave of the attention kernel costs as much
             // attention as the wave (`runner::cost::attention_pairs`): a forced chunk takes
-            // the wave.
-            let least = MIN_CHUNK_TOKENS.max(l.cost.wave_tokens());
+            // up to the wave, as far as the step still ends within the TBT target itself
+            // (the share's headroom; a wave's GEMMs alone are ~30 ms on the H100).
+            let headroom = l
+                .cost
+                .chunk_tokens_within(r.kv_len, left_s + l.target_s - l.seconds);
+            let least = MIN_CHUNK_TOKENS.max(l.cost.wave_tokens().min(headroom));
             want.min(fit.max(least))
         } else {
             want.min(fit)

@@ -87,6 +87,9 @@ impl Calibration {
 pub(super) struct StepLimit {
     pub(super) cost: StepCost,
     pub(super) seconds: f64,
+    /// The tightest TBT target itself (`seconds` is its share): a forced prompt chunk may
+    /// reach into the difference.
+    pub(super) target_s: f64,
 }
 
 /// One decode candidate: its context and how many steps in a row it was skipped.
@@ -152,6 +155,7 @@ mod tests {
         StepLimit {
             cost: StepCost::of_profile(&p, p.model.geometry(16)),
             seconds,
+            target_s: seconds / 0.8,
         }
     }
 

@@ -21,6 +21,9 @@ pub struct StepCost {
     pub prompt_token_s: f64,
     /// Each (query, key) pair of a prompt chunk's causal attention.
     pub attn_pair_s: f64,
+    /// Each pair of a chunk of at least `wide_min` tokens (the wide kernel; 0: none).
+    pub attn_pair_wide_s: f64,
+    pub wide_min: f64,
     /// Queries of one wave of the prefill-attention kernel and its tile
     /// (`HardwareProfile::attention_waves`; 0: pairs only).
     pub attn_wave: f64,
@@ -55,12 +58,16 @@ impl StepCost {
         };
         let q_width = f64::from(m.num_heads) * f64::from(m.head_dim);
         let (attn_wave, attn_tile) = hw.attention_waves(m.num_heads);
+        let pair_flops = 4.0 * f64::from(m.num_layers) * q_width;
+        let (wide_min, wide_rate) = hw.wide_attention().unwrap_or((0.0, 1.0));
         StepCost {
             base_s: m.weight_bytes() / bandwidth + per_layer * hw.graph_step_overhead_s,
             per_seq_s: per_layer * hw.graph_step_overhead_per_seq_s,
             kv_token_s: geometry.bytes_per_token() as f64 / (bandwidth * hw.kv_read_efficiency),
             prompt_token_s: 2.0 * m.params / flops,
-            attn_pair_s: 4.0 * f64::from(m.num_layers) * q_width / hw.attention_flops_per_s(),
+            attn_pair_s: pair_flops / hw.attention_flops_per_s(),
+            attn_pair_wide_s: pair_flops / wide_rate,
+            wide_min,
             attn_wave,
             attn_tile,
         }
@@ -77,11 +84,20 @@ impl StepCost {
     /// attention kernel's waves are shared, so a step of several costs at most this sum.
     pub fn chunk_s(&self, pos: u32, len: u32) -> f64 {
         let (pos, len) = (f64::from(pos), f64::from(len));
-        let pairs = attention_pairs(pos, len, self.attn_wave, self.attn_tile);
         self.per_seq_s
             + self.prompt_token_s * len
-            + self.attn_pair_s * pairs
+            + self.chunk_attention_s(pos, len)
             + self.kv_token_s * (pos + len)
+    }
+
+    /// The causal attention of a chunk of `len` queries from `pos`: in the wide kernel (its
+    /// pairs: a chunk that long fills many waves) from `wide_min` tokens, else in the kernel
+    /// of `attn_tile`-query tiles, its pairs rounded up to whole waves.
+    pub fn chunk_attention_s(&self, pos: f64, len: f64) -> f64 {
+        if self.wide_min > 0.0 && len >= self.wide_min {
+            return self.attn_pair_wide_s * len * (pos + len / 2.0);
+        }
+        self.attn_pair_s * attention_pairs(pos, len, self.attn_wave, self.attn_tile)
     }
 
     /// The most queries one wave of the attention kernel takes in whole tiles (what a chunk
@@ -152,16 +168,25 @@ mod tests {
                 assert!(c.chunk_s(pos, n + 1) > s, "{pos} {s} {n}: one more fits");
             }
         }
-        // Deep in a context the first wave's queries (1,024 in 8 tiles on the H100) cost about
-        // the same attention: 896 more queries add their GEMMs and KV, and of attention only
-        // the wave's growth, not 896 × 40k pairs; one tile more starts a second wave.
-        assert_eq!(c.wave_tokens(), 1024);
-        let extra = c.chunk_s(40_000, 1024)
-            - c.chunk_s(40_000, 128)
-            - (c.prompt_token_s + c.kv_token_s) * 896.0;
-        assert!(extra < 0.02 * c.attn_pair_s * 896.0 * 40_000.0, "{extra}");
-        let second = c.chunk_s(40_000, 1152) - c.chunk_s(40_000, 1024);
-        assert!(second > 0.9 * c.attn_pair_s * 1056.0 * 40_000.0, "{second}");
+        // Deep in a context the first wave's queries (512 in 8 tiles on the H100) cost about
+        // the same attention: 448 more queries add their GEMMs and KV, and of attention only
+        // the wave's growth, not 448 × 40k pairs; one tile more starts a second wave.
+        assert_eq!(c.wave_tokens(), 512);
+        let extra = c.chunk_s(40_000, 512)
+            - c.chunk_s(40_000, 64)
+            - (c.prompt_token_s + c.kv_token_s) * 448.0;
+        assert!(extra < 0.02 * c.attn_pair_s * 448.0 * 40_000.0, "{extra}");
+        let second = c.chunk_s(40_000, 576) - c.chunk_s(40_000, 512);
+        assert!(second > 0.9 * c.attn_pair_s * 528.0 * 40_000.0, "{second}");
+        // From 8,192 tokens the wide kernel: its pairs at its rate (1/0.89 the narrow's).
+        assert_eq!(c.wide_min, 8192.0);
+        let (narrow, wide) = (
+            c.chunk_attention_s(40_000.0, 8191.0),
+            c.chunk_attention_s(40_000.0, 8192.0),
+        );
+        assert!(wide < 0.92 * narrow, "{wide} {narrow}");
+        let pairs = 8192.0 * (40_000.0 + 4096.0);
+        assert!((wide / (c.attn_pair_s * pairs) - 0.331 / 0.372).abs() < 1e-9);
         // Many waves: about the pairs (within the last wave's rounding).
         let big = attention_pairs(0.0, 16_384.0, c.attn_wave, c.attn_tile);
         let pairs = 16_384.0 * 8_192.0;

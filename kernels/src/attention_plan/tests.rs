@@ -15,8 +15,8 @@ fn shape() -> AttentionShape {
 fn sections_hold_positions_slots_tiles_and_tables() {
     let a = [7u32, 2, 9];
     let b = [5u32];
-    // A 130-token prefill chunk at positions 2..132 needs 33 blocks; use a long table.
-    let long: Vec<u32> = (100..133).collect();
+    // A 70-token prefill chunk at positions 2..72 needs 18 blocks; use a long table.
+    let long: Vec<u32> = (100..118).collect();
     let seqs = [
         SeqSpan {
             q_offset: 0,
@@ -33,12 +33,12 @@ fn sections_hold_positions_slots_tiles_and_tables() {
         SeqSpan {
             q_offset: 4,
             pos: 2,
-            end: 132,
+            end: 72,
             blocks: &long,
         },
     ];
     let p = AttentionPlan::new(&shape(), &seqs).unwrap();
-    assert_eq!(p.tokens, 1 + 3 + 130);
+    assert_eq!(p.tokens, 1 + 3 + 70);
     let pos = &p.data[p.positions..p.positions + p.tokens as usize];
     assert_eq!(&pos[..4], &[10, 0, 1, 2]);
     assert_eq!(pos[4], 2);
@@ -47,18 +47,18 @@ fn sections_hold_positions_slots_tiles_and_tables() {
     assert_eq!(slots[0], 9 * 24 + 2);
     assert_eq!(slots[1], 5 * 24);
     assert_eq!(slots[4], 100 * 24 + 2);
-    // Decode: [q_row, ctx, table_start, 0]; tables: a (3 blocks), b (1), long (33).
+    // Decode: [q_row, ctx, table_start, 0]; tables: a (3 blocks), b (1), long (18).
     assert_eq!(p.num_decodes, 1);
     assert_eq!(&p.data[p.decode_seqs..p.decode_seqs + 4], &[0, 11, 0, 0]);
-    // Prefill sequences [q_offset, pos, end, table_start] and tiles of 128 queries.
+    // Prefill sequences [q_offset, pos, end, table_start] and tiles of 64 queries.
     assert_eq!(
         &p.data[p.prefill_seqs..p.prefill_seqs + 8],
-        &[1, 0, 3, 3, 4, 2, 132, 4]
+        &[1, 0, 3, 3, 4, 2, 72, 4]
     );
-    assert_eq!(p.num_tiles, 3);
+    assert_eq!((p.num_tiles, p.prefill_tile), (3, PREFILL_TILE));
     assert_eq!(
         &p.data[p.prefill_tiles..p.prefill_tiles + 6],
-        &[0, 0, 1, 0, 1, 128]
+        &[0, 0, 1, 0, 1, 64]
     );
     assert_eq!(&p.data[p.tables..p.tables + 4], &[7, 2, 9, 5]);
     // One sequence of 11 keys over 2 KV heads: one split of 32 keys.
@@ -82,16 +82,52 @@ fn guarded_default(source: &str, name: &str) -> u32 {
 }
 
 #[test]
-fn the_prefill_constants_are_the_kernels_defaults() {
+fn the_prefill_constants_are_the_kernels() {
     let cu = include_str!("../cuda/cu/prefill.cu");
+    assert!(cu.contains(&format!("#define PF_M {PREFILL_TILE}\n")));
+    assert!(cu.contains(&format!("#define PF_THREADS {PREFILL_THREADS} ")));
+    let wide = include_str!("../cuda/cu/prefill_wide.cu");
     let (warps, m_tiles) = (
-        guarded_default(cu, "PF_WARPS"),
-        guarded_default(cu, "PF_MT"),
+        guarded_default(wide, "PFW_WARPS"),
+        guarded_default(wide, "PFW_MT"),
     );
-    assert_eq!(PREFILL_TILE, warps * 16 * m_tiles);
+    assert_eq!(PREFILL_WIDE_TILE, warps * 16 * m_tiles);
     assert_eq!(PREFILL_THREADS, warps * 32);
-    assert_eq!(PREFILL_KEY_TILE, guarded_default(cu, "PF_N"));
-    assert_eq!(prefill_shared_bytes(128), (128 + 64) * 136 * 2);
+    assert_eq!(PREFILL_WIDE_KEY_TILE, guarded_default(wide, "PFW_N"));
+    assert_eq!(prefill_wide_shared_bytes(128), (128 + 64) * 136 * 2);
+}
+
+#[test]
+fn the_h100_profile_models_these_kernels() {
+    // The twin's cost model (engine/src/runner/cost.rs) must see the tiles and the threshold
+    // the runner launches with.
+    let h100 = include_str!("../../../engine/profiles/hardware/h100.toml");
+    assert!(h100.contains(&format!("\nprefill_attention_tile = {PREFILL_TILE}\n")));
+    let wide = format!("\nprefill_attention_wide_min_tokens = {PREFILL_WIDE_MIN_TOKENS}\n");
+    assert!(h100.contains(&wide));
+}
+
+#[test]
+fn a_step_with_a_long_chunk_takes_the_wide_kernels_tiles() {
+    let table: Vec<u32> = (0..2100).collect();
+    let span = |q_offset, pos, end| SeqSpan {
+        q_offset,
+        pos,
+        end,
+        blocks: &table,
+    };
+    let n = PREFILL_WIDE_MIN_TOKENS;
+    // One token short: the narrow kernel; a second sequence's chunk takes the step's tile.
+    let p = AttentionPlan::new(&shape(), &[span(0, 0, n - 1)]).unwrap();
+    assert_eq!(
+        (p.prefill_tile, p.num_tiles),
+        (PREFILL_TILE, (n - 1).div_ceil(64))
+    );
+    let p = AttentionPlan::new(&shape(), &[span(0, 0, n), span(n, 0, 200)]).unwrap();
+    assert_eq!(p.prefill_tile, PREFILL_WIDE_TILE);
+    assert_eq!(p.num_tiles, n / 128 + 2);
+    let tiles = &p.data[p.prefill_tiles..p.prefill_tiles + 2 * p.num_tiles as usize];
+    assert_eq!(&tiles[2 * (n as usize / 128)..], &[1, 0, 1, 128]);
 }
 
 #[test]

@@ -16,7 +16,9 @@ use super::super::{driver, Gpu};
 use super::decode_kernel::DecodeKernel;
 use super::overlap::OverlapCell;
 use super::spec::{grid, DecodeLaunch, GemvOut, RopeLaunch};
-use crate::attention_plan::{prefill_shared_bytes, AttentionPlan, AttentionShape, PREFILL_THREADS};
+use crate::attention_plan::{
+    prefill_wide_shared_bytes, AttentionPlan, AttentionShape, PREFILL_THREADS, PREFILL_WIDE_TILE,
+};
 use crate::compile_cache::CompileCache;
 use crate::error::{Error, Result};
 
@@ -356,16 +358,26 @@ impl ModelKernels {
         let scale = s.scale_log2();
         let tables = meta.at(p.tables);
         if p.num_tiles > 0 {
-            let smem = prefill_shared_bytes(s.head_dim);
+            // The wide kernel's tiles for a step with a long chunk (AttentionPlan::new).
+            let (kernel, smem) = if p.prefill_tile == PREFILL_WIDE_TILE {
+                ("paged_prefill_wide", prefill_wide_shared_bytes(s.head_dim))
+            } else {
+                ("paged_prefill", 0)
+            };
             let f = self.func_with(
                 &self.attention,
-                format_args!("paged_prefill_{name}_d{}", s.head_dim),
+                format_args!("{kernel}_{name}_d{}", s.head_dim),
                 |f| {
+                    if smem == 0 {
+                        return Ok(());
+                    }
                     f.set_attribute(
                         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                         smem as i32,
                     )
-                    .map_err(driver("raise the prefill kernel's shared memory limit"))
+                    .map_err(driver(
+                        "raise the wide prefill kernel's shared memory limit",
+                    ))
                 },
             )?;
             let (tiles, seqs) = (meta.at(p.prefill_tiles), meta.at(p.prefill_seqs));
