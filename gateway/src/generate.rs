@@ -373,6 +373,9 @@ impl Generation {
             self.started,
             self.last_token.is_none().then_some(unserved),
         );
+        if !self.refused {
+            self.ctx.metrics.gpu_seconds.record(self.trace.engine.gpu_s);
+        }
         if self.last_token.is_none() {
             let m = &self.ctx.metrics;
             let att = self

@@ -35,6 +35,7 @@ pub const PREFIX_BLOCKS: &str = "superinfer_prefix_cache_blocks";
 pub const SLO_CHECKS: &str = "superinfer_slo_checks_total";
 pub const SLO_MET: &str = "superinfer_slo_met_total";
 pub const TTFT_UNSERVED: &str = "superinfer_ttft_unserved_total";
+pub const GPU_SECONDS: &str = "superinfer_request_gpu_seconds";
 
 /// Why an admitted request ended without a first token ([`TTFT_UNSERVED`]'s `reason`): its
 /// client went away, the engine shed it at submission (queue full, would miss its SLO), it was
@@ -114,7 +115,7 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut builder = PrometheusBuilder::new();
-        for name in [TTFT, ITL, E2E] {
+        for name in [TTFT, ITL, E2E, GPU_SECONDS] {
             builder = builder
                 .set_buckets_for_metric(Matcher::Full(name.into()), LATENCY_BUCKETS)
                 .expect("the bucket list is a non-empty constant");
@@ -171,6 +172,12 @@ impl Metrics {
             ),
             (ITL, "Time between consecutive output tokens, per tenant."),
             (E2E, "Time from arrival to the last token, per tenant."),
+            (
+                GPU_SECONDS,
+                "GPU time of each sequence the engine ran, per tenant: its share of every step \
+                 it was in, by the step's cost model (compute and KV read). The sum over a \
+                 window is the tenant's GPU time, the split weighted fairness follows.",
+            ),
             (
                 STEP_SECONDS,
                 "Seconds of each engine iteration that ran a batch (plan, copies, model step, \
@@ -327,6 +334,7 @@ impl Metrics {
                 ttft: metrics::histogram!(TTFT, "tenant" => t.clone()),
                 itl: metrics::histogram!(ITL, "tenant" => t.clone()),
                 e2e: metrics::histogram!(E2E, "tenant" => t.clone()),
+                gpu_seconds: metrics::histogram!(GPU_SECONDS, "tenant" => t.clone()),
                 admitted: [
                     metrics::counter!(ADMITTED, "tenant" => t.clone(), "unit" => "requests"),
                     metrics::counter!(ADMITTED, "tenant" => t.clone(), "unit" => "sequences"),
@@ -452,6 +460,8 @@ pub struct TenantMetrics {
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
+    /// GPU time of each sequence the engine ran (its share of its steps).
+    pub gpu_seconds: Histogram,
     /// What was submitted to the engine: requests, sequences.
     pub admitted: [Counter; 2],
     /// Prompt tokens of accepted requests, each prompt once (as `usage.prompt_tokens`).

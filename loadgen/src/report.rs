@@ -108,8 +108,8 @@ pub struct TenantSummary {
     pub cache: CacheSummary,
     /// Requests the target refused at submission.
     pub refused: u64,
-    /// Its requests' share of the node's GPU time (their `gpu_s` over all tenants'); `None`:
-    /// the target did not report GPU time.
+    /// Its requests' share of the node's GPU time (their `gpu_s` over all tenants', or the
+    /// server's count by tenant); `None`: the target did not report GPU time.
     #[serde(default)]
     pub gpu_share: Option<f64>,
 }
@@ -131,6 +131,9 @@ pub struct RunInput<'a> {
     pub duration_s: f64,
     /// What the target measured inside the server, if it can.
     pub target: Option<TargetStats>,
+    /// Each tenant's GPU time as the server counted it, where the records carry none
+    /// ([`crate::target::Target::tenant_gpu_seconds`]).
+    pub tenant_gpu_s: Option<&'a [f64]>,
     /// A replayed trace and the prefix-cache hits its requests allow.
     pub replay: Option<(&'a ReplayInfo, IdealHits)>,
 }
@@ -208,7 +211,7 @@ pub(crate) fn analyze(
             .filter(|o| !o.gaps_s.is_empty())
             .map(|o| o.gaps_s.iter().sum::<f64>() / o.gaps_s.len() as f64),
     );
-    let tenants = tenant_summaries(input.tenants, &outcomes, input.records);
+    let tenants = tenant_summaries(input, &outcomes);
     let active: Vec<&TenantSummary> = tenants.iter().filter(|t| t.submitted > 0).collect();
     let normalized: Vec<f64> = active
         .iter()
@@ -271,11 +274,8 @@ fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
     v
 }
 
-fn tenant_summaries(
-    tenants: &[TenantSpec],
-    outcomes: &[Outcome],
-    records: &[RequestRecord],
-) -> Vec<TenantSummary> {
+fn tenant_summaries(input: &RunInput, outcomes: &[Outcome]) -> Vec<TenantSummary> {
+    let (tenants, records) = (input.tenants, input.records);
     let mine = |i: usize| outcomes.iter().filter(move |o| o.tenant == i);
     let served: Vec<u64> = (0..tenants.len())
         .map(|i| mine(i).map(|o| o.served_tokens).sum())
@@ -290,8 +290,13 @@ fn tenant_summaries(
                 .sum()
         })
         .collect();
+    let gpu = match input.tenant_gpu_s {
+        Some(server) if records.iter().all(|r| r.gpu_s.is_none()) => server.to_vec(),
+        _ => gpu,
+    };
     let total_gpu: f64 = gpu.iter().sum();
-    let gpu_known = records.iter().any(|r| r.gpu_s.is_some()) && total_gpu > 0.0;
+    let gpu_known = (input.tenant_gpu_s.is_some() || records.iter().any(|r| r.gpu_s.is_some()))
+        && total_gpu > 0.0;
     let active_weight: f64 = tenants
         .iter()
         .enumerate()

@@ -21,6 +21,12 @@ pub trait Target {
         None
     }
 
+    /// Each tenant's GPU time in the last run (by index into its tenants) as the server
+    /// counted it, for a target whose records carry none; `None` when it does not say.
+    fn tenant_gpu_seconds(&self) -> Option<Vec<f64>> {
+        None
+    }
+
     /// The prefix cache's block size in tokens and its capacity in blocks, where known.
     fn cache_blocks(&self) -> Option<(u32, u64)> {
         None

@@ -4,7 +4,9 @@
 # wall (N 32k-token conversations, two tiers and HBM-only), each server writing its step trace.
 #   here:       scripts/gpu/slo.sh build                       # .gpu-bin/slo/
 #   on the GPU: scripts/gpu/long_context.sh [VAR=value …]      # with carry [".gpu-bin/slo"]
-# Settings: POLICIES [wlvf] for the isolation run (empty: no isolation run); TWO and HBM: the
+# Settings: POLICIES [wlvf] for the isolation run (empty: no isolation run), WORKLOAD its tenants
+# [loadgen/workloads/replay/mooncake-beside-chat.toml; …-backlogged.toml: the chat tenant at 40
+# RPS, for the GPU time split against the weights]; TWO and HBM: the
 # conversation counts of the memory wall on two tiers (DRAM KV 80 GB) and HBM-only [H100: 8,16
 # and 4; H200, whose HBM tier holds about twice the tokens: 16,32 and 16].
 # Writes under $OUT: summary.md (every run's summary table), attainment.tsv and one PART.tar.xz
@@ -16,6 +18,7 @@ for kv in "$@"; do export "${kv?}"; done
 out=${OUT:-$root/out}
 mkdir -p "$out"
 POLICIES=${POLICIES-wlvf}
+WORKLOAD=${WORKLOAD:-loadgen/workloads/replay/mooncake-beside-chat.toml}
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
   *H100*) TWO=${TWO-8,16}; HBM=${HBM-4} ;;
   *) TWO=${TWO-16,32}; HBM=${HBM-16} ;;
@@ -30,7 +33,7 @@ pack() {
 }
 : > "$out/summary.md"; : > "$out/attainment.tsv"
 [ -n "$POLICIES" ] && OUT=$out/isolation timeout 230 scripts/gpu/slo.sh run MODEL=random:llama-3.1-8b \
-  WORKLOAD=loadgen/workloads/replay/mooncake-beside-chat.toml RPS=file RATE_SCALE=0.4 \
+  WORKLOAD="$WORKLOAD" RPS=file RATE_SCALE=0.4 \
   TRACE_DURATION_S=48 POLICIES="$POLICIES" STEP_TBT_SHARE=0.8 HBM_KV_GB=50 DRAM_KV_GB=48 \
   MAX_BATCHED_TOKENS=16384 DRAIN=20 STEP_TRACE=1 2>&1 | tail -25
 pack isolation

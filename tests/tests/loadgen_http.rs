@@ -1,6 +1,7 @@
 //! `superinfer-loadgen http` against a real `superinfer` server: two tenants, each with its own
 //! key from the tenants file (one literal, one through `api_key_env`), the same report as
-//! `loadgen sim`, and the server's own statistics agree with what the client measured.
+//! `loadgen sim`, and the server's own statistics agree with what the client measured (its
+//! GPU time by tenant, from `/metrics`, in the report).
 
 use serde_json::{json, Value};
 use std::ffi::OsString;
@@ -86,6 +87,21 @@ arrivals = {{ kind = "poisson", rps = 4.0 }}
         })
         .sum();
     assert_eq!(served, submitted);
-    assert!(out.join("summary.md").exists());
+    // The server's GPU time by tenant (its `/metrics`) reaches the report: both ran, and
+    // gold (weight 2, more and longer requests) had more of it.
+    let shares: Vec<f64> = run["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["gpu_share"].as_f64().expect("a GPU time share"))
+        .collect();
+    assert!(
+        (shares.iter().sum::<f64>() - 1.0).abs() < 1e-9,
+        "{shares:?}"
+    );
+    assert!(shares[0] > shares[1] && shares[1] > 0.0, "{shares:?}");
+    assert!(std::fs::read_to_string(out.join("summary.md"))
+        .unwrap()
+        .contains("GPU time share"));
     rt.block_on(s.shutdown());
 }

@@ -36,6 +36,7 @@ fn run(
         records: &records,
         duration_s: DURATION_S,
         target: None,
+        tenant_gpu_s: None,
         replay: None,
     };
     (

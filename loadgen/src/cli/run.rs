@@ -49,6 +49,7 @@ pub fn execute(
         for (load, ideal) in sweep.loads.iter().zip(&ideals) {
             bar.set_message(format!("{policy} at {:.2} rps", load.rps));
             let records = target.run(policy, &load.tenants, &load.requests, load.duration_s)?;
+            let gpu = target.tenant_gpu_seconds();
             check_records(&load.requests, &records)
                 .map_err(|e| anyhow::anyhow!("{policy} at {} rps: {e}", load.rps))?;
             let summary = writer.add_run(&RunInput {
@@ -58,6 +59,7 @@ pub fn execute(
                 records: &records,
                 duration_s: load.duration_s,
                 target: target.last_stats(),
+                tenant_gpu_s: gpu.as_deref(),
                 replay: load.replay.as_deref().zip(*ideal),
             })?;
             if progress {

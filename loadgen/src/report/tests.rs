@@ -72,6 +72,7 @@ fn run(tenants: &[TenantSpec], records: &[RequestRecord]) -> RunSummary {
             records,
             duration_s: 10.0,
             target: None,
+            tenant_gpu_s: None,
             replay: None,
         },
         &ReportConfig::default(),
@@ -204,6 +205,7 @@ fn records_of_unknown_tenants_are_rejected() {
             records: &recs,
             duration_s: 10.0,
             target: None,
+            tenant_gpu_s: None,
             replay: None,
         },
         &ReportConfig::default(),
@@ -226,6 +228,7 @@ fn the_writer_produces_every_output() {
             records: &recs,
             duration_s: 10.0,
             target: None,
+            tenant_gpu_s: None,
             replay: None,
         })
         .unwrap();

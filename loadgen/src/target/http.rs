@@ -14,6 +14,8 @@
 //! The scheduling policy is the server's; the policy passed to [`Target::run`] is only the
 //! report's label.
 
+mod gpu_time;
+
 use super::Target;
 use crate::record::RequestRecord;
 use crate::workload::conversation::{first_prompt_text, next_prompt_text};
@@ -52,6 +54,8 @@ pub struct HttpTarget {
     pub keep_prompts: bool,
     /// The prompt text of every request of the last run, by id, when `keep_prompts` is set.
     pub last_prompts: HashMap<u64, String>,
+    /// Each tenant's GPU time in the last run, where the server reports it (`gpu_time`).
+    last_gpu_s: Option<Vec<f64>>,
 }
 
 impl HttpTarget {
@@ -78,6 +82,7 @@ impl HttpTarget {
             last_failures: BTreeMap::new(),
             keep_prompts: false,
             last_prompts: HashMap::new(),
+            last_gpu_s: None,
         })
     }
 
@@ -103,6 +108,15 @@ impl HttpTarget {
             };
             u32::try_from(model["max_model_len"].as_u64()?).ok()
         })
+    }
+
+    /// The server's GPU seconds by tenant now (`gpu_time`); `None` when it has no such series
+    /// or no `/metrics` on this address.
+    async fn gpu_seconds(&self) -> Option<HashMap<String, f64>> {
+        let url = format!("{}/metrics", self.cfg.base_url);
+        let answer = self.client.get(url).timeout(Duration::from_secs(10)).send();
+        let answer = answer.await.ok()?.error_for_status().ok()?;
+        gpu_time::parse(&answer.text().await.ok()?)
     }
 
     async fn model(&self, key: Option<&str>) -> anyhow::Result<String> {
@@ -369,6 +383,10 @@ fn transport(e: &reqwest::Error) -> String {
 }
 
 impl Target for HttpTarget {
+    fn tenant_gpu_seconds(&self) -> Option<Vec<f64>> {
+        self.last_gpu_s.clone()
+    }
+
     fn run(
         &mut self,
         _policy: PolicyKind,
@@ -383,6 +401,7 @@ impl Target for HttpTarget {
                 .model(keys.iter().flatten().next().map(String::as_str))
                 .await?;
             let url = format!("{}/v1/completions", self.cfg.base_url);
+            let gpu_before = self.gpu_seconds().await;
             let start = Instant::now();
             let end = start + Duration::from_secs_f64(duration_s + self.cfg.drain_s.max(0.0));
             let prompts = Mutex::new(HashMap::new());
@@ -412,9 +431,16 @@ impl Target for HttpTarget {
             });
             let records = futures_util::future::join_all(sends).await;
             let prompts = prompts.into_inner().unwrap_or_else(|p| p.into_inner());
-            anyhow::Ok((records.into_iter().flatten().collect::<Vec<_>>(), prompts))
+            let gpu = gpu_time::between(
+                gpu_before.as_ref(),
+                self.gpu_seconds().await.as_ref(),
+                tenants.iter().map(|t| &t.name),
+            );
+            let records = records.into_iter().flatten().collect::<Vec<_>>();
+            anyhow::Ok((records, prompts, gpu))
         })?;
-        let (records, prompts) = records;
+        let (records, prompts, gpu) = records;
+        self.last_gpu_s = gpu;
         self.last_prompts = prompts;
         self.last_failures = failures.lock().map(|m| m.clone()).unwrap_or_default();
         Ok(records)
