@@ -194,6 +194,14 @@ pub trait Policy: Send {
     /// while the engine had live requests (the batch, copies it waited for, host work), never
     /// time the node sat idle.
     fn on_step(&mut self, _elapsed_s: f64) {}
+    /// Where `tenant`'s prompt chunks stand in a step whose time is limited (the engine's step
+    /// budget): a lower band's chunks take the time first, short prompts before long ones
+    /// inside a band. A fair policy gives how many fairness quanta the tenant's service lies
+    /// above the least active tenant's, so a tenant behind its share is not held to the time
+    /// the others' short prompts leave; the others: 0 for all.
+    fn chunk_band(&self, _tenant: TenantId) -> u32 {
+        0
+    }
 }
 
 /// Work done for one tenant in one step, in tokens.

@@ -271,6 +271,15 @@ impl Policy for Wlvf {
         "wlvf"
     }
 
+    fn chunk_band(&self, tenant: TenantId) -> u32 {
+        let (Some(s), Some(least)) = (self.counters.get(tenant), self.counters.least_active())
+        else {
+            return 0;
+        };
+        let q = self.cfg.fairness_quantum_tokens.max(f64::MIN_POSITIVE);
+        ((s - least) / q).floor().clamp(0.0, f64::from(u32::MAX)) as u32
+    }
+
     fn plan(&mut self, now: f64, view: &[ReqView], cap: Capacity) -> Plan {
         self.counters.observe(view);
         if let Some(plan) = all_fit(view, cap) {

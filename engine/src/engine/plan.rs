@@ -9,7 +9,7 @@ use crate::kv::KvPool;
 use crate::request::{ReqState, Request};
 use crate::runner::{BatchEntry, StepCost};
 use std::collections::BTreeMap;
-use superinfer_policies::RequestId;
+use superinfer_policies::{Policy, RequestId};
 
 /// Prompt tokens a request that scores its prompt (`SamplingParams::prompt_logprobs`) runs per
 /// step at most: each costs a full row of logits on the host (vocabulary × 4 bytes, ~200 KB
@@ -34,7 +34,7 @@ fn score_cap(r: &Request) -> u32 {
 pub(super) fn plan_batch<'a>(
     requests: &'a BTreeMap<RequestId, Request>,
     pool: &'a KvPool,
-    (cfg, limit): (&EngineConfig, Option<(StepCost, f64)>),
+    (cfg, limit, policy): (&EngineConfig, Option<(StepCost, f64)>, &dyn Policy),
     b: &mut BudgetScratch<'_>,
     spans: &mut Vec<Span>,
     entries: &mut Vec<BatchEntry<'a>>,
@@ -122,8 +122,9 @@ pub(super) fn plan_batch<'a>(
         // With a time limit, short prompts (their whole prompt, not what is left of it) first,
         // each class in the policy's order: a chunk deep in a long prompt, even its last few
         // thousand tokens, can take a whole step's time, and the short ones behind it would
-        // get none.
-        prefills.sort_by_key(|p| p.1.prompt_len > long);
+        // get none. Tenants behind their fair share first (the policy's band): else a
+        // tenant's long prompts get only the time a backlogged tenant's short ones leave.
+        prefills.sort_by_key(|p| (policy.chunk_band(p.1.tenant), p.1.prompt_len > long));
     }
     // In admission order, each prefill gets its rest, a long one at most `long` tokens; what
     // is left then goes to the long ones, in the same order (work-conserving). With a time

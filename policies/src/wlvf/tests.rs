@@ -43,6 +43,24 @@ fn prefers_the_under_served_tenant() {
 }
 
 #[test]
+fn a_tenant_behind_its_share_has_the_first_chunk_band() {
+    // Counters 1,000 and 2,500 (weights 4 and 1), bands of 1,000: tenant 1 is one whole band
+    // ahead; a tenant the policy has not seen, and a policy without fairness, band 0.
+    let mut w = Wlvf::new(WlvfConfig {
+        fairness_quantum_tokens: 1000.0,
+        ..Default::default()
+    });
+    w.on_arrival(TenantId(0), 4.0);
+    w.on_arrival(TenantId(1), 1.0);
+    w.on_service(TenantId(0), 4.0, served(4000));
+    w.on_service(TenantId(1), 1.0, served(2500));
+    assert_eq!(w.chunk_band(TenantId(0)), 0);
+    assert_eq!(w.chunk_band(TenantId(1)), 1);
+    assert_eq!(w.chunk_band(TenantId(7)), 0);
+    assert_eq!(Lvf::default().chunk_band(TenantId(1)), 0);
+}
+
+#[test]
 fn victims_come_from_tenants_ahead() {
     // Tenant 0 is far ahead. Its running request ran for less time than tenant 1's, but it is
     // the one rotated out to admit tenant 1's waiting request.
