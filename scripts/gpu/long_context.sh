@@ -4,7 +4,7 @@
 # wall (N 32k-token conversations, two tiers and HBM-only), each server writing its step trace.
 #   here:       scripts/gpu/slo.sh build                       # .gpu-bin/slo/
 #   on the GPU: scripts/gpu/long_context.sh [VAR=value …]      # with carry [".gpu-bin/slo"]
-# Settings: POLICIES [wlvf] for the isolation run (empty: no isolation run), WORKLOAD its tenants
+# Settings: POLICIES [wlvf; comma-separated] for the isolation run (empty: no isolation run), WORKLOAD its tenants
 # [loadgen/workloads/replay/mooncake-beside-chat.toml; …-backlogged.toml: the chat tenant at 40
 # RPS, for the GPU time split against the weights]; TWO and HBM: the
 # conversation counts of the memory wall on two tiers (DRAM KV 80 GB) and HBM-only [H100: 8,16
@@ -32,7 +32,8 @@ pack() {
   (cd "$out" && tar cJf "$part.tar.xz" "$part" && rm -rf "$part")
 }
 : > "$out/summary.md"; : > "$out/attainment.tsv"
-[ -n "$POLICIES" ] && OUT=$out/isolation timeout 230 scripts/gpu/slo.sh run MODEL=random:llama-3.1-8b \
+# About 200 s a policy (120 s of load, 20 s of drain, the server's start).
+[ -n "$POLICIES" ] && OUT=$out/isolation timeout $((230 * $(echo "$POLICIES" | tr , " " | wc -w))) scripts/gpu/slo.sh run MODEL=random:llama-3.1-8b \
   WORKLOAD="$WORKLOAD" RPS=file RATE_SCALE=0.4 \
   TRACE_DURATION_S=48 POLICIES="$POLICIES" STEP_TBT_SHARE=0.8 HBM_KV_GB=50 DRAM_KV_GB=48 \
   MAX_BATCHED_TOKENS=16384 DRAIN=20 STEP_TRACE=1 2>&1 | tail -25
