@@ -122,9 +122,21 @@ pub(super) fn plan_batch<'a>(
         // With a time limit, short prompts (their whole prompt, not what is left of it) first,
         // each class in the policy's order: a chunk deep in a long prompt, even its last few
         // thousand tokens, can take a whole step's time, and the short ones behind it would
-        // get none. Tenants behind their fair share first (the policy's band): else a
-        // tenant's long prompts get only the time a backlogged tenant's short ones leave.
-        prefills.sort_by_key(|p| (policy.chunk_band(p.1.tenant), p.1.prompt_len > long));
+        // get none. Except a long prompt of a tenant behind every short prompt's tenant (a
+        // lower chunk band of the policy): else a tenant whose work is long prompts gets only
+        // the time a backlogged tenant's short ones leave. Among long prompts the policy's
+        // order stays (ordering them by band would share the time between their prefills and
+        // delay every first token).
+        let short_band = prefills
+            .iter()
+            .filter(|p| p.1.prompt_len <= long)
+            .map(|p| policy.chunk_band(p.1.tenant))
+            .min();
+        prefills.sort_by_key(|p| match (p.1.prompt_len > long, short_band) {
+            (false, _) => 1,
+            (true, Some(b)) if policy.chunk_band(p.1.tenant) < b => 0,
+            (true, _) => 2,
+        });
     }
     // In admission order, each prefill gets its rest, a long one at most `long` tokens; what
     // is left then goes to the long ones, in the same order (work-conserving). With a time

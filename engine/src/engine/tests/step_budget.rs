@@ -231,7 +231,7 @@ fn long_prompts_beside_a_chat_flood(seconds: f64) -> [f64; 2] {
         ttft_s: 60.0,
         tbt_s: 0.1,
     };
-    let mut submit = |e: &mut TestEngine, id: u64, tenant: u32, prompt: u32, out: u32| {
+    let submit = |e: &mut TestEngine, id: u64, tenant: u32, prompt: u32, out: u32| {
         let mut r = request(id, tenant, prompt, out);
         r.slo = slo;
         r.weight = 1.0;
