@@ -29,7 +29,7 @@ if [ "${1:-}" = compile ]; then
   for v in tree $(ls scripts/gpu/variants 2>/dev/null); do
     dir=$tmp/$v && mkdir -p "$dir" && cp "$src"/* "$dir"/
     [ "$v" = tree ] || cp "scripts/gpu/variants/$v"/* "$dir"/
-    for m in "prefill.cu attention.cu" "decode.cu decode_mma.cu" rope_kv.cu norm_act.cu sample.cu gemv.cu; do
+    for m in "prefill.cu prefill_wide.cu attention.cu" "decode.cu decode_mma.cu" rope_kv.cu norm_act.cu sample.cu gemv.cu; do
       name=${m%% *}; name=${name%.cu}
       # A variant's modules: only those holding a file of its own (the rest are the tree's).
       if [ "$v" != tree ]; then

@@ -346,3 +346,24 @@ fn a_fixed_decode_plan_splits_each_sequence_as_the_eager_plan() {
     );
     assert!(part * MAX_FIXED_SPLITS >= 40_000);
 }
+
+#[test]
+fn every_cuda_source_is_compiled_into_a_module() {
+    // A kernel file no module lists compiles nowhere: its kernels are looked up at the first
+    // launch and fail there ("named symbol not found": the wide prefill kernel once did).
+    let modules = include_str!("../cuda/model/state.rs");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cuda/cu");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|f| f.ends_with(".cu"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 8, "{files:?}");
+    for f in files {
+        assert!(
+            modules.contains(&format!("(\"{f}\", ")),
+            "{f} is in no module of cuda/model/state.rs"
+        );
+    }
+}

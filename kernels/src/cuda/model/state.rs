@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 
 const COMMON: &str = include_str!("../cu/common.cuh");
 const PREFILL: &str = include_str!("../cu/prefill.cu");
+const PREFILL_WIDE: &str = include_str!("../cu/prefill_wide.cu");
 const ATTENTION: &str = include_str!("../cu/attention.cu");
 const DECODE: &str = include_str!("../cu/decode.cu");
 const DECODE_MMA: &str = include_str!("../cu/decode_mma.cu");
@@ -155,7 +156,11 @@ impl ModelKernels {
         };
         let attention = module(
             "superinfer_attention",
-            &[("prefill.cu", PREFILL), ("attention.cu", ATTENTION)],
+            &[
+                ("prefill.cu", PREFILL),
+                ("prefill_wide.cu", PREFILL_WIDE),
+                ("attention.cu", ATTENTION),
+            ],
         )?;
         let decode = module(
             "superinfer_decode",
