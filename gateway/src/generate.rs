@@ -109,6 +109,8 @@ pub struct Generation {
     /// The prefix-cache hit, as the engine reports it with each token and the end.
     cached: PrefixHit,
     pending_done: Option<Outcome>,
+    /// The first piece, read ahead by [`Generation::before_first_piece`].
+    held: Option<Piece>,
     finished: bool,
     /// Log-probabilities of tokens not yet reported (when the request asked for them).
     logprobs: Vec<TokenLogprob>,
@@ -149,6 +151,7 @@ impl Generation {
             tokens: 0,
             cached: PrefixHit::default(),
             pending_done: None,
+            held: None,
             finished: false,
             logprobs: Vec::new(),
             prompt_logprobs: Vec::new(),
@@ -156,6 +159,23 @@ impl Generation {
             share,
             shares_prompt: false,
             refused: false,
+        }
+    }
+
+    /// Waits for the answer's first piece (text, or the end) and keeps it for [`next`]; an
+    /// end in an error before any token is returned instead (with `next` then done), so a
+    /// stream that sends its headers only after this answers a request shed at its queue
+    /// deadline, or failed, with the HTTP error a non-streamed request gets (503 with
+    /// Retry-After for overload) rather than a 200 and an error event.
+    ///
+    /// [`next`]: Generation::next
+    pub async fn before_first_piece(&mut self) -> Option<Outcome> {
+        match self.next().await? {
+            Piece::Done(o) if o.error.is_some() && o.completion_tokens == 0 => Some(o),
+            piece => {
+                self.held = Some(piece);
+                None
+            }
         }
     }
 
@@ -194,6 +214,9 @@ impl Generation {
 
     /// The next piece; `None` after `Done`.
     pub async fn next(&mut self) -> Option<Piece> {
+        if let Some(piece) = self.held.take() {
+            return Some(piece);
+        }
         if let Some(done) = self.pending_done.take() {
             return Some(self.done(done));
         }

@@ -152,7 +152,7 @@ async fn generate(
     );
     meta.continuous_usage = valid.continuous_usage;
     meta.echo = valid.echo;
-    let gen = if valid.sampling.prompt_logprobs.is_some() {
+    let mut gen = if valid.sampling.prompt_logprobs.is_some() {
         // `echo` with `logprobs` (never streamed): the prompt's tokens lead the logprobs.
         meta.echo_first = Some(state.text.decoder().token_text(valid.prompt[0]));
         gen.scoring_prompt(&valid.prompt)
@@ -164,6 +164,11 @@ async fn generate(
         meta.tools = Some(std::cell::RefCell::new(stream));
     }
     if valid.stream {
+        // The headers wait for the first piece: a request shed at its queue deadline or
+        // failed before its first token gets its HTTP error, as when not streamed.
+        if let Some(end) = gen.before_first_piece().await {
+            return Err(refusal_error(end, &state.metrics));
+        }
         let out = sse::Out {
             metrics: state.metrics.clone(),
             limits: state.stream,

@@ -190,12 +190,15 @@ async fn max_num_seqs_caps_the_engines_batch() {
     .await;
     let engine = s.server.state.engine.clone();
     let long = json!({"prompt": "hi", "max_tokens": 2000, "ignore_eos": true, "stream": true});
-    let mut held = Vec::new();
-    for _ in 0..4 {
-        let r = s.post("/v1/completions", &s.key, &long).await;
-        assert_eq!(r.status(), StatusCode::OK);
-        held.push(r);
-    }
+    // Sent at once: a stream's headers wait for its first token, which two of them get only
+    // when a seat frees.
+    let held: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, url, key) = (s.client.clone(), s.url("/v1/completions"), s.key.clone());
+            let body = long.clone();
+            tokio::spawn(async move { client.post(url).bearer_auth(key).json(&body).send().await })
+        })
+        .collect();
     let start = Instant::now();
     loop {
         let st = engine.stats();
@@ -206,7 +209,9 @@ async fn max_num_seqs_caps_the_engines_batch() {
         assert!(start.elapsed() < Duration::from_secs(5), "{st:?}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    drop(held);
+    for h in held {
+        h.abort();
+    }
     s.shutdown().await;
 }
 
@@ -295,7 +300,7 @@ async fn a_stream_the_engine_refuses_is_an_http_error() {
 }
 
 /// A request still queued at its deadline (its tenant's own `queue_deadline_ms`, 200 ms, where
-/// the node's would be 100 × its 100-ms TTFT target) is shed: 503 with Retry-After that says
+/// the node's would be 100 × its 100-ms TTFT target), streamed or not, is shed: 503 with Retry-After that says
 /// why, counted per tenant and reason; the server serves on, and another tenant's requests are
 /// untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -327,25 +332,33 @@ async fn a_request_queued_past_its_deadline_is_shed_with_503_and_counted() {
         assert!(start.elapsed() < Duration::from_secs(10), "the first runs");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    // Queued behind it for ~0.5 s, past its 0.2 s deadline.
+    // Two queued behind it for ~0.5 s, past their 0.2 s deadline; the streamed one too gets
+    // the 503 (its headers wait for its first token), not a 200 and an error event.
     let t = Instant::now();
-    let resp = s.post("/v1/completions", &key, &long).await;
-    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert!(
-        t.elapsed() < Duration::from_millis(450),
-        "{:?}",
-        t.elapsed()
+    let mut streamed = long.clone();
+    streamed["stream"] = json!(true);
+    let (plain, streamed) = tokio::join!(
+        s.post("/v1/completions", &key, &long),
+        s.post("/v1/completions", &key, &streamed)
     );
-    assert!(resp.headers().contains_key("retry-after"));
-    let v: Value = resp.json().await.unwrap();
-    assert!(error_message(&v).contains("queue deadline"), "{v}");
+    for resp in [plain, streamed] {
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            t.elapsed() < Duration::from_millis(450),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(resp.headers().contains_key("retry-after"));
+        let v: Value = resp.json().await.unwrap();
+        assert!(error_message(&v).contains("queue deadline"), "{v}");
+    }
     assert_eq!(first.await.unwrap(), StatusCode::OK);
-    assert_eq!(engine.stats().shed_deadline, 1);
+    assert_eq!(engine.stats().shed_deadline, 2);
     let text = s.scrape().await;
     let unserved = [("tenant", "hurried"), ("reason", "deadline")];
     assert_eq!(
         metric_value(&text, "superinfer_ttft_unserved_total", &unserved),
-        Some(1.0),
+        Some(2.0),
         "{text}"
     );
     assert_eq!(
@@ -354,7 +367,7 @@ async fn a_request_queued_past_its_deadline_is_shed_with_503_and_counted() {
             "superinfer_requests_shed_total",
             &[("reason", "deadline")]
         ),
-        Some(1.0)
+        Some(2.0)
     );
     // The node serves on.
     assert_eq!(s.complete(&key, 2).await.0, StatusCode::OK);
