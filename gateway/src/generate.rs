@@ -111,6 +111,9 @@ pub struct Generation {
     pending_done: Option<Outcome>,
     /// The first piece, read ahead by [`Generation::before_first_piece`].
     held: Option<Piece>,
+    /// Inside [`Generation::before_first_piece`]: an end in an error now is answered with an
+    /// HTTP error, so its client receives no token and none is billed.
+    unsent_on_error: bool,
     finished: bool,
     /// Log-probabilities of tokens not yet reported (when the request asked for them).
     logprobs: Vec<TokenLogprob>,
@@ -152,6 +155,7 @@ impl Generation {
             cached: PrefixHit::default(),
             pending_done: None,
             held: None,
+            unsent_on_error: false,
             finished: false,
             logprobs: Vec::new(),
             prompt_logprobs: Vec::new(),
@@ -170,7 +174,10 @@ impl Generation {
     ///
     /// [`next`]: Generation::next
     pub async fn before_first_piece(&mut self) -> Option<Outcome> {
-        match self.next().await? {
+        self.unsent_on_error = true;
+        let first = self.next().await;
+        self.unsent_on_error = false;
+        match first? {
             Piece::Done(o) if o.error.is_some() && o.completion_tokens == 0 => Some(o),
             piece => {
                 self.held = Some(piece);
@@ -416,6 +423,9 @@ impl Generation {
         } else {
             (self.prompt_tokens, self.cached.tokens())
         };
+        if self.unsent_on_error && (error || reason == "error") {
+            self.share.usage.fail();
+        }
         self.share.usage.end(ChoiceEnd {
             prompt_tokens: prompt,
             cached_tokens: cached,
