@@ -271,13 +271,16 @@ impl Policy for Wlvf {
         "wlvf"
     }
 
+    /// Fairness quanta above the floor (the least active counter as of the last plan): one
+    /// map lookup, as the engine asks for each prompt chunk of a step.
     fn chunk_band(&self, tenant: TenantId) -> u32 {
-        let (Some(s), Some(least)) = (self.counters.get(tenant), self.counters.least_active())
-        else {
+        let Some(s) = self.counters.get(tenant) else {
             return 0;
         };
         let q = self.cfg.fairness_quantum_tokens.max(f64::MIN_POSITIVE);
-        ((s - least) / q).floor().clamp(0.0, f64::from(u32::MAX)) as u32
+        ((s - self.counters.floor()) / q)
+            .floor()
+            .clamp(0.0, f64::from(u32::MAX)) as u32
     }
 
     fn plan(&mut self, now: f64, view: &[ReqView], cap: Capacity) -> Plan {

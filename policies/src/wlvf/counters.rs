@@ -33,8 +33,14 @@ impl Counters {
         self.tenants.get(&tenant).map(|t| t.counter)
     }
 
+    /// The floor: the least counter of the active tenants as of the last plan or arrival
+    /// (it never decreases).
+    pub(super) fn floor(&self) -> f64 {
+        self.floor
+    }
+
     /// The least counter of the active tenants (`None`: none is active).
-    pub(super) fn least_active(&self) -> Option<f64> {
+    fn least_active(&self) -> Option<f64> {
         let least = self
             .tenants
             .values()

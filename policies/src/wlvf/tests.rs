@@ -54,6 +54,13 @@ fn a_tenant_behind_its_share_has_the_first_chunk_band() {
     w.on_arrival(TenantId(1), 1.0);
     w.on_service(TenantId(0), 4.0, served(4000));
     w.on_service(TenantId(1), 1.0, served(2500));
+    // Bands count from the least active counter as of the last plan (the engine plans every
+    // step before it forms the batch).
+    let view = vec![
+        of(0, 4.0, waiting(1, 0.0, 10)),
+        of(1, 1.0, waiting(2, 0.0, 10)),
+    ];
+    w.plan(1.0, &view, cap(10, 0));
     assert_eq!(w.chunk_band(TenantId(0)), 0);
     assert_eq!(w.chunk_band(TenantId(1)), 1);
     assert_eq!(w.chunk_band(TenantId(7)), 0);
