@@ -105,3 +105,67 @@ arrivals = {{ kind = "poisson", rps = 4.0 }}
         .contains("GPU time share"));
     rt.block_on(s.shutdown());
 }
+
+/// A request the server refuses (here 429: over its tenant's rate) ended at its refusal: its
+/// record has the status and the time, so the report's waits are the client's, not the run's.
+#[test]
+fn a_refused_request_ends_at_its_refusal() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let s = rt.block_on(TestServer::start());
+    let (_, key) = rt.block_on(
+        s.create_tenant(json!({"name": "capped", "quotas": {"requests_per_s": 0.1, "burst": 1}})),
+    );
+    let tenants = s.dir.path().join("tenants.toml");
+    std::fs::write(
+        &tenants,
+        format!(
+            "[[tenant]]\nname = \"capped\"\napi_key = \"{key}\"\ndataset = \"fixed:20:8\"\n\
+             arrivals = {{ kind = \"poisson\", rps = 10.0 }}\n"
+        ),
+    )
+    .unwrap();
+    let out = s.dir.path().join("report");
+    let argv: Vec<OsString> = [
+        "superinfer-loadgen",
+        "http",
+        "--target",
+        &s.base,
+        "--tenants",
+        tenants.to_str().unwrap(),
+        "--duration",
+        "2",
+        "--drain-s",
+        "20",
+        "--seed",
+        "5",
+        "--no-progress",
+        "--bootstrap-resamples",
+        "50",
+        "--out",
+        out.to_str().unwrap(),
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    assert_eq!(
+        superinfer_loadgen::cli::run(argv),
+        std::process::ExitCode::SUCCESS
+    );
+    let records: Vec<Value> = std::fs::read_to_string(out.join("requests.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let refused: Vec<&Value> = records.iter().filter(|r| r["refused"] == 429).collect();
+    assert!(refused.len() >= 5, "{records:?}");
+    for r in refused {
+        let waited =
+            r["finish_s"].as_f64().expect("a finish time") - r["arrival_s"].as_f64().unwrap();
+        assert!((0.0..1.0).contains(&waited), "{r}");
+    }
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let max_wait = summary["runs"][0]["max_wait_s"].as_f64().unwrap();
+    assert!(max_wait < 1.0, "{}", summary["runs"][0]);
+    rt.block_on(s.shutdown());
+}

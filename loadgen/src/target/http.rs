@@ -9,7 +9,9 @@
 //! measured here, on the client: the first token is the first chunk with text, and every chunk
 //! with text is one token time (a server that sends several tokens per chunk is measured per
 //! chunk; the `usage` of the last chunk, when sent, gives the true output and prompt counts
-//! and, as `prompt_tokens_details.cached_tokens`, the cached prompt tokens).
+//! and, as `prompt_tokens_details.cached_tokens`, the cached prompt tokens). A request refused
+//! with an HTTP error, or ended by an error event, ends then (its `finish_s`), as in the twin: its
+//! wait is the client's, not the run's.
 //!
 //! The scheduling policy is the server's; the policy passed to [`Target::run`] is only the
 //! report's label.
@@ -235,6 +237,8 @@ async fn one(s: &Send<'_>, spec: &RequestSpec, at: f64, prompt: Value) -> Reply 
     if !resp.status().is_success() {
         let status = resp.status().as_u16();
         rec.refused = Some(status);
+        // It ended here: the client waited this long, not to the end of the run.
+        rec.finish_s = Some(s.start.elapsed().as_secs_f64());
         let why = refusal_reason(status, resp.bytes().await.ok().as_deref());
         return fail(rec, text, &why);
     }
@@ -271,6 +275,7 @@ async fn one(s: &Send<'_>, spec: &RequestSpec, at: f64, prompt: Value) -> Reply 
                 continue;
             };
             if v.get("error").is_some() {
+                rec.finish_s = Some(now);
                 return fail(rec, text, "error event in the stream");
             }
             if v["usage"].is_object() {
