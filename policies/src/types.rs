@@ -195,10 +195,11 @@ pub trait Policy: Send {
     /// time the node sat idle.
     fn on_step(&mut self, _elapsed_s: f64) {}
     /// Where `tenant`'s prompt chunks stand in a step whose time is limited (the engine's step
-    /// budget): a lower band's chunks take the time first, short prompts before long ones
-    /// inside a band. A fair policy gives how many fairness quanta the tenant's service lies
-    /// above the least active tenant's, so a tenant behind its share is not held to the time
-    /// the others' short prompts leave; the others: 0 for all.
+    /// budget): short prompts take the time before long ones, except the long prompts of a
+    /// tenant in a lower band than every short prompt's tenant. A fair policy gives how many
+    /// fairness quanta the tenant's service lies above the least active tenant's (as of its
+    /// last plan), so a tenant behind its share is not held to the time the others' short
+    /// prompts leave; the others: 0 for all.
     fn chunk_band(&self, _tenant: TenantId) -> u32 {
         0
     }
