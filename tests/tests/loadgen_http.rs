@@ -5,7 +5,34 @@
 
 use serde_json::{json, Value};
 use std::ffi::OsString;
+use std::path::Path;
 use superinfer_tests::{TestOptions, TestServer};
+
+/// `superinfer-loadgen http` against `s` for 2 s (20 s of drain), its report in `out`.
+fn run_loadgen(s: &TestServer, tenants: &Path, out: &Path, seed: u64) {
+    let seed = seed.to_string();
+    let argv = [
+        "superinfer-loadgen",
+        "http",
+        "--target",
+        &s.base,
+        "--tenants",
+        tenants.to_str().unwrap(),
+        "--duration",
+        "2",
+        "--drain-s",
+        "20",
+        "--seed",
+        &seed,
+        "--no-progress",
+        "--bootstrap-resamples",
+        "50",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let code = superinfer_loadgen::cli::run(argv.iter().map(OsString::from));
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+}
 
 #[test]
 fn the_http_target_drives_a_server_with_per_tenant_keys() {
@@ -40,30 +67,7 @@ arrivals = {{ kind = "poisson", rps = 4.0 }}
     )
     .unwrap();
     let out = s.dir.path().join("report");
-    let argv: Vec<OsString> = [
-        "superinfer-loadgen",
-        "http",
-        "--target",
-        &s.base,
-        "--tenants",
-        tenants.to_str().unwrap(),
-        "--duration",
-        "2",
-        "--drain-s",
-        "20",
-        "--seed",
-        "3",
-        "--no-progress",
-        "--bootstrap-resamples",
-        "50",
-        "--out",
-        out.to_str().unwrap(),
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    let code = superinfer_loadgen::cli::run(argv);
-    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    run_loadgen(&s, &tenants, &out, 3);
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     let run = &summary["runs"][0];
@@ -125,32 +129,7 @@ fn a_refused_request_ends_at_its_refusal() {
     )
     .unwrap();
     let out = s.dir.path().join("report");
-    let argv: Vec<OsString> = [
-        "superinfer-loadgen",
-        "http",
-        "--target",
-        &s.base,
-        "--tenants",
-        tenants.to_str().unwrap(),
-        "--duration",
-        "2",
-        "--drain-s",
-        "20",
-        "--seed",
-        "5",
-        "--no-progress",
-        "--bootstrap-resamples",
-        "50",
-        "--out",
-        out.to_str().unwrap(),
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    assert_eq!(
-        superinfer_loadgen::cli::run(argv),
-        std::process::ExitCode::SUCCESS
-    );
+    run_loadgen(&s, &tenants, &out, 5);
     let records: Vec<Value> = std::fs::read_to_string(out.join("requests.jsonl"))
         .unwrap()
         .lines()
