@@ -132,7 +132,7 @@ pub(super) fn plan_batch<'a>(
             .filter(|p| p.1.prompt_len <= long)
             .map(|p| policy.chunk_band(p.1.tenant))
             .min();
-        prefills.sort_by_cached_key(|p| match (p.1.prompt_len > long, short_band) {
+        prefills.sort_by_key(|p| match (p.1.prompt_len > long, short_band) {
             (false, _) => 1,
             (true, Some(b)) if policy.chunk_band(p.1.tenant) < b => 0,
             (true, _) => 2,

@@ -39,17 +39,6 @@ impl Counters {
         self.floor
     }
 
-    /// The least counter of the active tenants (`None`: none is active).
-    fn least_active(&self) -> Option<f64> {
-        let least = self
-            .tenants
-            .values()
-            .filter(|t| t.active)
-            .map(|t| t.counter)
-            .fold(f64::INFINITY, f64::min);
-        least.is_finite().then_some(least)
-    }
-
     /// The tenant's weight as last reported, or `fallback` if it was never reported.
     pub(super) fn weight(&self, tenant: TenantId, fallback: f64) -> f64 {
         self.tenants
@@ -62,7 +51,13 @@ impl Counters {
 
     /// Raises the floor to the least counter of the active tenants.
     fn raise_floor(&mut self) {
-        if let Some(least) = self.least_active() {
+        let least = self
+            .tenants
+            .values()
+            .filter(|t| t.active)
+            .map(|t| t.counter)
+            .fold(f64::INFINITY, f64::min);
+        if least.is_finite() {
             self.floor = self.floor.max(least);
         }
     }
