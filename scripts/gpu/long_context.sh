@@ -38,8 +38,9 @@ pack() {
   TRACE_DURATION_S=48 POLICIES="$POLICIES" STEP_TBT_SHARE=0.8 HBM_KV_GB=50 DRAM_KV_GB=48 \
   MAX_BATCHED_TOKENS=16384 DRAIN=20 STEP_TRACE=1 2>&1 | tail -25
 pack isolation
-# About 100 s a cell (60 s of load, 20 s of drain, the server's start).
-cells() { echo $(( 110 * $(echo "$1" | tr ',' '\n' | grep -c .) )); }
+# About 100 s a cell (60 s of load, 20 s of drain, the server's start; pinning 80 GB of DRAM for
+# the two-tier server takes about a minute more: 110 s cut it short).
+cells() { echo $(( 170 * $(echo "$1" | tr ',' '\n' | grep -c .) )); }
 [ -n "$TWO" ] && OUT=$out/wall-two timeout "$(cells "$TWO")" scripts/gpu/memwall.sh TIERS=two:80 COUNTS="$TWO" \
   DURATION=60 DRAIN=20 STEP_TRACE=1 2>&1 | tail -8
 pack wall-two
