@@ -32,8 +32,9 @@ pack() {
   (cd "$out" && tar cJf "$part.tar.xz" "$part" && rm -rf "$part")
 }
 : > "$out/summary.md"; : > "$out/attainment.tsv"
-# About 200 s a policy (120 s of load, 20 s of drain, the server's start).
-[ -n "$POLICIES" ] && OUT=$out/isolation timeout $((230 * $(echo "$POLICIES" | tr , " " | wc -w))) scripts/gpu/slo.sh run MODEL=random:llama-3.1-8b \
+# About 200 s a policy (120 s of load, 20 s of drain, the server's start; a heavier window of the
+# trace, TRACE_START_S, takes longer: 230 s cut one short).
+[ -n "$POLICIES" ] && OUT=$out/isolation timeout $((280 * $(echo "$POLICIES" | tr , " " | wc -w))) scripts/gpu/slo.sh run MODEL=random:llama-3.1-8b \
   WORKLOAD="$WORKLOAD" RPS=file RATE_SCALE=0.4 \
   TRACE_DURATION_S=48 POLICIES="$POLICIES" STEP_TBT_SHARE=0.8 HBM_KV_GB=50 DRAM_KV_GB=48 \
   MAX_BATCHED_TOKENS=16384 DRAIN=20 STEP_TRACE=1 2>&1 | tail -25
