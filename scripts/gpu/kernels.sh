@@ -22,7 +22,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 src=kernels/src/cuda/cu
 if [ "${1:-}" = compile ]; then
-  # The modules as kernels/src/cuda/model.rs assembles them (common.cuh first).
+  # The modules as kernels/src/cuda/model/state.rs assembles them (common.cuh first; keep the two lists alike).
   eval "$("${CUDA_TOOLCHAIN_SH:-$root/../shared/cuda-toolchain.sh}")"
   tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
   status=0
