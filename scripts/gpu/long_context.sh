@@ -6,7 +6,8 @@
 #   on the GPU: scripts/gpu/long_context.sh [VAR=value …]      # with carry [".gpu-bin/slo"]
 # Settings: POLICIES [wlvf; comma-separated] for the isolation run (empty: no isolation run), WORKLOAD its tenants
 # [loadgen/workloads/replay/mooncake-beside-chat.toml; …-backlogged.toml: the chat tenant at 40
-# RPS, for the GPU time split against the weights]; TWO and HBM: the
+# RPS, for the GPU time split against the weights; TRACE_START_S, passed on to slo.sh, replays a
+# later window of the trace, e.g. 371.2: one 87k prompt]; TWO and HBM: the
 # conversation counts of the memory wall on two tiers (DRAM KV 80 GB) and HBM-only [H100: 8,16
 # and 4; H200, whose HBM tier holds about twice the tokens: 16,32 and 16].
 # Writes under $OUT: summary.md (every run's summary table), attainment.tsv and one PART.tar.xz
