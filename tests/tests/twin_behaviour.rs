@@ -169,7 +169,7 @@ fn weighted_lvf_with_one_tenant_serves_exactly_as_lvf() {
     assert_eq!(lvf, wlvf);
 }
 
-/// The GPU SLO experiment's twin (docs/BENCHMARKS.md, "The candidates ran"): three tenants
+/// The GPU SLO experiment's twin (docs/BENCHMARKS_GPU.md, "The candidates ran"): three tenants
 /// with weights 1:2:4 sharing 26 RPS equally, 4 GB of HBM KV, 48 GB of DRAM, at the node's
 /// stress point (22 RPS before the tensor-core decode kernel and the refitted profile).
 fn slo_experiment() -> (Vec<TenantSpec>, SimTargetConfig) {

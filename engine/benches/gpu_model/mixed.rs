@@ -1,7 +1,8 @@
 //! Mixed steps (prompt chunks beside decodes, what a served step under load is) against the
 //! twin's step model for the same spans (`SimRunner::step_time`, profile `h200-MODEL`):
-//! the data a calibration of the twin's prefill needs (docs/BENCHMARKS.md, "A prefill fit,
-//! tried and not kept": a fit to single chunks did not carry over to served traffic).
+//! the data a calibration of the twin's prefill needs (docs/BENCHMARKS.md at commit c02d485,
+//! "A prefill fit, tried and not kept": a fit to single chunks did not carry over to served
+//! traffic).
 
 use candle_core::Device;
 use superinfer_engine::profile::Profile;

@@ -2,7 +2,7 @@
 // m = M <= 8 rows, w row-major (n, k) as a Linear weight. Memory-bound on w: cuBLAS's GEMM
 // tiles leave most SMs idle at m = 1 (e.g. 32 CTAs for a 4096-wide output).
 // M = 1 (gemv_rows): one warp per output column (grid-stride), 16-byte loads of w (8 elements
-// per lane), two chunks in flight per lane (four measured no faster, docs/BENCHMARKS.md "CUDA
+// per lane), two chunks in flight per lane (four measured no faster, docs/BENCHMARKS_GPU.md "CUDA
 // graphs"); the row of x comes from L1/L2 (every warp reads it).
 // M >= 2 (gemv_cols): one warp per C consecutive output columns. With one column a warp, a
 // lane loaded M 16-byte chunks of x (one per row) for each 16-byte chunk of w, x traffic from
@@ -11,8 +11,8 @@
 // each chunk of x it loads, converted to floats once, serves all of them: x traffic
 // M / (C * R) of the weight traffic. w is read past L1 (L1::no_allocate), which is left to x.
 // The host sizes the grid by n (a warp per column), so n / C warps find work; each keeps 3
-// chunks of each of its rows in flight. Measured on the H200 (docs/BENCHMARKS.md, "A GEMV for
-// two to eight rows"): 2 rows a warp beat 4 at M = 2 and 4 (5.07 vs 5.18 ms a decode step at
+// chunks of each of its rows in flight. Measured on the H200 (docs/BENCHMARKS_GPU.md, "Launch
+// overlap and fusions"): 2 rows a warp beat 4 at M = 2 and 4 (5.07 vs 5.18 ms a decode step at
 // batch 2, where cuBLAS takes 5.35); at M = 8 both lose to cuBLAS (8.0 and 7.3 vs 5.5 ms:
 // the FMAs and conversions, not HBM, bound the kernel), so only 2-row steps use it by default.
 // Every dot product adds its terms in the same order on either path (a lane's k-chunks in

@@ -16,7 +16,7 @@ pub struct Overlap {
 impl Overlap {
     /// PDL without the GEMV prefetch: the decode buckets' default where every matmul is a
     /// GEMV (on the H200, batch 1: 5.04 ms against 5.11 without PDL and 5.14 with the
-    /// prefetch; docs/BENCHMARKS.md "Programmatic dependent launch").
+    /// prefetch; docs/BENCHMARKS_GPU.md "Programmatic dependent launch").
     pub const PDL: Overlap = Overlap {
         pdl: true,
         prefetch: 0,
