@@ -423,7 +423,10 @@ impl Generation {
         } else {
             (self.prompt_tokens, self.cached.tokens())
         };
-        if self.unsent_on_error && (error || reason == "error") {
+        // As `before_first_piece` decides: an error end before any token is answered with an
+        // HTTP error (one after tokens whose text was held back, by a partial stop string or
+        // character, is streamed as usual and billed).
+        if self.unsent_on_error && (error || reason == "error") && self.tokens == 0 {
             self.share.usage.fail();
         }
         self.share.usage.end(ChoiceEnd {
