@@ -63,9 +63,8 @@ pub struct EngineConfig {
     /// With a runner that knows its step cost (`ModelRunner::step_cost`), keep each step's
     /// predicted time within this share of the tightest TBT target of the requests decoding
     /// in it: long-context decodes that do not fit skip steps in turn, prompt chunks get the
-    /// time left (`engine/src/engine/step_budget.rs`); only in steps with a context past the
-    /// long-prefill threshold in reach. `None`: steps are bounded by tokens only. Default
-    /// [`DEFAULT_STEP_TBT_SHARE`].
+    /// time left (`engine/src/engine/step_budget.rs`); in every step with a request decoding.
+    /// `None`: steps are bounded by tokens only. Default [`DEFAULT_STEP_TBT_SHARE`].
     pub step_tbt_share: Option<f64>,
     /// Write one JSON line per step (what it ran, its measured and predicted time) to this
     /// file (`engine/src/engine/step_trace.rs`); `None`: no trace (the default).
@@ -109,8 +108,9 @@ pub const DEFAULT_QUEUE_DEADLINE_TTFTS: f64 = 10.0;
 
 /// The default step time budget, as a share of the tightest running TBT target: 0.8 leaves
 /// room for the host's work between steps and the cost model's error (learned by the
-/// calibration). It binds only with a context past the long-prefill threshold in reach, so
-/// short-context traffic is bounded by tokens alone (docs/SCHEDULING.md, "Long contexts").
+/// calibration). It binds in every step with a request decoding, whatever its context, so a
+/// flood of prompts cannot stretch another tenant's gaps (docs/SCHEDULING.md, "The step
+/// rule").
 pub const DEFAULT_STEP_TBT_SHARE: f64 = 0.8;
 
 impl Default for EngineConfig {

@@ -60,13 +60,9 @@ pub(super) fn plan_batch<'a>(
     // Decoding requests with room for their next token, in request order.
     let mut wanting: Vec<(&'a Request, &'a [LogicalBlock])> = Vec::new();
     let mut tightest = f64::INFINITY;
-    // A long context in the batch's reach: a decode or a prompt past the long-prefill
-    // threshold.
     let long = cfg.long_prefill();
-    let mut long_in_reach = false;
     for r in requests.values().filter(|r| r.state == ReqState::Running) {
         if r.prefilling() {
-            long_in_reach |= r.prompt_len > long;
             prefills.push((r.t_run.unwrap_or(r.t_arr), r));
             continue;
         }
@@ -75,16 +71,15 @@ pub(super) fn plan_batch<'a>(
             if limit.is_some() {
                 tightest = tightest.min(r.spec.slo.tbt_s);
             }
-            long_in_reach |= r.kv_len > long;
             wanting.push((r, blocks));
         }
     }
-    // The step's time limit, when there is a cost model, a request decoding and a long
-    // context in reach: a batch of short contexts is bounded by tokens alone, as without the
-    // budget (with the limit, its decodes would take turns and its prompts get little time:
-    // TTFT fell from 95.5% to 27.5% on the 32B twin at 19 RPS).
+    // The step's time limit, in every step with a request decoding and a cost model: a share
+    // of the tightest TBT target among the decodes (a batch of looser targets takes longer
+    // steps). Without it, a flood of prompts fills the token budget with chunks and every
+    // decode beside them waits for the whole step (docs/SCHEDULING.md, "The step rule").
     let limit = limit
-        .filter(|_| !wanting.is_empty() && long_in_reach)
+        .filter(|_| !wanting.is_empty())
         .map(|(cost, share)| StepLimit {
             cost,
             seconds: share * tightest,

@@ -1,10 +1,13 @@
 //! Keeping each step within the tightest TBT target of the requests decoding in it
 //! (`EngineConfig::step_tbt_share`), with the runner's cost model ([`StepCost`]).
 //!
-//! Every decode in a step waits for the whole step, so one long context slows every request
-//! beside it: at 128k tokens a single decode reads 16 GiB of KV, several times a short
-//! chat's whole step. With a cost model, the planner predicts the step and keeps it within
-//! `share × the tightest TBT target` of the requests decoding:
+//! Every decode in a step waits for the whole step, so whatever else the step holds slows
+//! every request decoding in it: a flood's prompt chunks filling the token budget (16,384
+//! tokens of an 8B model's prefill take several tenths of a second on an H100), or one long context (at 128k tokens
+//! a single decode reads 16 GiB of KV, several times a short chat's whole step). With a cost
+//! model, the planner predicts every step that holds a decode and keeps it within
+//! `share × the tightest TBT target` of the requests decoding (a batch whose targets are all
+//! looser takes longer steps):
 //!
 //! - **Decodes**, cheapest (shortest context, divided by the steps it has waited) first,
 //!   while they fit. The rest skip this step: long contexts take turns instead of slowing

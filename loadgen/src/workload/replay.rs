@@ -11,6 +11,7 @@ use super::tenants::TenantSpec;
 use super::trace::{self, TraceFile, TraceFormat, TraceRow};
 use crate::error::Error;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -102,6 +103,13 @@ pub struct ReplaySpec {
     /// resolution (Mooncake: 1 ms; its conversation trace: 3 s) instead of arriving at once.
     #[serde(default = "yes")]
     pub spread_ties: bool,
+    /// Tenants that take no share of the rows but replay a copy of the trace of their own,
+    /// at this multiple of the run's rate: the rows of a window this many times as long
+    /// (wrapping to the trace's first row at its end), compressed into the run's window. A
+    /// flood of the same traffic beside tenants that share the rows at 1x
+    /// (`loadgen/workloads/replay/azure-conv-flood.toml`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub copies: BTreeMap<String, f64>,
 }
 
 fn one() -> f64 {
@@ -126,6 +134,7 @@ impl ReplaySpec {
             assign: Assign::default(),
             block_tokens: default_block_tokens(),
             spread_ties: true,
+            copies: BTreeMap::new(),
         }
     }
 
@@ -142,6 +151,15 @@ impl ReplaySpec {
         }
         if let Some(d) = self.duration_s.filter(|d| !(d.is_finite() && *d > 0.0)) {
             return Err(bad(format!("duration_s must be positive, got {d}")));
+        }
+        if let Some((t, k)) = self
+            .copies
+            .iter()
+            .find(|(_, k)| !(k.is_finite() && **k > 0.0))
+        {
+            return Err(bad(format!(
+                "copies: tenant '{t}' needs a positive rate multiple, got {k}"
+            )));
         }
         if self.block_tokens == 0 || self.max_prompt_tokens == Some(0) {
             return Err(bad(
@@ -219,8 +237,9 @@ pub fn build(
     let cap = spec.max_prompt_tokens.or(cap);
     // The tenants the rows go to: those without load of their own.
     let takers: Vec<usize> = (0..tenants.len())
-        .filter(|&i| tenants[i].arrivals.is_replay())
+        .filter(|&i| tenants[i].arrivals.is_replay() && !spec.copies.contains_key(&tenants[i].name))
         .collect();
+    let copies = copies::copy_tenants(spec, tenants)?;
     if takers.is_empty() {
         return Err(Error::Usage(
             "replay: every tenant sends load of its own (arrivals and dataset); at least one \
@@ -325,6 +344,23 @@ pub fn build(
         .duration_s
         .unwrap_or(last - spec.start_s + file.resolution_s.max(1e-3));
     info.run_s = info.window_s * scale;
+    for (tenant, k) in copies {
+        copies::push_copy(
+            spec,
+            file,
+            &times,
+            (tenant, k),
+            (info.window_s, scale),
+            cap,
+            &mut requests,
+        );
+    }
+    if !spec.copies.is_empty() {
+        requests.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
+        for (i, r) in requests.iter_mut().enumerate() {
+            r.id = i as u64;
+        }
+    }
     Ok(Replay { requests, info })
 }
 
@@ -347,5 +383,6 @@ fn spread_times(rows: &[TraceRow], spread: bool, resolution_s: f64) -> Vec<f64> 
     times
 }
 
+mod copies;
 #[cfg(test)]
 mod tests;

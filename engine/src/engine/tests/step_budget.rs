@@ -214,12 +214,83 @@ fn chats_timeline(share: Option<f64>) -> Vec<(RequestId, u64)> {
 }
 
 #[test]
-fn a_batch_of_short_contexts_is_bounded_by_tokens_alone() {
-    // No context past the long-prefill threshold: the budget leaves the batch as it is
-    // (with it binding, the decodes would take turns and the prompts get little time).
+fn a_batch_of_short_contexts_shares_its_time_when_every_decode_cannot_fit() {
+    // 40 decodes whose whole batch costs more than the 4 ms limit: they take turns, and
+    // every request still gets every token.
     let on = chats_timeline(Some(0.8));
     assert_eq!(on.len(), 40 * 50);
-    assert_eq!(on, chats_timeline(None));
+    let off = chats_timeline(None);
+    assert_eq!(off.len(), 40 * 50);
+}
+
+/// Two chats decoding (TBT target `tbt_s`) when 24 prompts of 4,000 tokens arrive at once (a
+/// flood that fills the 16,384-token budget for six steps); returns the chats' largest gap
+/// between two tokens, the flood's mean time to first token, and whether all finished.
+fn chats_beside_a_prompt_flood(share: Option<f64>, tbt_s: f64) -> (f64, f64, bool) {
+    let mut e = long_context_engine(share);
+    let slo = Slo {
+        ttft_s: 10.0,
+        tbt_s,
+    };
+    for id in 0..2 {
+        let mut r = request(id, 0, 300, 400);
+        r.slo = slo;
+        e.submit(r).unwrap();
+    }
+    let (mut last, mut gap, mut finished) = (HashMap::new(), 0f64, 0);
+    let mut first: HashMap<RequestId, f64> = HashMap::new();
+    let mut flood_sent = None;
+    for _ in 0..100_000 {
+        if e.is_empty() {
+            break;
+        }
+        if flood_sent.is_none() && last.len() == 2 {
+            for id in 2..26 {
+                let mut r = request(id, 1, 4_000, 8);
+                r.slo = slo;
+                e.submit(r).unwrap();
+            }
+            flood_sent = Some(e.clock().now());
+        }
+        let r = e.step().unwrap();
+        if let Some(t) = r.idle_until.filter(|_| !r.ran) {
+            e.clock_mut().skip_to(t);
+        }
+        for ev in e.take_events() {
+            match ev {
+                EngineEvent::Token { id, t, .. } if id.0 < 2 => {
+                    if let Some(prev) = last.insert(id, t) {
+                        gap = f64::max(gap, t - prev);
+                    }
+                }
+                EngineEvent::Token { id, t, .. } => {
+                    first.entry(id).or_insert(t);
+                }
+                EngineEvent::Finished { .. } => finished += 1,
+            }
+        }
+    }
+    let sent = flood_sent.expect("the flood was sent");
+    let ttft = first.values().map(|t| t - sent).sum::<f64>() / 24.0;
+    (gap, ttft, finished == 26 && first.len() == 24)
+}
+
+#[test]
+fn a_prompt_flood_cannot_stretch_a_chats_gaps_and_a_looser_target_takes_longer_steps() {
+    // Bounded by tokens only, the flood's chunks fill whole steps and every chat gap is one.
+    let (gap_off, ttft_off, all) = chats_beside_a_prompt_flood(None, 0.1);
+    assert!(all && gap_off > 0.2, "without the budget: {gap_off}");
+    let (gap, ttft, all) = chats_beside_a_prompt_flood(Some(0.8), 0.1);
+    assert!(all && gap <= 0.1, "largest chat gap {gap}");
+    // With it, each step keeps within the target and the flood's prompts start no later (its
+    // chunks go to the prompts in order, each finishing sooner: 1.67 s against 1.77 s).
+    assert!(
+        ttft <= 1.05 * ttft_off,
+        "flood mean TTFT {ttft} (unbounded {ttft_off})"
+    );
+    // A looser target (0.5 s) lets the steps run longer, within it.
+    let (gap_loose, _, all) = chats_beside_a_prompt_flood(Some(0.8), 0.5);
+    assert!(all && gap_loose <= 0.5 && gap_loose > 0.1, "{gap_loose}");
 }
 
 /// GPU seconds of tenants 0 and 1 over `seconds` of a node serving, at equal weights, tenant

@@ -186,3 +186,46 @@ fn the_ideal_cache_hits_follow_the_shared_blocks() {
     let small = ideal_hits(&r.requests, 16, Some(40));
     assert_eq!(small.bounded_tokens, Some(0));
 }
+
+#[test]
+fn a_copy_tenant_replays_the_trace_of_its_own_at_its_multiple() {
+    // azure-2024.csv: two rows, at 0 and 1.49007 s.
+    let spec = ReplaySpec {
+        copies: [("flood".to_string(), 3.0)].into(),
+        ..ReplaySpec::new(fixture("azure-2024.csv"))
+    };
+    let r = replay(&spec, &["a", "flood"], 1.0, None);
+    let of = |t: usize| -> Vec<f64> {
+        r.requests
+            .iter()
+            .filter(|q| q.tenant == t)
+            .map(|q| q.arrival_s)
+            .collect()
+    };
+    // "a" takes every row at 1x; the flood three windows of trace time in one, wrapping at
+    // the trace's end (one resolution step after its last row).
+    assert_eq!(of(0).len(), 2);
+    let flood = of(1);
+    assert_eq!(flood.len(), 6, "{flood:?}");
+    let w = r.info.window_s;
+    assert!((flood[1] - 1.49007 / 3.0).abs() < 1e-6, "{flood:?}");
+    assert!((flood[2] - w / 3.0).abs() < 1e-6, "{flood:?} {w}");
+    assert!(flood.iter().all(|&t| t < w), "{flood:?}");
+    // In arrival order, ids renumbered, no prompt content shared with the rows it repeats.
+    assert!(r
+        .requests
+        .windows(2)
+        .all(|p| p[0].arrival_s <= p[1].arrival_s));
+    assert!(r.requests.iter().enumerate().all(|(i, q)| q.id == i as u64));
+    let seeds: std::collections::BTreeSet<u64> =
+        r.requests.iter().map(|q| q.content_seed).collect();
+    assert_eq!(seeds.len(), r.requests.len());
+    // A copy names a tenant that takes rows, and a positive multiple.
+    let file = spec.read(Path::new("")).unwrap();
+    assert!(build(&spec, &file, &tenants(&["a"]), 1.0, None).is_err());
+    let bad = ReplaySpec {
+        copies: [("flood".to_string(), 0.0)].into(),
+        ..spec
+    };
+    assert!(bad.validate().is_err());
+}
