@@ -5,8 +5,9 @@
 #   here:       scripts/gpu/slo.sh build            # stages .gpu-bin/slo/ (xz-compressed)
 #   on the GPU: scripts/gpu/slo.sh run [VAR=value …] # with carry [".gpu-bin/slo"]
 # Settings (environment or VAR=value arguments), defaults in brackets:
-#   POLICIES [fcfs,lvf,wlvf]  RPS [22]  DURATION [120]  HBM_KV_GB [4]  DRAM_KV_GB [48]
-#   MAX_BATCHED_TOKENS [2048]  B_XFER [auto: the server's automatic budget; a number fixes it]  TENANTS [3: weights 1,2,4, equal Poisson shares of RPS]
+#   POLICIES [fcfs,lvf,wlvf]  RPS [22]  DURATION [120]  HBM_KV_GB [4; "default": the server's
+#   own rule, what the GPU has, and the twin's --gpu-memory-utilization 0.9]  DRAM_KV_GB [48]
+#   MAX_BATCHED_TOKENS [2048; "default": the server's, 16384]  B_XFER [auto: the server's automatic budget; a number fixes it]  TENANTS [3: weights 1,2,4, equal Poisson shares of RPS]
 #   CACHE [on: the prefix cache; a list of on, off (--no-prefix-cache), hbm (HBM-only)]
 #   MAX_CONNS [60000: the server's --max-connections and --max-connections-per-ip]
 #   MODEL [random:llama-3-8b; random:qwen2.5-32b is the paper's shape]
@@ -57,6 +58,10 @@ case "${1:-}" in
     if [ -n "${PROGRESS_TOKENS:-}" ]; then caps+=(--progress-tokens "$PROGRESS_TOKENS"); fi
     if [ -n "${STEP_TBT_SHARE:-}" ]; then caps+=(--step-tbt-share "$STEP_TBT_SHARE"); fi
     HBM_KV_GB=${HBM_KV_GB:-4}; DRAM_KV_GB=${DRAM_KV_GB:-48}; MBT=${MAX_BATCHED_TOKENS:-2048}
+    # The HBM tier and the token budget: given, or (with "default") the server's own.
+    sizes=()
+    [ "$HBM_KV_GB" != default ] && sizes+=(--hbm-kv-gb "$HBM_KV_GB")
+    [ "$MBT" != default ] && sizes+=(--max-batched-tokens "$MBT")
     DATASET=${DATASET:-sharegpt}; SEED=${SEED:-42}; DRAIN=${DRAIN:-60}
     MODEL=${MODEL:-random:llama-3-8b}
     # Every tenant's requests come from this one load generator, i.e. one address: the
@@ -159,8 +164,8 @@ PY
           echo "== twin: $hw-$shape $policy"
           "$bins/superinfer-loadgen" sim --profile "$hw-$shape" --tenants "$tenants" \
             "${rps_args[@]}" "${len_args[@]}" --seed "$SEED" --drain-s "$DRAIN" \
-            --policies "$policy" --hbm-kv-gb "$HBM_KV_GB" --dram-gb "$DRAM_KV_GB" \
-            --max-batched-tokens "$MBT" "${caps[@]}" --no-progress --out "$out/twin-$run" 2>&1 | tail -12
+            --policies "$policy" "${sizes[@]}" --dram-gb "$DRAM_KV_GB" \
+            "${caps[@]}" --no-progress --out "$out/twin-$run" 2>&1 | tail -12
           { echo "## twin $hw-$shape $run"; cat "$out/twin-$run/summary.md" 2>/dev/null; echo; } >> "$out/summary.md"
           runs+=("twin-$run")
         fi
@@ -168,7 +173,7 @@ PY
         trace_args=()
         [ "${STEP_TRACE:-}" = 1 ] && trace_args=(--step-trace "$out/$run.steps.jsonl")
         "$bins/superinfer" serve --device cuda --model "$MODEL" --policy "$policy" \
-          --hbm-kv-gb "$HBM_KV_GB" --dram-kv-gb "$DRAM_KV_GB" --max-batched-tokens "$MBT" \
+          "${sizes[@]}" --dram-kv-gb "$DRAM_KV_GB" \
           "${caps[@]}" "${cache_args[@]}" "${trace_args[@]}" --max-queue 100000 --data-dir "$data" --listen "127.0.0.1:$port" \
           --max-connections "$MAX_CONNS" --max-connections-per-ip "$MAX_CONNS" \
           > "$out/$run.server.log" 2>&1 &

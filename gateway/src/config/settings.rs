@@ -109,8 +109,8 @@ pub struct Settings {
     pub queue_deadline_ttfts: Option<f64>,
     /// Keep each engine step's predicted time within this share of the tightest TBT target
     /// of the requests decoding in it, when the runner knows its step cost (the simulated
-    /// engine; the GPU runner on an H100, H200 or GH200; docs/SCHEDULING.md, "Long
-    /// contexts"), only with a long context in reach; 0: off [default: 0.8].
+    /// engine; the GPU runner on an H100, H200 or GH200; docs/SCHEDULING.md, "The step
+    /// rule"), in every step with a request decoding; 0: off [default: 0.8].
     #[arg(long, env = "SUPERINFER_STEP_TBT_SHARE")]
     pub step_tbt_share: Option<f64>,
     /// Write one JSON line per engine step (what it ran, its measured and predicted time) to
