@@ -129,8 +129,15 @@ fn the_wait_cap_bounds_how_long_a_started_request_is_paused() {
         max_consecutive_rotations: Some(8),
         ..Default::default()
     };
+    // Steps bounded by tokens only: the step budget's own TTFT trade (prompts past half their
+    // target take whole chunks) shortens the longest pauses too, and this is about the cap.
+    let engine = EngineConfig {
+        step_tbt_share: None,
+        ..EngineConfig::default()
+    };
     let cfg = SimTargetConfig {
         policy,
+        engine: engine.clone(),
         ..Default::default()
     };
     let (capped, _) = run(PolicyKind::Wlvf, &tenants, cfg);
@@ -142,7 +149,11 @@ fn the_wait_cap_bounds_how_long_a_started_request_is_paused() {
         "max stall {}",
         capped.max_stall_s
     );
-    let (uncapped, _) = run(PolicyKind::Wlvf, &tenants, SimTargetConfig::default());
+    let uncapped_cfg = SimTargetConfig {
+        engine,
+        ..Default::default()
+    };
+    let (uncapped, _) = run(PolicyKind::Wlvf, &tenants, uncapped_cfg);
     assert!(
         uncapped.max_stall_s > capped.max_stall_s,
         "{} vs {}",

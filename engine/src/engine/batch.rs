@@ -42,7 +42,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
         let decodes = plan_batch(
             &self.requests,
             &self.pool,
-            (&self.cfg, limit, self.policy.as_ref()),
+            (&self.cfg, limit, self.policy.as_ref(), self.clock.now()),
             &mut b,
             spans,
             &mut entries,

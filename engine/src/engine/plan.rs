@@ -16,6 +16,10 @@ use superinfer_policies::{Policy, RequestId};
 /// for a 49k vocabulary), so a long prompt is scored in chunks of bounded memory.
 pub const PROMPT_SCORE_CHUNK: u32 = 256;
 
+/// The share of its TTFT target a prompt waits before its chunks may outgrow the step's time
+/// limit (VLT's tolerance window for waiting requests, `beta_F`, is the same half).
+pub const TTFT_PRESSURE: f64 = 0.5;
+
 /// The most prefill tokens `r` may run in one step (no bound unless it scores its prompt).
 fn score_cap(r: &Request) -> u32 {
     if r.spec.sampling.prompt_logprobs.is_some() {
@@ -34,7 +38,7 @@ fn score_cap(r: &Request) -> u32 {
 pub(super) fn plan_batch<'a>(
     requests: &'a BTreeMap<RequestId, Request>,
     pool: &'a KvPool,
-    (cfg, limit, policy): (&EngineConfig, Option<(StepCost, f64)>, &dyn Policy),
+    (cfg, limit, policy, now): (&EngineConfig, Option<(StepCost, f64)>, &dyn Policy, f64),
     b: &mut BudgetScratch<'_>,
     spans: &mut Vec<Span>,
     entries: &mut Vec<BatchEntry<'a>>,
@@ -138,6 +142,13 @@ pub(super) fn plan_batch<'a>(
     // limit, each chunk also fits the time left (the first at least MIN_CHUNK_TOKENS), and
     // the short prompts go first.
     let mut grants: Vec<(&Request, u32)> = Vec::with_capacity(prefills.len());
+    // A prompt that has waited past `TTFT_PRESSURE` of its TTFT target, of a tenant in the
+    // policy's lowest chunk band (not ahead of its share), takes its chunk whatever the time:
+    // past that point its first token is worth a late step to the decodes beside it (the
+    // trade LVF makes by rotation), and a flooding tenant ahead of its share never gets to.
+    let pressed = |r: &Request| {
+        now - r.t_arr > TTFT_PRESSURE * r.spec.slo.ttft_s && policy.chunk_band(r.tenant) == 0
+    };
     let mut in_time = |r: &Request, already: u32, want: u32, first: bool| -> u32 {
         let Some(l) = &limit else { return want };
         // The chunk's cost so far (its fixed part counts once it has tokens).
@@ -152,7 +163,9 @@ pub(super) fn plan_batch<'a>(
             .cost
             .chunk_tokens_within(r.kv_len, left_s + spent(already))
             .saturating_sub(already);
-        let take = if first && already == 0 {
+        let take = if pressed(r) {
+            want
+        } else if first && already == 0 {
             // A chunk of fewer queries than one wave of the attention kernel costs as much
             // attention as the wave (`runner::cost::attention_pairs`): a forced chunk takes
             // up to the wave, as far as the step still ends within the TBT target itself
