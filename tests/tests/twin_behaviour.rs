@@ -129,8 +129,9 @@ fn the_wait_cap_bounds_how_long_a_started_request_is_paused() {
         max_consecutive_rotations: Some(8),
         ..Default::default()
     };
-    // Steps bounded by tokens only: the step budget's own TTFT trade (prompts past half their
-    // target take whole chunks) shortens the longest pauses too, and this is about the cap.
+    // Steps bounded by tokens only: with the step budget the uncapped run's longest pause is
+    // shorter than the cap (5.5 s against 10.4), so this, which is about the cap, would not
+    // see it.
     let engine = EngineConfig {
         step_tbt_share: None,
         ..EngineConfig::default()
