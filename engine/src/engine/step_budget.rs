@@ -3,9 +3,9 @@
 //!
 //! Every decode in a step waits for the whole step, so whatever else the step holds slows
 //! every request decoding in it: a flood's prompt chunks filling the token budget (16,384
-//! tokens of an 8B model's prefill take several tenths of a second on an H100), or one long context (at 128k tokens
-//! a single decode reads 16 GiB of KV, several times a short chat's whole step). With a cost
-//! model, the planner predicts every step that holds a decode and keeps it within
+//! tokens of an 8B model's prefill take several tenths of a second on an H100), or one long
+//! context (at 128k tokens a single decode reads 16 GiB of KV, several times a short chat's
+//! whole step). With a cost model, the planner predicts every step that holds a decode and keeps it within
 //! `share × the tightest TBT target` of the requests decoding (a batch whose targets are all
 //! looser takes longer steps):
 //!

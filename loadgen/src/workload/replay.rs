@@ -304,7 +304,7 @@ pub fn build(
             info.empty += 1;
             continue;
         }
-        if cap.is_some_and(|c| row.prompt_tokens > c) {
+        if over_cap(row, cap) {
             info.over_cap += 1;
             info.longest_over_cap = info.longest_over_cap.max(row.prompt_tokens);
             continue;
@@ -314,21 +314,14 @@ pub fn build(
             Some(key) => takers[(super::conversation::text_seed(key) % n as u64) as usize],
             None => takers[k % n],
         });
-        requests.push(RequestSpec {
-            id: requests.len() as u64,
-            tenant,
-            arrival_s: (times[i] - spec.start_s) * scale,
-            prompt_tokens: row.prompt_tokens,
-            output_tokens: row.output_tokens,
-            system_tokens: 0,
-            message_tokens: row.prompt_tokens,
-            content_seed: super::conversation::text_seed(&format!("trace row {}", row.line)),
-            turn: None,
-            blocks: row.hash_ids.as_ref().map(|ids| TraceBlocks {
-                hash_ids: ids.as_slice().into(),
-                block_tokens: spec.block_tokens,
-            }),
-        });
+        let seed = super::conversation::text_seed(&format!("trace row {}", row.line));
+        requests.push(row_request(
+            spec,
+            row,
+            (tenant, (times[i] - spec.start_s) * scale),
+            seed,
+            requests.len(),
+        ));
     }
     if info.rows_in_window == 0 {
         return Err(Error::Usage(format!(
@@ -346,9 +339,7 @@ pub fn build(
     info.run_s = info.window_s * scale;
     for (tenant, k) in copies {
         copies::push_copy(
-            spec,
-            file,
-            &times,
+            (spec, file, &times, &order),
             (tenant, k),
             (info.window_s, scale),
             cap,
@@ -365,6 +356,36 @@ pub fn build(
 }
 
 /// Row times with ties spread: the k rows stamped `t` arrive at `t + j·resolution/k`.
+/// Whether a row's prompt is over the cap (counted and reported, not sent).
+fn over_cap(row: &TraceRow, cap: Option<u32>) -> bool {
+    cap.is_some_and(|c| row.prompt_tokens > c)
+}
+
+/// The request of `row` for `tenant` at `arrival_s`, with content from `seed` and `id`.
+fn row_request(
+    spec: &ReplaySpec,
+    row: &TraceRow,
+    (tenant, arrival_s): (usize, f64),
+    seed: u64,
+    id: usize,
+) -> RequestSpec {
+    RequestSpec {
+        id: id as u64,
+        tenant,
+        arrival_s,
+        prompt_tokens: row.prompt_tokens,
+        output_tokens: row.output_tokens,
+        system_tokens: 0,
+        message_tokens: row.prompt_tokens,
+        content_seed: seed,
+        turn: None,
+        blocks: row.hash_ids.as_ref().map(|ids| TraceBlocks {
+            hash_ids: ids.as_slice().into(),
+            block_tokens: spec.block_tokens,
+        }),
+    }
+}
+
 fn spread_times(rows: &[TraceRow], spread: bool, resolution_s: f64) -> Vec<f64> {
     let mut times: Vec<f64> = rows.iter().map(|r| r.time_s).collect();
     if !spread || resolution_s <= 0.0 {

@@ -1,7 +1,7 @@
 //! Tenants that replay a copy of the trace of their own at a multiple of the run's rate
 //! (`ReplaySpec::copies`): the same traffic as the tenants sharing the rows, K times as dense.
 
-use super::{ReplaySpec, RequestSpec, TraceBlocks, TraceFile};
+use super::{over_cap, row_request, ReplaySpec, RequestSpec, TraceFile};
 use crate::error::Error;
 use crate::workload::conversation::text_seed;
 use crate::workload::TenantSpec;
@@ -29,68 +29,47 @@ pub(super) fn copy_tenants(
         .collect()
 }
 
-/// Appends `tenant`'s copy: the rows from the window's start over `k × window_s` of trace
-/// time (after the trace's last row, again from its first, one resolution step later), each
-/// at `(trace time from the start) × scale / k`. Rows without output or prompt, or over
-/// `cap`, are skipped as in the shared replay. Content is the copy's own (seeded by the row,
-/// the lap and the tenant), so a copy shares no prompt with the rows it repeats.
+/// Appends `tenant`'s copy: the rows (`order`: by time) from the window's start over
+/// `k × window_s` of trace time, the trace starting again from its first row one resolution
+/// step after its last, each at `(trace time from the start) × scale / k`. Rows without output
+/// or prompt, or over `cap`, are skipped as in the shared replay. Content is the copy's own
+/// (seeded by the row, the lap and the tenant), so a copy shares no prompt with the rows it
+/// repeats.
 pub(super) fn push_copy(
-    spec: &ReplaySpec,
-    file: &TraceFile,
-    times: &[f64],
+    (spec, file, times, order): (&ReplaySpec, &TraceFile, &[f64], &[usize]),
     (tenant, k): (usize, f64),
     (window_s, scale): (f64, f64),
     cap: Option<u32>,
     out: &mut Vec<RequestSpec>,
 ) {
-    let mut order: Vec<usize> = (0..file.rows.len()).collect();
-    order.sort_by(|&a, &b| times[a].total_cmp(&times[b]));
     let (Some(&first), Some(&last)) = (order.first(), order.last()) else {
         return;
     };
+    // Trace time `t` of lap `lap` lies at `t + lap × period` on the copy's timeline.
     let period = times[last] - times[first] + file.resolution_s.max(1e-3);
     let span = k * window_s;
-    // Lap 0 starts at the window's start; later laps replay the whole trace.
-    let mut offset = spec.start_s;
     for lap in 0u64.. {
-        let from = if lap == 0 { spec.start_s } else { times[first] };
-        let mut any = false;
-        for &i in order.iter().filter(|&&i| times[i] >= from) {
-            let v = times[i] - from + (offset - spec.start_s);
+        let shift = lap as f64 * period - spec.start_s;
+        for &i in order {
+            let v = times[i] + shift;
+            if v < 0.0 {
+                continue;
+            }
             if v >= span {
                 return;
             }
-            any = true;
             let row = &file.rows[i];
-            if row.output_tokens == 0
-                || row.prompt_tokens == 0
-                || cap.is_some_and(|c| row.prompt_tokens > c)
-            {
+            if row.output_tokens == 0 || row.prompt_tokens == 0 || over_cap(row, cap) {
                 continue;
             }
-            out.push(RequestSpec {
-                id: out.len() as u64,
-                tenant,
-                arrival_s: v * scale / k,
-                prompt_tokens: row.prompt_tokens,
-                output_tokens: row.output_tokens,
-                system_tokens: 0,
-                message_tokens: row.prompt_tokens,
-                content_seed: text_seed(&format!("trace row {} lap {lap} copy {tenant}", row.line)),
-                turn: None,
-                blocks: row.hash_ids.as_ref().map(|ids| TraceBlocks {
-                    hash_ids: ids.as_slice().into(),
-                    block_tokens: spec.block_tokens,
-                }),
-            });
+            let seed = text_seed(&format!("trace row {} lap {lap} copy {tenant}", row.line));
+            out.push(row_request(
+                spec,
+                row,
+                (tenant, v * scale / k),
+                seed,
+                out.len(),
+            ));
         }
-        if !any && lap > 0 {
-            return;
-        }
-        offset += if lap == 0 {
-            times[last] + file.resolution_s.max(1e-3) - spec.start_s
-        } else {
-            period
-        };
     }
 }
