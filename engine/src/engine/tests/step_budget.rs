@@ -221,6 +221,16 @@ fn a_batch_of_short_contexts_shares_its_time_when_every_decode_cannot_fit() {
     assert_eq!(on.len(), 40 * 50);
     let off = chats_timeline(None);
     assert_eq!(off.len(), 40 * 50);
+    // The most tokens one step gave: all 40 without the budget, fewer with it.
+    let widest = |timeline: &[(RequestId, u64)]| {
+        let mut per_step: HashMap<u64, usize> = HashMap::new();
+        for &(_, t) in timeline {
+            *per_step.entry(t).or_default() += 1;
+        }
+        per_step.into_values().max().unwrap_or(0)
+    };
+    assert_eq!(widest(&off), 40);
+    assert!(widest(&on) < 40, "{}", widest(&on));
 }
 
 /// Two chats decoding (TBT target `tbt_s`) when 24 prompts of 4,000 tokens arrive at once (a
