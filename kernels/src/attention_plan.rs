@@ -30,7 +30,7 @@ pub const PREFILL_WIDE_KEY_TILE: u32 = 32;
 /// A step with a prompt chunk of at least this many tokens runs the wide kernel: 1.12x the
 /// rate on long chunks (H100), but a CTA walks its keys with twice the queries, so a small
 /// chunk deep in a context takes about twice as long; at 8,192 queries over 32 heads the
-/// wide kernel's CTAs fill an H100 about eight times (docs/BENCHMARKS.md "Long context").
+/// wide kernel's CTAs fill an H100 about eight times (docs/BENCHMARKS_GPU.md "Long-context kernels").
 pub const PREFILL_WIDE_MIN_TOKENS: u32 = 8192;
 
 /// Dynamic shared memory of a wide prefill CTA at `head_dim`: the CTA's queries and one key

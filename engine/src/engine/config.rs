@@ -33,9 +33,9 @@ pub struct EngineConfig {
     pub shed_late: Option<f64>,
     /// Tokens a request must produce in one running period before its consecutive-rotation
     /// count resets. 80: with weighted LVF's default cap of 1, a restored request runs at least
-    /// this long; the smallest value that kept burst recovery under 3 rotations per request
-    /// and the 3-tenant SLO run 55 points over FCFS in the twin (docs/BENCHMARKS.md, "Choosing
-    /// the defaults").
+    /// this long; 1.81 rotations per request in burst recovery against 3.19 with 32, the
+    /// flood beside the steady tenants no worse (docs/BENCHMARKS.md, "Tenant isolation
+    /// (twin)").
     pub progress_tokens: u32,
     /// A prompt with more than this many tokens left to prefill is a *long* prefill: while
     /// other prefills want tokens it gets at most this many per iteration (the rest of the

@@ -34,7 +34,7 @@ pub struct StepCost {
 /// rounded up to whole waves of `wave` queries (its queries in tiles of `tile`) where the
 /// kernel runs its query tiles in waves, each as long as its tiles' walk over the keys. A
 /// chunk deep in a context with fewer queries than a wave costs a whole wave; one of many
-/// waves, about its pairs. Measured on the H100 (docs/BENCHMARKS.md, "Long context"): steps
+/// waves, about its pairs. Measured on the H100 (docs/BENCHMARKS_GPU.md, "Long-context kernels"): steps
 /// with one chunk at 0.89-0.98x this model, 0.95-1.48x of pairs with a one-wave floor.
 pub fn attention_pairs(pos: f64, len: f64, wave: f64, tile: f64) -> f64 {
     let pairs = len * (pos + len / 2.0);

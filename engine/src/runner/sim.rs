@@ -132,7 +132,7 @@ mod tests {
 
     #[test]
     fn h100_long_context_steps() {
-        // Measured on our H100 (docs/BENCHMARKS.md "Long context", 2026-12-06 20:27 UTC):
+        // Measured on our H100 (docs/BENCHMARKS_GPU.md "Long-context kernels", 2026-12-06 20:27 UTC):
         // Llama-3.1-8B decode steps of `batch` sequences reading `keys` keys each, and a
         // 32k-token prompt prefilled in two chunks of 16,384 tokens.
         let r = SimRunner::new(Profile::builtin("h100-llama-3.1-8b").unwrap(), 16);
