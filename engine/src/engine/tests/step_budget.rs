@@ -237,11 +237,19 @@ fn a_batch_of_short_contexts_shares_its_time_when_every_decode_cannot_fit() {
 /// flood that fills the 16,384-token budget for six steps); returns the chats' largest gap
 /// between two tokens, the flood's mean time to first token, and whether all finished.
 fn chats_beside_a_prompt_flood(share: Option<f64>, tbt_s: f64) -> (f64, f64, bool) {
+    flood_with_ttft(share, tbt_s, 10.0, 1)
+}
+
+/// [`chats_beside_a_prompt_flood`] with a TTFT target of `ttft_s` for everyone and the flood
+/// sent by `flood_tenant` (0: the chats' own tenant).
+fn flood_with_ttft(
+    share: Option<f64>,
+    tbt_s: f64,
+    ttft_s: f64,
+    flood_tenant: u32,
+) -> (f64, f64, bool) {
     let mut e = long_context_engine(share);
-    let slo = Slo {
-        ttft_s: 10.0,
-        tbt_s,
-    };
+    let slo = Slo { ttft_s, tbt_s };
     for id in 0..2 {
         let mut r = request(id, 0, 300, 400);
         r.slo = slo;
@@ -256,7 +264,7 @@ fn chats_beside_a_prompt_flood(share: Option<f64>, tbt_s: f64) -> (f64, f64, boo
         }
         if flood_sent.is_none() && last.len() == 2 {
             for id in 2..26 {
-                let mut r = request(id, 1, 4_000, 8);
+                let mut r = request(id, flood_tenant, 4_000, 8);
                 r.slo = slo;
                 e.submit(r).unwrap();
             }
@@ -301,6 +309,22 @@ fn a_prompt_flood_cannot_stretch_a_chats_gaps_and_a_looser_target_takes_longer_s
     // A looser target (0.5 s) lets the steps run longer, within it.
     let (gap_loose, _, all) = chats_beside_a_prompt_flood(Some(0.8), 0.5);
     assert!(all && gap_loose <= 0.5 && gap_loose > 0.1, "{gap_loose}");
+}
+
+#[test]
+fn a_short_prompt_past_most_of_its_ttft_target_takes_its_chunk_whatever_the_time() {
+    // TTFT 50 ms: after one step every prompt of the flood has waited past 0.8 of it. Sent by
+    // the chats' own tenant (never ahead of its share: it is the only one), each takes its
+    // whole rest: steps of four 4,000-token prompts, over the chats' target; waiting
+    // patiently (TTFT 10 s) it keeps within it.
+    let (gap, _, all) = flood_with_ttft(Some(0.8), 0.1, 0.05, 0);
+    let (gap_patient, _, _) = flood_with_ttft(Some(0.8), 0.1, 10.0, 0);
+    assert!(all && gap > 0.2, "largest chat gap {gap}");
+    assert!(gap_patient <= 0.1, "{gap_patient}");
+    // Sent by a tenant of its own, the flood is soon ahead of its share (its prefill is
+    // charged; the chats' tenant decodes two tokens a step): it never lifts the limit.
+    let (gap_other, _, all) = flood_with_ttft(Some(0.8), 0.1, 0.05, 1);
+    assert!(all && gap_other <= 0.1, "{gap_other}");
 }
 
 /// GPU seconds of tenants 0 and 1 over `seconds` of a node serving, at equal weights, tenant
