@@ -6,7 +6,7 @@
 //! `[[tenant]]` tables give names, weights, SLOs and keys but no `arrivals` or `dataset`
 //! (both come from the trace). `docs/WORKLOADS.md` has the options.
 
-use super::request::{RequestSpec, TraceBlocks};
+use super::request::RequestSpec;
 use super::tenants::TenantSpec;
 use super::trace::{self, TraceFile, TraceFormat, TraceRow};
 use crate::error::Error;
@@ -239,7 +239,7 @@ pub fn build(
     let takers: Vec<usize> = (0..tenants.len())
         .filter(|&i| tenants[i].arrivals.is_replay() && !spec.copies.contains_key(&tenants[i].name))
         .collect();
-    let copies = copies::copy_tenants(spec, tenants)?;
+    let copies = copies::copy_tenants(&spec.copies, tenants)?;
     if takers.is_empty() {
         return Err(Error::Usage(
             "replay: every tenant sends load of its own (arrivals and dataset); at least one \
@@ -304,7 +304,7 @@ pub fn build(
             info.empty += 1;
             continue;
         }
-        if over_cap(row, cap) {
+        if row::over_cap(row, cap) {
             info.over_cap += 1;
             info.longest_over_cap = info.longest_over_cap.max(row.prompt_tokens);
             continue;
@@ -315,9 +315,9 @@ pub fn build(
             None => takers[k % n],
         });
         let seed = super::conversation::text_seed(&format!("trace row {}", row.line));
-        requests.push(row_request(
-            spec,
+        requests.push(row::request(
             row,
+            spec.block_tokens,
             (tenant, (times[i] - spec.start_s) * scale),
             seed,
             requests.len(),
@@ -339,7 +339,8 @@ pub fn build(
     info.run_s = info.window_s * scale;
     for (tenant, k) in copies {
         copies::push_copy(
-            (spec, file, &times, &order),
+            (file, &times, &order),
+            (spec.start_s, spec.block_tokens),
             (tenant, k),
             (info.window_s, scale),
             cap,
@@ -356,36 +357,6 @@ pub fn build(
 }
 
 /// Row times with ties spread: the k rows stamped `t` arrive at `t + j·resolution/k`.
-/// Whether a row's prompt is over the cap (counted and reported, not sent).
-fn over_cap(row: &TraceRow, cap: Option<u32>) -> bool {
-    cap.is_some_and(|c| row.prompt_tokens > c)
-}
-
-/// The request of `row` for `tenant` at `arrival_s`, with content from `seed` and `id`.
-fn row_request(
-    spec: &ReplaySpec,
-    row: &TraceRow,
-    (tenant, arrival_s): (usize, f64),
-    seed: u64,
-    id: usize,
-) -> RequestSpec {
-    RequestSpec {
-        id: id as u64,
-        tenant,
-        arrival_s,
-        prompt_tokens: row.prompt_tokens,
-        output_tokens: row.output_tokens,
-        system_tokens: 0,
-        message_tokens: row.prompt_tokens,
-        content_seed: seed,
-        turn: None,
-        blocks: row.hash_ids.as_ref().map(|ids| TraceBlocks {
-            hash_ids: ids.as_slice().into(),
-            block_tokens: spec.block_tokens,
-        }),
-    }
-}
-
 fn spread_times(rows: &[TraceRow], spread: bool, resolution_s: f64) -> Vec<f64> {
     let mut times: Vec<f64> = rows.iter().map(|r| r.time_s).collect();
     if !spread || resolution_s <= 0.0 {
@@ -405,5 +376,6 @@ fn spread_times(rows: &[TraceRow], spread: bool, resolution_s: f64) -> Vec<f64> 
 }
 
 mod copies;
+mod row;
 #[cfg(test)]
 mod tests;

@@ -1,18 +1,21 @@
 //! Tenants that replay a copy of the trace of their own at a multiple of the run's rate
 //! (`ReplaySpec::copies`): the same traffic as the tenants sharing the rows, K times as dense.
 
-use super::{over_cap, row_request, ReplaySpec, RequestSpec, TraceFile};
+use super::row::{over_cap, request};
 use crate::error::Error;
 use crate::workload::conversation::text_seed;
+use crate::workload::request::RequestSpec;
+use crate::workload::trace::TraceFile;
 use crate::workload::TenantSpec;
+use std::collections::BTreeMap;
 
 /// The copy tenants' indices and rate multiples, in the spec's order; each must be a tenant
 /// without load of its own.
 pub(super) fn copy_tenants(
-    spec: &ReplaySpec,
+    copies: &BTreeMap<String, f64>,
     tenants: &[TenantSpec],
 ) -> Result<Vec<(usize, f64)>, Error> {
-    spec.copies
+    copies
         .iter()
         .map(|(name, &k)| {
             tenants
@@ -29,14 +32,15 @@ pub(super) fn copy_tenants(
         .collect()
 }
 
-/// Appends `tenant`'s copy: the rows (`order`: by time) from the window's start over
+/// Appends `tenant`'s copy: the rows (`order`: by time) from the window's start (`start_s`) over
 /// `k × window_s` of trace time, the trace starting again from its first row one resolution
 /// step after its last, each at `(trace time from the start) × scale / k`. Rows without output
 /// or prompt, or over `cap`, are skipped as in the shared replay. Content is the copy's own
 /// (seeded by the row, the lap and the tenant), so a copy shares no prompt with the rows it
 /// repeats.
 pub(super) fn push_copy(
-    (spec, file, times, order): (&ReplaySpec, &TraceFile, &[f64], &[usize]),
+    (file, times, order): (&TraceFile, &[f64], &[usize]),
+    (start_s, block_tokens): (f64, u32),
     (tenant, k): (usize, f64),
     (window_s, scale): (f64, f64),
     cap: Option<u32>,
@@ -49,7 +53,7 @@ pub(super) fn push_copy(
     let period = times[last] - times[first] + file.resolution_s.max(1e-3);
     let span = k * window_s;
     for lap in 0u64.. {
-        let shift = lap as f64 * period - spec.start_s;
+        let shift = lap as f64 * period - start_s;
         for &i in order {
             let v = times[i] + shift;
             if v < 0.0 {
@@ -63,9 +67,9 @@ pub(super) fn push_copy(
                 continue;
             }
             let seed = text_seed(&format!("trace row {} lap {lap} copy {tenant}", row.line));
-            out.push(row_request(
-                spec,
+            out.push(request(
                 row,
+                block_tokens,
                 (tenant, v * scale / k),
                 seed,
                 out.len(),

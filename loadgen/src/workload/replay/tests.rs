@@ -1,5 +1,5 @@
 use super::*;
-use crate::workload::{ArrivalSpec, LengthSpec};
+use crate::workload::{ArrivalSpec, LengthSpec, TraceBlocks};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
