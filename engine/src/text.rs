@@ -283,6 +283,23 @@ impl TextCodec {
             .map_err(|e| EngineError::Text(format!("cannot tokenize: {e}")))
     }
 
+    /// `ids` between the special tokens the tokenizer's post-processor adds to a text (BOS
+    /// before, EOS after, as `encode(text, true)` places them).
+    pub fn with_special_tokens(&self, ids: Vec<u32>) -> Result<Vec<u32>, EngineError> {
+        let bare = self.encode("a", false)?;
+        let full = self.encode("a", true)?;
+        let at = full
+            .windows(bare.len().max(1))
+            .position(|w| w == bare.as_slice())
+            .ok_or_else(|| {
+                EngineError::Text("the tokenizer's special tokens cannot be placed".into())
+            })?;
+        let mut out = full[..at].to_vec();
+        out.extend(ids);
+        out.extend_from_slice(&full[at + bare.len()..]);
+        Ok(out)
+    }
+
     /// The prompt text of a chat, ending with the assistant's turn header
     /// (`add_generation_prompt`).
     pub fn apply_chat_template(&self, messages: &[ChatMessage]) -> Result<String, EngineError> {

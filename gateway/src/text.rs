@@ -282,13 +282,14 @@ impl Text {
                 }
                 Ok(ids)
             }
-            Backend::Model { codec: c, .. } => {
-                let text = c
-                    .render_chat(messages, add_generation_prompt)
-                    .map_err(|e| e.to_string())?;
-                c.encode(&text, add_special_tokens)
-                    .map_err(|e| e.to_string())
-            }
+            // Exactly the chat path's encoding: contents' special-token texts are text.
+            Backend::Model { codec: c, .. } => c
+                .encode_chat_as(messages, None, add_generation_prompt)
+                .and_then(|ids| match add_special_tokens {
+                    true => c.with_special_tokens(ids),
+                    false => Ok(ids),
+                })
+                .map_err(|e| e.to_string()),
         }
     }
 

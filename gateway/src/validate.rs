@@ -19,7 +19,7 @@ use prompt::{chat_tokens, prompt_list, PromptLimit};
 pub use endpoint::Endpoint;
 pub use extras::MAX_CACHE_SALT_BYTES;
 use extras::{cache_salt, continuous_usage, echo_text, logit_bias, min_tokens};
-pub use prompt::MAX_PROMPTS;
+pub use prompt::{MAX_MESSAGES, MAX_PROMPTS};
 
 use crate::error::{GatewayError, Result};
 use crate::text::Text;

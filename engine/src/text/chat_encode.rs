@@ -21,43 +21,57 @@ impl TextCodec {
         messages: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
     ) -> Result<Vec<u32>, EngineError> {
+        self.encode_chat_as(messages, tools, true)
+    }
+
+    /// [`TextCodec::encode_chat_content_as_text`] with the assistant's turn header only when
+    /// `add_generation_prompt` (`/tokenize` encodes exactly as the chat path does). Linear in
+    /// the rendered text: one pass finds every marker.
+    pub fn encode_chat_as(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<Vec<u32>, EngineError> {
         let plain = self.plain_text();
         if !messages.iter().any(|m| plain.holds_special(&m.content)) {
-            let text = self.render_chat_with_tools(messages, tools, true)?;
+            let text = self.render_chat_with_tools(messages, tools, add_generation_prompt)?;
             return self.encode(&text, false);
         }
         let nonce: u64 = rand::random();
-        let marker = |i: usize| format!("\u{E000}{nonce:016x}:{i}\u{E001}");
+        let open = format!("\u{E000}{nonce:016x}:");
         let marked: Vec<ChatMessage> = messages
             .iter()
             .enumerate()
             .map(|(i, m)| ChatMessage {
-                content: marker(i),
+                content: format!("{open}{i}\u{E001}"),
                 ..m.clone()
             })
             .collect();
-        let rendered = self.render_chat_with_tools(&marked, tools, true)?;
+        let rendered = self.render_chat_with_tools(&marked, tools, add_generation_prompt)?;
         let mut ids = Vec::new();
+        let mut placed = vec![false; messages.len()];
         let mut rest = rendered.as_str();
-        loop {
-            let next = (0..messages.len())
-                .filter_map(|i| rest.find(&marker(i)).map(|at| (at, i)))
-                .min();
-            let Some((at, i)) = next else { break };
+        while let Some(at) = rest.find(&open) {
+            let after = &rest[at + open.len()..];
+            // The nonce is random, so only the template's copy of a marker carries it.
+            let Some((i, len)) = marker_index(after).filter(|&(i, _)| i < messages.len()) else {
+                ids.extend(self.encode(&rest[..at + open.len()], false)?);
+                rest = after;
+                continue;
+            };
             ids.extend(self.encode(&rest[..at], false)?);
-            let content = &messages[i].content;
             let enc = plain
                 .plain
-                .encode(content.as_str(), false)
+                .encode(messages[i].content.as_str(), false)
                 .map_err(|e| EngineError::Text(format!("cannot tokenize: {e}")))?;
             ids.extend_from_slice(enc.get_ids());
-            rest = &rest[at + marker(i).len()..];
+            placed[i] = true;
+            rest = &after[len..];
         }
         // Every content that holds a special token must have been placed as plain text; a
         // template that transforms content (and so loses the marker) cannot keep it so.
-        let placed =
-            |i: usize| !rendered.contains(&marker(i)) && plain.holds_special(&messages[i].content);
-        if (0..messages.len()).any(placed) {
+        if (0..messages.len()).any(|i| !placed[i] && plain.holds_special(&messages[i].content)) {
             return Err(EngineError::Text(
                 "a message's content holds a special token's text (such as <|im_start|>), \
                  which this model's chat template cannot keep as plain text; remove it"
@@ -67,4 +81,12 @@ impl TextCodec {
         ids.extend(self.encode(rest, false)?);
         Ok(ids)
     }
+}
+
+/// The message index of a marker's tail (`12\u{E001}…`) and the tail's length in bytes.
+fn marker_index(tail: &str) -> Option<(usize, usize)> {
+    let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+    let close = tail[digits..].strip_prefix('\u{E001}')?;
+    let i = tail[..digits].parse().ok()?;
+    Some((i, tail.len() - close.len()))
 }

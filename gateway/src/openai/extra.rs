@@ -220,6 +220,7 @@ fn tokenize_body(
                     "`add_generation_prompt` and `continue_final_message` go with `messages`",
                 ));
             }
+            fits_context(state, "prompt", p.len())?;
             text.encode_with(&p, b.add_special_tokens.unwrap_or(true))
                 .map_err(|e| GatewayError::invalid("prompt", e))?
         }
@@ -231,6 +232,11 @@ fn tokenize_body(
                 ));
             }
             let parsed = validate::chat_messages(messages)?;
+            fits_context(
+                state,
+                "messages",
+                parsed.iter().map(|m| m.content.len()).sum(),
+            )?;
             let add_generation_prompt = b.add_generation_prompt.unwrap_or(true);
             text.tokenize_chat(
                 &parsed,
@@ -252,6 +258,22 @@ fn tokenize_body(
         "tokens": tokens,
         "token_strs": token_strs,
     }))
+}
+
+/// Refuses text that cannot fit the model's context by its length in bytes alone, before it
+/// is tokenized (a token covers at most [`crate::text::Text::max_prompt_bytes`] bytes).
+fn fits_context(state: &Shared, field: &str, bytes: usize) -> Result<()> {
+    let tokens = state.model.max_model_len;
+    match state.text.max_prompt_bytes(tokens) {
+        Some(max) if bytes > max => Err(GatewayError::invalid(
+            field,
+            format!(
+                "the text is {bytes} bytes long; the model's context of {tokens} tokens \
+                 (max_model_len) fits at most {max} bytes: it cannot fit"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// `POST /detokenize`: `{"prompt": text}` of `tokens` (special tokens included, as vLLM).

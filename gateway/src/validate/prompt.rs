@@ -5,6 +5,8 @@ use super::*;
 
 /// At most this many prompts in one completions request (one choice each).
 pub const MAX_PROMPTS: usize = 64;
+/// At most this many messages in one chat (as OpenAI's API), checked before any is rendered.
+pub const MAX_MESSAGES: usize = 2048;
 
 /// Refuses text that cannot fit the tenant's `max_prompt_tokens` by its length in bytes alone,
 /// before any of it is tokenized (a token covers at most [`Text::max_prompt_bytes`] bytes).
@@ -156,6 +158,16 @@ pub(crate) fn chat_messages(messages: Vec<Message>) -> Result<Vec<ChatMessage>> 
         return Err(GatewayError::invalid(
             "messages",
             "`messages` must hold at least one message, e.g. [{\"role\": \"user\", \"content\": \"Hi\"}]",
+        ));
+    }
+    if messages.len() > MAX_MESSAGES {
+        return Err(GatewayError::invalid(
+            "messages",
+            format!(
+                "{} messages, more than the limit of {MAX_MESSAGES} (max messages); send a \
+                 shorter conversation",
+                messages.len()
+            ),
         ));
     }
     let mut parsed = Vec::with_capacity(messages.len());
