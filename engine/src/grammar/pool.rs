@@ -5,11 +5,14 @@
 //! schema's `$ref`s), so a deep enough grammar overflows an ordinary thread's 2 MiB stack and
 //! aborts the whole process. Here it runs on a [`COMPILE_STACK_BYTES`] stack (address space
 //! reserved, touched only as deep as a grammar goes), never on the async runtime or the
-//! engine thread. A compilation that has not finished within its budget is answered as
-//! [`CompileError::Budget`]; its thread goes on until llguidance returns (its own fuel limits
-//! bound that), so the pool's queue is bounded and a full pool answers [`CompileError::Busy`].
+//! engine thread. A compilation that has not finished within its budget (counted from when a
+//! thread takes it) is answered as [`CompileError::Budget`]; its thread goes on until
+//! llguidance returns (its own fuel limits bound that). A full queue, or a job that waited its
+//! budget for a thread, answers [`CompileError::Busy`] (a retryable 503): contention never
+//! turns into "send a smaller grammar".
 
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,28 +47,44 @@ impl std::fmt::Display for CompileError {
 
 type Work = Box<dyn FnOnce() + Send>;
 
-/// A job and the time after which nobody waits for it any more.
+/// A job waits in the queue.
+const QUEUED: u8 = 0;
+/// A thread runs it.
+const RUNNING: u8 = 1;
+/// Its caller stopped waiting before a thread took it: it is skipped.
+const ABANDONED: u8 = 2;
+
+/// A job and whether a thread or its caller has claimed it.
 struct Job {
-    deadline: Instant,
+    state: Arc<AtomicU8>,
     work: Work,
+}
+
+/// What a job tells its caller.
+enum Progress<T> {
+    Started,
+    Done(Result<T, String>),
 }
 
 /// The compile threads and their bounded queue. Cheap to share (`Arc`).
 pub struct CompilePool {
     tx: Mutex<SyncSender<Job>>,
     budget: Duration,
+    queue_wait: Duration,
 }
 
 impl std::fmt::Debug for CompilePool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompilePool")
             .field("budget", &self.budget)
+            .field("queue_wait", &self.queue_wait)
             .finish_non_exhaustive()
     }
 }
 
 impl CompilePool {
-    /// `workers` threads, `queue` jobs waiting at most, `budget` per compilation.
+    /// `workers` threads, `queue` jobs waiting at most, `budget` per compilation counted from
+    /// when a thread takes it; a job waits for a thread at most as long as its budget.
     pub fn new(workers: usize, queue: usize, budget: Duration) -> std::io::Result<Arc<Self>> {
         let (tx, rx) = mpsc::sync_channel::<Job>(queue);
         let rx = Arc::new(Mutex::new(rx));
@@ -80,8 +99,14 @@ impl CompilePool {
                         Err(_) => return,
                     };
                     let Ok(job) = job else { return };
-                    // Nobody waits for a job whose budget ran out while it was queued.
-                    if Instant::now() < job.deadline {
+                    // A job whose caller stopped waiting in the queue is not run.
+                    let claimed = job.state.compare_exchange(
+                        QUEUED,
+                        RUNNING,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                    if claimed.is_ok() {
                         (job.work)();
                     }
                 })?;
@@ -89,6 +114,7 @@ impl CompilePool {
         Ok(Arc::new(CompilePool {
             tx: Mutex::new(tx),
             budget,
+            queue_wait: budget,
         }))
     }
 
@@ -97,33 +123,60 @@ impl CompilePool {
         self.budget
     }
 
-    /// Runs `f` on a compile thread and waits for it, at most the budget.
+    /// Runs `f` on a compile thread and waits for it: at most the queue wait for a thread
+    /// ([`CompileError::Busy`] past it: the compilers were busy, not the grammar too big),
+    /// then at most the budget from when the thread took it ([`CompileError::Budget`]).
     pub fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> Result<T, String> + Send + 'static,
     ) -> Result<T, CompileError> {
-        let (reply, answer) = mpsc::sync_channel(1);
+        let (reply, answer) = mpsc::sync_channel(2);
+        let state = Arc::new(AtomicU8::new(QUEUED));
         let job = Job {
-            deadline: Instant::now() + self.budget,
+            state: state.clone(),
             work: Box::new(move || {
-                let _ = reply.send(f());
+                let _ = reply.send(Progress::Started);
+                let _ = reply.send(Progress::Done(f()));
             }),
         };
         let sent = match self.tx.lock() {
             Ok(tx) => tx.try_send(job),
             Err(_) => return Err(CompileError::Busy),
         };
-        match sent {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                return Err(CompileError::Busy)
-            }
+        if sent.is_err() {
+            return Err(CompileError::Busy);
         }
-        match answer.recv_timeout(self.budget) {
-            Ok(r) => r.map_err(CompileError::Invalid),
-            Err(RecvTimeoutError::Timeout) => Err(CompileError::Budget(self.budget)),
-            // The job was skipped (its budget ran out in the queue) or its thread panicked.
-            Err(RecvTimeoutError::Disconnected) => Err(CompileError::Budget(self.budget)),
+        let mut deadline = Instant::now() + self.queue_wait;
+        let mut running = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match answer.recv_timeout(left) {
+                Ok(Progress::Started) => {
+                    running = true;
+                    deadline = Instant::now() + self.budget;
+                }
+                Ok(Progress::Done(r)) => return r.map_err(CompileError::Invalid),
+                Err(RecvTimeoutError::Timeout) if !running => {
+                    let gave_up = state.compare_exchange(
+                        QUEUED,
+                        ABANDONED,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                    if gave_up.is_ok() {
+                        return Err(CompileError::Busy);
+                    }
+                    // A thread took it just now: its budget starts.
+                    running = true;
+                    deadline = Instant::now() + self.budget;
+                }
+                Err(RecvTimeoutError::Timeout) => return Err(CompileError::Budget(self.budget)),
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(CompileError::Invalid(
+                        "the grammar compiler failed on this grammar".into(),
+                    ))
+                }
+            }
         }
     }
 }
@@ -188,12 +241,43 @@ mod tests {
         }
         assert!(busy, "a held worker with a full queue answers Busy");
         assert_eq!(first.join().unwrap(), Err(CompileError::Budget(budget)));
+        // A job that waits its budget for the held thread is Busy (retryable), not Budget.
+        assert_eq!(pool.run(|| Ok(())), Err(CompileError::Busy));
         release.send(()).unwrap();
-        // Jobs whose budget ran out in the queue are skipped; the pool serves again.
+        // Jobs abandoned in the queue are skipped; the pool serves again.
         assert_eq!(
             until_served(&pool, || Err::<(), _>("bad".into())),
             Err(CompileError::Invalid("bad".into()))
         );
         assert_eq!(until_served(&pool, || Ok(7)), Ok(7));
+    }
+
+    /// The budget counts from when a thread takes the job: a job queued behind another for
+    /// most of a budget still gets its whole budget to run.
+    #[test]
+    fn time_in_the_queue_is_not_charged_to_the_budget() {
+        let budget = Duration::from_millis(400);
+        let pool = CompilePool::new(1, 4, budget).unwrap();
+        let (started_tx, started) = mpsc::channel::<()>();
+        let p = pool.clone();
+        let first = std::thread::spawn(move || {
+            p.run(move || {
+                started_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(250));
+                Ok(1)
+            })
+        });
+        started.recv().unwrap();
+        let submitted = Instant::now();
+        let second = pool.run(|| {
+            std::thread::sleep(Duration::from_millis(250));
+            Ok(2)
+        });
+        assert_eq!(second, Ok(2), "queued ~250 ms, ran ~250 ms");
+        assert!(
+            submitted.elapsed() > budget,
+            "the wait and the run together pass the budget"
+        );
+        assert_eq!(first.join().unwrap(), Ok(1));
     }
 }
