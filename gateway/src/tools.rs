@@ -109,10 +109,13 @@ impl ValidTools {
         };
         let any_of: Vec<Value> = listed
             .iter()
-            .map(|t| {
+            .enumerate()
+            .map(|(i, t)| {
+                // The schema sits inside the call's: its local `$ref`s point into itself.
+                let at = format!("#/anyOf/{i}/properties/{args_key}");
                 json!({
                     "type": "object",
-                    "properties": {"name": {"const": t.name}, args_key: t.parameters},
+                    "properties": {"name": {"const": t.name}, args_key: rebased(&t.parameters, &at)},
                     "required": ["name", args_key],
                     "additionalProperties": false,
                 })
@@ -139,6 +142,28 @@ impl ValidTools {
             "{start}\ncall: {call}\nbody: %json {schema}\n"
         )))
     }
+}
+
+/// `schema` with each local `$ref` (`#`, `#/…`) made to point at the same place of the schema
+/// when it sits at `at` (a JSON pointer fragment, `#/…`) of a larger one.
+fn rebased(schema: &Value, at: &str) -> Value {
+    let mut out = schema.clone();
+    let mut stack = vec![&mut out];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(a) => stack.extend(a.iter_mut()),
+            Value::Object(o) => {
+                if let Some(Value::String(r)) = o.get_mut("$ref") {
+                    if let Some(rest) = r.strip_prefix('#') {
+                        *r = format!("{at}{rest}");
+                    }
+                }
+                stack.extend(o.values_mut());
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Function names: OpenAI's rule.

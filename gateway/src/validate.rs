@@ -186,6 +186,10 @@ pub fn validate(
         body.tool_choice.take(),
         body.parallel_tool_calls.take(),
     )?;
+    // Each function's schema on its own: its `$ref`s are its own (`#/$defs/X`).
+    for t in tools.iter().flat_map(|t| &t.tools) {
+        limits::json_schema("tools", &t.parameters)?;
+    }
     let mut prompts = match endpoint {
         Endpoint::Completions => prompt_list(body.prompt, text, limit)?,
         Endpoint::Chat => vec![chat_tokens(body.messages, tools.as_ref(), text, limit)?],

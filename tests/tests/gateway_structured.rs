@@ -308,6 +308,25 @@ async fn invalid_constraints_are_refused_naming_the_field() {
             "guided_whitespace_pattern",
         ),
         (json!({"guided_regex": "a+", "min_tokens": 2}), "min_tokens"),
+        // Constructs whose first mask would stall every tenant's step, bounded before compile.
+        (json!({"guided_regex": "a{1000}{1000}"}), "guided_regex"),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x",
+                   "schema": {"type": "string", "pattern": "(a{100}){1000}"}}}}),
+            "response_format",
+        ),
+        (
+            json!({"guided_grammar": "start: /a{1000}/{1000}"}),
+            "guided_grammar",
+        ),
+        (
+            json!({"guided_json": {"enum": (0..2000).collect::<Vec<_>>()}}),
+            "guided_json",
+        ),
+        (
+            json!({"guided_regex": (0..1500).map(|i| format!("w{i}")).collect::<Vec<_>>().join("|")}),
+            "guided_regex",
+        ),
     ];
     for (extra, field) in bad {
         for path in ["/v1/completions", "/v1/chat/completions"] {

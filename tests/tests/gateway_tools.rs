@@ -163,6 +163,15 @@ async fn the_openai_client_does_a_tool_call_round_trip() {
     s.shutdown().await;
 }
 
+/// Pydantic's nested models (`#/$defs/…` refs inside a tool's schema) through the `openai`
+/// SDK's `parse`, and a regex bomb in a tool parameter refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pydantic_nested_models_make_tools_and_regex_bombs_are_refused() {
+    let (s, key) = smollm2().await;
+    run_python_client("openai_pydantic_tools.py", &s, &key).await;
+    s.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn litellms_tool_loop_runs_as_its_documentation_writes_it() {
     let (s, key) = smollm2().await;

@@ -222,3 +222,40 @@ fn compile_errors_are_short() {
     assert!(text.contains("undefined_rule"), "{text}");
     assert!(text.lines().count() <= 3, "{text}");
 }
+
+/// The first token masks of regexes whose repetitions multiply out (the gateway's regex-unit
+/// limit is chosen from these): `cargo test --release -p superinfer-engine --lib
+/// regex_mask_costs -- --ignored --nocapture`. Prints compile and 21-mask times.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn regex_mask_costs() {
+    let (_d, codec) = codec();
+    let c = GrammarCompiler::new(&codec, None).expect("compiler");
+    let c = c.with_pool(CompilePool::new(1, 4, Duration::from_secs(120)).expect("pool"));
+    let a = codec.encode("a", false).expect("encodes")[0];
+    for rx in [
+        "a{1000}{1000}",
+        "(a{100}){1000}",
+        "a{10000}",
+        "(a{100}){100}",
+        "(a{1,1000}){1000}",
+        "a{1,100000}",
+        ".{0,100000}",
+    ] {
+        let t = std::time::Instant::now();
+        let g = c
+            .compile(&GrammarSpec::Regex(rx.into()), None)
+            .expect("compiles");
+        let compile = t.elapsed();
+        let t = std::time::Instant::now();
+        let mut m = g.matcher();
+        for _ in 0..20 {
+            m.compute_mask().expect("a mask");
+            if m.consume_token(a).is_err() {
+                break;
+            }
+        }
+        m.compute_mask().expect("a mask");
+        eprintln!("{rx:20} compile {compile:?} masks {:?}", t.elapsed());
+    }
+}

@@ -4,8 +4,11 @@
 //! on threads with a stack sized for these limits and a time budget
 //! (`superinfer_engine::grammar::pool`); the limits keep every grammar well inside both.
 
+mod lark;
+mod regex_cost;
+mod schema;
+
 use serde_json::Value;
-use std::collections::HashMap;
 use superinfer_engine::grammar::GrammarSpec;
 
 use crate::error::{GatewayError, Result};
@@ -20,9 +23,19 @@ pub const MAX_CHOICES: usize = 1024;
 /// Nesting of a JSON schema (objects and arrays inside each other), and of parentheses in a
 /// Lark grammar or a regular expression.
 pub const MAX_GRAMMAR_NESTING: usize = 64;
-/// The longest chain of `$ref`s a JSON schema follows (`a` → `b` → `c` is 2); a recursive
-/// schema's cycle counts once.
+/// The longest chain of `$ref`s a JSON schema follows, through any local JSON pointer
+/// (`a` → `b` → `c` is 2); a recursive schema's cycle counts once.
 pub const MAX_REF_CHAIN: usize = 64;
+/// Distinct local `$ref` targets of one JSON schema.
+pub const MAX_REF_TARGETS: usize = 512;
+/// A regular expression's characters and classes with its repetitions multiplied out by
+/// their minimum counts (`a{100}{100}` is 10,000): what its lexer unrolls
+/// ([`regex_cost`]). Applies to `guided_regex`, a schema's `pattern`s and a Lark grammar's
+/// regex literals (times the grammar's largest repetition count).
+pub const MAX_REGEX_UNITS: u64 = 10_000;
+/// Branches of one alternation in a regular expression, and items of one `enum`, `anyOf`,
+/// `oneOf` or `allOf` of a JSON schema.
+pub const MAX_ALTERNATION: usize = 1024;
 
 /// Checks `spec` (from request field `field`) against every limit above.
 pub(crate) fn check(field: &str, spec: &GrammarSpec) -> Result<()> {
@@ -58,22 +71,85 @@ pub(crate) fn check(field: &str, spec: &GrammarSpec) -> Result<()> {
                      {MAX_GRAMMAR_RULES} (max grammar rules)"
                 ));
             }
-            nesting(field, paren_depth(g, false))
-        }
-        GrammarSpec::Regex(r) => nesting(field, paren_depth(r, true)),
-        GrammarSpec::JsonSchema(v) => {
-            nesting(field, json_depth(v))?;
-            let chain = ref_chain(v);
-            if chain > MAX_REF_CHAIN {
-                return refuse(format!(
-                    "its `$ref`s chain through {chain} definitions, more than the limit of \
-                     {MAX_REF_CHAIN} (max $ref chain)"
-                ));
+            nesting(field, paren_depth(g, false))?;
+            // A repeated terminal unrolls its regex as many times.
+            let times = lark::largest_count(g);
+            for rx in lark::regexes(g) {
+                regex(field, &rx, times)?;
             }
             Ok(())
         }
+        GrammarSpec::Regex(r) => {
+            nesting(field, paren_depth(r, true))?;
+            regex(field, r, 1)
+        }
+        GrammarSpec::JsonSchema(v) => json_schema(field, v),
         _ => Ok(()),
     }
+}
+
+/// A JSON schema's limits: nesting, `$ref`s through any pointer, widths and its regexes.
+pub(crate) fn json_schema(field: &str, v: &Value) -> Result<()> {
+    let refuse = |what: String| {
+        Err(GatewayError::invalid(
+            field,
+            format!("`{field}`: {what}; send a smaller schema (limits in docs/API.md)"),
+        ))
+    };
+    nesting(field, json_depth(v))?;
+    match schema::ref_reach(v, MAX_REF_TARGETS) {
+        schema::RefReach::TooMany(n) => {
+            return refuse(format!(
+                "its `$ref`s point at more than {n} places (max $ref targets)"
+            ))
+        }
+        schema::RefReach::Chain(chain) if chain > MAX_REF_CHAIN => {
+            return refuse(format!(
+                "its `$ref`s chain through {chain} definitions, more than the limit of \
+                 {MAX_REF_CHAIN} (max $ref chain)"
+            ))
+        }
+        schema::RefReach::Chain(_) => {}
+    }
+    if let Some((key, n)) = schema::widest(v).filter(|&(_, n)| n > MAX_ALTERNATION) {
+        return refuse(format!(
+            "an `{key}` of {n} items, more than the limit of {MAX_ALTERNATION} (max alternation)"
+        ));
+    }
+    for p in schema::patterns(v) {
+        regex(field, p, 1)?;
+    }
+    Ok(())
+}
+
+/// A regular expression's limits, its cost multiplied by `times` (a Lark repetition of it).
+fn regex(field: &str, rx: &str, times: u64) -> Result<()> {
+    let refuse = |what: String| {
+        Err(GatewayError::invalid(
+            field,
+            format!("`{field}`: the regular expression {rx:?} {what}"),
+        ))
+    };
+    let nest = MAX_GRAMMAR_NESTING as u32 * 2;
+    let cost = match regex_cost::measure(rx, nest) {
+        Ok(c) => c,
+        Err(e) => return refuse(format!("is not valid: {e}")),
+    };
+    let units = cost.units.saturating_mul(times.max(1));
+    if units > MAX_REGEX_UNITS {
+        return refuse(format!(
+            "repeats to {units} characters by its minimum counts, more than the limit of \
+             {MAX_REGEX_UNITS} (max regex units); use ranges such as {{0,N}} or smaller counts"
+        ));
+    }
+    if cost.widest > MAX_ALTERNATION {
+        return refuse(format!(
+            "has an alternation of {} branches, more than the limit of {MAX_ALTERNATION} \
+             (max alternation)",
+            cost.widest
+        ));
+    }
+    Ok(())
 }
 
 fn nesting(field: &str, depth: usize) -> Result<()> {
@@ -204,96 +280,6 @@ fn json_depth(v: &Value) -> usize {
     max
 }
 
-/// The definitions of a schema (`$defs`, `definitions`) by the `$ref` that names them, with
-/// the local refs each one makes, plus the refs of the root outside them.
-fn ref_graph(schema: &Value) -> (HashMap<String, Vec<String>>, Vec<String>) {
-    let mut defs = HashMap::new();
-    let mut root_refs = Vec::new();
-    let Value::Object(map) = schema else {
-        return (defs, root_refs);
-    };
-    for (key, v) in map {
-        let is_defs = key == "$defs" || key == "definitions";
-        match (is_defs, v) {
-            (false, Value::String(r)) if key == "$ref" => root_refs.push(r.clone()),
-            (true, Value::Object(d)) => {
-                for (name, def) in d {
-                    defs.insert(format!("#/{key}/{name}"), refs_in(def));
-                }
-            }
-            _ => root_refs.extend(refs_in(v)),
-        }
-    }
-    (defs, root_refs)
-}
-
-/// Every `$ref` string inside `v`, without recursion.
-fn refs_in(v: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![v];
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::Array(a) => stack.extend(a),
-            Value::Object(o) => {
-                if let Some(Value::String(r)) = o.get("$ref") {
-                    out.push(r.clone());
-                }
-                stack.extend(o.values());
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-/// The longest chain of `$ref`s from the root through distinct definitions (a cycle ends a
-/// chain), by an iterative depth-first search with memoized chain lengths.
-fn ref_chain(schema: &Value) -> usize {
-    let (defs, root_refs) = ref_graph(schema);
-    // 0: unseen, 1: on the path, 2: done.
-    let mut mark: HashMap<&str, u8> = HashMap::new();
-    let mut longest: HashMap<&str, usize> = HashMap::new();
-    let mut best = 0;
-    for start in &root_refs {
-        let mut stack: Vec<(&str, usize)> = vec![(start.as_str(), 0)];
-        while let Some(&(node, next)) = stack.last() {
-            let kids = defs.get(node).map_or(&[][..], Vec::as_slice);
-            if next == 0 {
-                match mark.get(node) {
-                    Some(2) => {
-                        stack.pop();
-                        continue;
-                    }
-                    _ => {
-                        mark.insert(node, 1);
-                    }
-                }
-            }
-            if let Some(kid) = kids.get(next) {
-                stack.last_mut().expect("non-empty").1 += 1;
-                if mark.get(kid.as_str()).copied().unwrap_or(0) == 0 {
-                    stack.push((kid.as_str(), 0));
-                }
-                continue;
-            }
-            // All children done: this node's chain is one ref plus its longest child's.
-            let deepest = kids
-                .iter()
-                .filter(|k| mark.get(k.as_str()) == Some(&2))
-                .filter_map(|k| longest.get(k.as_str()))
-                .max()
-                .copied()
-                .unwrap_or(0);
-            let len = 1 + deepest;
-            longest.insert(node, len);
-            mark.insert(node, 2);
-            best = best.max(len);
-            stack.pop();
-        }
-    }
-    best
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,14 +311,15 @@ mod tests {
 
     #[test]
     fn ref_chains_are_measured_and_cycles_count_once() {
-        assert_eq!(ref_chain(&ref_chain_schema(1)), 1);
-        assert_eq!(ref_chain(&ref_chain_schema(10)), 10);
+        use schema::{ref_reach, RefReach::Chain};
+        assert_eq!(ref_reach(&ref_chain_schema(1), 100), Chain(1));
+        assert_eq!(ref_reach(&ref_chain_schema(10), 100), Chain(10));
         let tree = json!({
             "$ref": "#/$defs/node",
             "$defs": {"node": {"type": "object", "properties": {
                 "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}}
         });
-        assert_eq!(ref_chain(&tree), 1);
+        assert_eq!(ref_reach(&tree, 100), Chain(1));
         assert!(check("guided_json", &GrammarSpec::JsonSchema(tree)).is_ok());
         assert!(check(
             "f",
@@ -364,6 +351,36 @@ mod tests {
             param(check("guided_json", &GrammarSpec::JsonSchema(deep))),
             "guided_json"
         );
+        let bombs = [
+            GrammarSpec::Regex("a{1000}{1000}".into()),
+            GrammarSpec::Regex("(a{101}){100}".into()),
+            GrammarSpec::Lark("start: /a{1000}/{1000}".into()),
+            GrammarSpec::Lark("start: x\nx: /a{20}[/]/{1000}".into()),
+            GrammarSpec::JsonSchema(json!({"type": "string", "pattern": "a{1000}{1000}"})),
+            GrammarSpec::JsonSchema(json!({"patternProperties": {"b{99}{999}": {}}})),
+            GrammarSpec::JsonSchema(json!({"enum": (0..1025).collect::<Vec<_>>()})),
+            GrammarSpec::JsonSchema(json!({"anyOf": vec![json!({"type": "null"}); 1025]})),
+            GrammarSpec::Regex(
+                (0..1025)
+                    .map(|i| format!("w{i}"))
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            ),
+        ];
+        for b in bombs {
+            assert_eq!(param(check("f", &b)), "f", "{b:?}");
+        }
+        // A chain of refs through `properties` pointers counts as one through `$defs` does.
+        let mut props = serde_json::Map::new();
+        for i in 0..100 {
+            props.insert(
+                format!("p{i}"),
+                json!({"$ref": format!("#/properties/p{}", i + 1)}),
+            );
+        }
+        props.insert("p100".into(), json!({"type": "string"}));
+        let chain = GrammarSpec::JsonSchema(json!({"type": "object", "properties": props}));
+        assert_eq!(param(check("tools", &chain)), "tools");
     }
 
     #[test]
@@ -377,5 +394,20 @@ mod tests {
         assert!(check("guided_regex", &GrammarSpec::Regex(r"\d{3}-[a-z]+".into())).is_ok());
         let choices = GrammarSpec::Choice(vec!["yes".into(), "no".into()]);
         assert!(check("guided_choice", &choices).is_ok());
+        for ok in [
+            r"a{1,100000}",
+            r".{0,100000}",
+            r"(a{100}){100}",
+            r"[0-9a-f]{8}-[0-9a-f]{4}",
+        ] {
+            assert!(
+                check("guided_regex", &GrammarSpec::Regex(ok.into())).is_ok(),
+                "{ok}"
+            );
+        }
+        let tool = json!({"type": "object", "properties": {"city": {"$ref": "#/$defs/City"}},
+                          "$defs": {"City": {"type": "object", "properties": {
+                              "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}}}});
+        assert!(check("tools", &GrammarSpec::JsonSchema(tool)).is_ok());
     }
 }
