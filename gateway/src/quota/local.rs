@@ -32,7 +32,9 @@ impl QuotaStore for LocalStore {
 pub struct LocalLimiter {
     quotas: Quotas,
     rate: Arc<DefaultDirectRateLimiter>,
-    tokens: Mutex<TokenBucket>,
+    /// Shared with every limiter carried from this one, so that a request admitted before
+    /// an edit refunds and charges the bucket the tenant has now.
+    tokens: Arc<Mutex<TokenBucket>>,
     in_flight: Arc<AtomicU32>,
 }
 
@@ -50,7 +52,10 @@ impl LocalLimiter {
         LocalLimiter {
             quotas,
             rate: Arc::new(RateLimiter::direct(rate_quota(&quotas))),
-            tokens: Mutex::new(TokenBucket::new(quotas.tokens_per_min, Instant::now())),
+            tokens: Arc::new(Mutex::new(TokenBucket::new(
+                quotas.tokens_per_min,
+                Instant::now(),
+            ))),
             in_flight: Arc::new(AtomicU32::new(0)),
         }
     }
@@ -60,7 +65,8 @@ impl LocalLimiter {
     }
 
     /// The limiter under edited `quotas`, keeping this one's balances
-    /// ([`Limiter::with_quotas`]).
+    /// ([`Limiter::with_quotas`]): the same seats and token bucket (resized), so what
+    /// requests admitted before the edit give back reaches the tenant's balance.
     pub fn carried(&self, quotas: Quotas) -> LocalLimiter {
         let same_rate = (quotas.requests_per_s, quotas.burst)
             == (self.quotas.requests_per_s, self.quotas.burst);
@@ -69,12 +75,11 @@ impl LocalLimiter {
         } else {
             Arc::new(RateLimiter::direct(rate_quota(&quotas)))
         };
-        let now = Instant::now();
-        let tokens = self.bucket().resized(quotas.tokens_per_min, now);
+        self.bucket().resize(quotas.tokens_per_min, Instant::now());
         LocalLimiter {
             quotas,
             rate,
-            tokens: Mutex::new(tokens),
+            tokens: self.tokens.clone(),
             in_flight: self.in_flight.clone(),
         }
     }
@@ -260,13 +265,13 @@ impl TokenBucket {
         self.balance = (self.balance + tokens as f64).min(self.capacity);
     }
 
-    /// This bucket under a new quota of `tokens_per_min`: the balance as of `now` (a debt
-    /// stays a debt; a credit is capped at the new capacity).
-    pub fn resized(&mut self, tokens_per_min: u64, now: Instant) -> TokenBucket {
+    /// Puts this bucket under a new quota of `tokens_per_min`, its balance as of `now` kept
+    /// (a debt stays a debt; a credit is capped at the new capacity).
+    pub fn resize(&mut self, tokens_per_min: u64, now: Instant) {
         self.refill(now);
-        let mut b = TokenBucket::new(tokens_per_min, now);
-        b.balance = self.balance.min(b.capacity);
-        b
+        let balance = self.balance;
+        *self = TokenBucket::new(tokens_per_min, now);
+        self.balance = balance.min(self.capacity);
     }
 }
 
@@ -333,6 +338,34 @@ mod tests {
         });
         lower.charge_tokens(61);
         assert!(lower.bucket().debt_wait(Instant::now()).is_some());
+    }
+
+    /// A request admitted before an edit refunds into the bucket the tenant has after it:
+    /// its reservation is not kept as a charge, whatever limiter object it still holds.
+    #[test]
+    fn refunds_of_requests_admitted_before_an_edit_reach_the_edited_bucket() {
+        let q = Quotas {
+            tokens_per_min: 6_000,
+            ..quotas(100.0, 100, 8)
+        };
+        let before = LocalLimiter::new(q);
+        // A reservation of 6,000 tokens taken at admission: the bucket is empty.
+        before.charge_tokens(6_000);
+        let after = before.carried(Quotas {
+            tokens_per_min: 12_000,
+            ..q
+        });
+        assert!(after.tokens_available() < 100.0);
+        // The request ends having used nothing: its old limiter gives the reservation back.
+        Limiter::refund_tokens(&before, 6_000);
+        assert!(
+            after.tokens_available() >= 6_000.0,
+            "{}",
+            after.tokens_available()
+        );
+        // And a charge through the old one is owed by the tenant after the edit too.
+        before.charge_tokens(20_000);
+        assert!(after.bucket().debt_wait(Instant::now()).is_some());
     }
 
     #[test]
