@@ -207,44 +207,51 @@ impl UsageLedger {
         self.durable.load(Ordering::Acquire)
     }
 
-    /// Moves what was recorded into sled (one transaction, then a flush). On an error the
-    /// counts are kept in memory for the next flush.
+    /// Moves what was recorded into sled (one transaction, then a flush). A transaction that
+    /// fails keeps its counts in memory for the next flush; once a transaction is applied its
+    /// counts are in the tree and are never added again, and if the flush to disk fails the
+    /// next call flushes again before [`durable_seq`](Self::durable_seq) moves.
     pub fn flush(&self) -> Result<()> {
+        self.flush_with(|| self.db.flush().map(|_| ()).map_err(TenantError::from))
+    }
+
+    /// [`flush`](Self::flush) with `sync` as the flush to disk (a test makes it fail).
+    fn flush_with(&self, sync: impl Fn() -> Result<()>) -> Result<()> {
         let _one = self.flushing.lock().unwrap_or_else(PoisonError::into_inner);
         let (batch, upto) = {
             let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
             (std::mem::take(&mut p.rows), p.seq)
         };
-        if batch.is_empty() {
-            self.durable.fetch_max(upto, Ordering::AcqRel);
-            return Ok(());
-        }
-        let written = self
-            .tree
-            .transaction(|tx| {
-                for (&(tenant, hour), c) in &batch {
-                    let key = row_key(tenant, hour);
-                    let mut sum = match tx.get(key)? {
-                        None => UsageCounts::default(),
-                        Some(v) => UsageCounts::decode(&v)
-                            .map_err(sled::transaction::ConflictableTransactionError::Abort)?,
-                    };
-                    sum.add(c);
-                    tx.insert(&key, sum.encode().to_vec())?;
+        if !batch.is_empty() {
+            let applied = self
+                .tree
+                .transaction(|tx| {
+                    for (&(tenant, hour), c) in &batch {
+                        let key = row_key(tenant, hour);
+                        let mut sum = match tx.get(key)? {
+                            None => UsageCounts::default(),
+                            Some(v) => UsageCounts::decode(&v)
+                                .map_err(sled::transaction::ConflictableTransactionError::Abort)?,
+                        };
+                        sum.add(c);
+                        tx.insert(&key, sum.encode().to_vec())?;
+                    }
+                    Ok(())
+                })
+                .map_err(|e: TransactionError<TenantError>| match e {
+                    TransactionError::Abort(e) => e,
+                    TransactionError::Storage(e) => e.into(),
+                });
+            if let Err(e) = applied {
+                let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+                for (k, c) in batch {
+                    p.rows.entry(k).or_default().add(&c);
                 }
-                Ok(())
-            })
-            .map_err(|e: TransactionError<TenantError>| match e {
-                TransactionError::Abort(e) => e,
-                TransactionError::Storage(e) => e.into(),
-            })
-            .and_then(|()| self.db.flush().map(|_| ()).map_err(TenantError::from));
-        if let Err(e) = written {
-            let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-            for (k, c) in batch {
-                p.rows.entry(k).or_default().add(&c);
+                return Err(e);
             }
-            return Err(e);
+        }
+        if self.durable_seq() < upto {
+            sync()?;
         }
         self.durable.fetch_max(upto, Ordering::AcqRel);
         Ok(())

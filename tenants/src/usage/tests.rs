@@ -175,3 +175,23 @@ fn a_fleet_report_sums_each_ledger_once_matching_tenants_by_name() {
     let err = UsageReport::merge([a.clone(), b, a]).unwrap_err();
     assert_eq!(err, DuplicateLedger("aa".into()));
 }
+
+/// A flush to disk that fails after its transaction was applied bills nothing twice: the
+/// counts are in the tree once, the record is not durable until a later flush succeeds.
+#[test]
+fn a_failed_disk_flush_bills_each_record_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = TenantStore::open(&dir.path().join("db")).unwrap();
+    let (a, _) = s.create(NewTenant::named("a")).unwrap();
+    let u = s.usage();
+    let h = 491_000 * HOUR_MS;
+    u.record(a.id, h, counts(1, 10, 0, 5, 0));
+    let failed = u.flush_with(|| Err(TenantError::Corrupt("injected fsync error".into())));
+    assert!(failed.is_err());
+    assert_eq!(u.durable_seq(), 0, "not durable while the disk flush failed");
+    u.flush().unwrap();
+    assert_eq!(u.durable_seq(), 1);
+    let rows = u.rows(&UsageQuery::default()).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].counts, counts(1, 10, 0, 5, 0), "billed once");
+}
