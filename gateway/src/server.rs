@@ -384,6 +384,10 @@ struct Serve {
     ledger: JoinHandle<()>,
 }
 
+/// How long the streams still open after the drain deadline get to write their error event
+/// and `[DONE]` (and wait for their ledger records) once the engine has stopped.
+const STREAMS_END_GRACE: Duration = Duration::from_secs(3);
+
 async fn serve(s: Serve) -> anyhow::Result<()> {
     let stop_signal = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|v| *v).await;
@@ -423,18 +427,20 @@ async fn serve(s: Serve) -> anyhow::Result<()> {
     if let Some(r) = &s.reloader {
         r.abort();
     }
-    s.ledger.abort();
-    let store = s.state.registry.store().clone();
     let thread = s.thread;
     // Stopping the engine ends the streams still open with an error event and `[DONE]`; they
-    // get a moment to write it before their connections are closed.
-    let flushed = tokio::task::spawn_blocking(move || {
-        thread.shutdown();
-        store.flush()
-    });
-    let flushed = flushed.await.context("the shutdown task")?;
-    remaining.close(Duration::from_secs(1)).await;
-    flushed?;
+    // get a moment to write it before their connections are closed. The ledger's writer runs
+    // until then: those streams' records are settled as they end, and their last bytes wait
+    // for their records to be on disk.
+    tokio::task::spawn_blocking(move || thread.shutdown())
+        .await
+        .context("the engine's shutdown")?;
+    remaining.close(STREAMS_END_GRACE).await;
+    s.ledger.abort();
+    let store = s.state.registry.store().clone();
+    tokio::task::spawn_blocking(move || store.flush())
+        .await
+        .context("the store's last flush")??;
     tracing::info!("stopped");
     Ok(())
 }

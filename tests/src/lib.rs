@@ -95,7 +95,7 @@ impl TestServer {
             max_queue: opts.max_queue,
             hbm_blocks: opts.hbm_blocks,
             dram_blocks: opts.dram_blocks,
-            drain_timeout_s: Some(5.0),
+            drain_timeout_s: Some(opts.settings.drain_timeout_s.unwrap_or(5.0)),
             ..Settings::default()
         }
         .or(opts.settings);

@@ -24,10 +24,13 @@ use crate::validate;
 use crate::wire::Message;
 
 /// `GET /health`: vLLM's readiness probe, 200 with an empty body while the engine serves;
-/// 503 (empty) while draining or once the engine stopped.
+/// 503 with `Retry-After` while draining (`shutting_down`) or once the engine stopped.
 pub async fn health(State(state): State<Shared>) -> Response {
-    if state.is_draining() || !state.engine.is_running() {
-        StatusCode::SERVICE_UNAVAILABLE.into_response()
+    // A 503 with its reason and Retry-After, logged as a refusal (info), not as a failure.
+    if state.is_draining() {
+        GatewayError::ShuttingDown.into_response()
+    } else if !state.engine.is_running() {
+        GatewayError::EngineFailed("the engine has stopped".into()).into_response()
     } else {
         StatusCode::OK.into_response()
     }

@@ -188,7 +188,11 @@ fn a_failed_disk_flush_bills_each_record_once() {
     u.record(a.id, h, counts(1, 10, 0, 5, 0));
     let failed = u.flush_with(|| Err(TenantError::Corrupt("injected fsync error".into())));
     assert!(failed.is_err());
-    assert_eq!(u.durable_seq(), 0, "not durable while the disk flush failed");
+    assert_eq!(
+        u.durable_seq(),
+        0,
+        "not durable while the disk flush failed"
+    );
     u.flush().unwrap();
     assert_eq!(u.durable_seq(), 1);
     let rows = u.rows(&UsageQuery::default()).unwrap();
