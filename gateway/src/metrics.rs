@@ -29,6 +29,7 @@ pub const TTFT_ATTAINMENT: &str = "superinfer_ttft_slo_attainment_ratio";
 pub const TBT_ATTAINMENT: &str = "superinfer_tbt_slo_attainment_ratio";
 pub const SHED: &str = "superinfer_requests_shed_total";
 pub const STREAMS_ABORTED: &str = "superinfer_streams_aborted_total";
+pub const LEDGER_LATE: &str = "superinfer_ledger_late_answers_total";
 pub const PREFIX_QUERY_TOKENS: &str = "superinfer_prefix_cache_query_tokens_total";
 pub const PREFIX_HIT_TOKENS: &str = "superinfer_prefix_cache_hit_tokens_total";
 pub const PREFIX_BLOCKS: &str = "superinfer_prefix_cache_blocks";
@@ -145,6 +146,7 @@ impl Metrics {
             for reason in SHED_REASONS {
                 metrics::counter!(SHED, "reason" => *reason).increment(0);
             }
+            metrics::counter!(LEDGER_LATE).increment(0);
         });
         m
     }
@@ -220,6 +222,11 @@ impl Metrics {
                 SHED,
                 "Requests shed on purpose under overload, by reason (queue_full, inbox_full, \
                  slo, deadline, text_pool, connections, draining).",
+            ),
+            (
+                LEDGER_LATE,
+                "Answers whose last bytes went out before their usage record was on disk \
+                 (the ledger write took longer than its commit timeout); billed at the next write.",
             ),
             (
                 STREAMS_ABORTED,
@@ -406,6 +413,11 @@ impl Metrics {
     /// Records the engine thread's failures (panics) so far.
     pub fn engine_failures(&self, failures: u64) {
         self.with(|| metrics::counter!("superinfer_engine_failures_total").absolute(failures));
+    }
+
+    /// Counts an answer that left before its usage record was on disk.
+    pub fn ledger_late(&self) {
+        self.with(|| metrics::counter!(LEDGER_LATE).increment(1));
     }
 
     /// Counts a stream the gateway aborted (`slow_reader`: its client stopped reading).

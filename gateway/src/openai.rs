@@ -121,8 +121,12 @@ async fn generate(
         return Ok(billed(resp.await?).await);
     }
     // A refusal drops `usage`, which refunds the reservation.
-    let stream =
-        admission::submit(&state, &ctx.tenant, &valid).map_err(|e| refuse("overloaded", e))?;
+    let stream = admission::submit(&state, &ctx.tenant, &valid).map_err(|e| {
+        if e.status() == StatusCode::SERVICE_UNAVAILABLE {
+            ctx.shed(started.elapsed().as_secs_f64());
+        }
+        refuse("overloaded", e)
+    })?;
     usage.accepted();
     let prompt_tokens = valid.prompt.len() as u32;
     ctx.admitted(true, prompt_tokens);

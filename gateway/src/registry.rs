@@ -42,6 +42,21 @@ impl TenantCtx {
     }
 }
 
+impl TenantCtx {
+    /// A request the node refused for load (a full queue or inbox, draining) `waited_s` after
+    /// it arrived: a TTFT miss of its tenant (`shed`), as a request shed in the queue is.
+    pub fn shed(&self, waited_s: f64) {
+        let att = self.stats.unserved(waited_s);
+        self.metrics.ttft_attainment.set(att);
+        self.metrics.slo_checks[0].increment(1);
+        let shed = crate::metrics::UNSERVED_REASONS
+            .iter()
+            .position(|r| *r == "shed")
+            .unwrap_or(0);
+        self.metrics.ttft_unserved[shed].increment(1);
+    }
+}
+
 #[derive(Default)]
 struct Directory {
     snapshot: Snapshot,

@@ -112,7 +112,8 @@ pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
     })
     .await
     .context("the engine start task")??;
-    let (ledger, commit) = crate::usage::spawn_flusher(registry.store().clone(), cfg.ledger_sync);
+    let (ledger, commit) =
+        crate::usage::spawn_flusher(registry.store().clone(), cfg.ledger_sync, metrics.clone());
     let state = Arc::new(AppState {
         ledger: commit,
         engine: handle,

@@ -147,6 +147,11 @@ async fn a_full_engine_queue_is_503_with_retry_after() {
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["error"]["code"], "overloaded");
     assert!(error_message(&v).contains("queue is full"));
+    // The node's own refusal is a TTFT miss of its tenant, as a request shed in the queue is.
+    let text = s.get("/metrics", &s.key).await.text().await.unwrap();
+    let labels = [("tenant", "default"), ("reason", "shed")];
+    let shed = superinfer_tests::metric_value(&text, "superinfer_ttft_unserved_total", &labels);
+    assert_eq!(shed, Some(1.0), "{text}");
     drop(running);
     assert_eq!(waiting.await.unwrap(), StatusCode::OK);
     s.shutdown().await;

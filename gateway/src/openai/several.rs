@@ -74,8 +74,11 @@ pub async fn generate(
         // An error drops the generations made so far, which aborts their requests.
         let follows = if j == 0 { None } else { leader };
         let stream =
-            admission::submit_following(state, &ctx.tenant, &one, follows).inspect_err(|_| {
+            admission::submit_following(state, &ctx.tenant, &one, follows).inspect_err(|e| {
                 state.metrics.rejected(&ctx.tenant.name, "overloaded");
+                if e.status() == axum::http::StatusCode::SERVICE_UNAVAILABLE {
+                    ctx.shed(started.elapsed().as_secs_f64());
+                }
                 // Choices admitted so far are dropped; the request is one error in the ledger.
                 slot.usage.fail();
             })?;

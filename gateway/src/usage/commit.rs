@@ -40,6 +40,7 @@ pub enum LedgerSync {
 /// The ledger's writer, shared by the flusher task and the answers waiting on it.
 pub struct LedgerCommit {
     sync: LedgerSync,
+    metrics: crate::metrics::Metrics,
     ledger: UsageLedger,
     wake: Notify,
     /// The sequence number of the last record on disk, as the last write left it.
@@ -63,6 +64,7 @@ impl LedgerCommit {
             .await
             .is_ok_and(|r| r.is_ok());
         if !written {
+            self.metrics.ledger_late();
             tracing::error!(
                 seq,
                 "a usage record is not on disk after {COMMIT_TIMEOUT:?}; the answer goes out without it"
@@ -90,13 +92,9 @@ impl LedgerCommit {
 pub fn spawn_flusher(
     store: TenantStore,
     sync: LedgerSync,
+    metrics: crate::metrics::Metrics,
 ) -> (tokio::task::JoinHandle<()>, Arc<LedgerCommit>) {
-    let commit = Arc::new(LedgerCommit {
-        sync,
-        ledger: store.usage().clone(),
-        wake: Notify::new(),
-        durable: watch::channel(0).0,
-    });
+    let commit = LedgerCommit::new(&store, sync, metrics);
     let writer = commit.clone();
     let task = tokio::spawn(async move {
         let mut every = tokio::time::interval(FLUSH_EVERY);
@@ -110,6 +108,19 @@ pub fn spawn_flusher(
         }
     });
     (task, commit)
+}
+
+impl LedgerCommit {
+    /// The writer's shared state, with no task writing yet.
+    fn new(store: &TenantStore, sync: LedgerSync, metrics: crate::metrics::Metrics) -> Arc<Self> {
+        Arc::new(LedgerCommit {
+            sync,
+            metrics,
+            ledger: store.usage().clone(),
+            wake: Notify::new(),
+            durable: watch::channel(0).0,
+        })
+    }
 }
 
 /// The sequence number of a request's ledger record once it is billed (0 before).
@@ -156,4 +167,28 @@ pub async fn gate(resp: Response, receipt: Arc<Receipt>, commit: Arc<LedgerCommi
             },
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use superinfer_tenants::{NewTenant, UsageCounts};
+
+    /// An answer whose record is not on disk by the commit timeout goes out and is counted.
+    #[tokio::test]
+    async fn an_answer_that_leaves_before_its_record_is_durable_is_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TenantStore::open(&dir.path().join("db")).unwrap();
+        let (t, _) = store.create(NewTenant::named("a")).unwrap();
+        let metrics = crate::metrics::Metrics::new();
+        // No writer runs: the disk never answers.
+        let commit = LedgerCommit::new(&store, LedgerSync::Answer, metrics.clone());
+        let seq = store.usage().record(t.id, 0, UsageCounts::default());
+        assert!(!commit.wait(seq).await);
+        let text = metrics.render(&Default::default(), "m");
+        assert!(
+            text.contains("superinfer_ledger_late_answers_total 1"),
+            "{text}"
+        );
+    }
 }
