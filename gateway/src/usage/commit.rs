@@ -178,7 +178,7 @@ mod tests {
     #[tokio::test]
     async fn an_answer_that_leaves_before_its_record_is_durable_is_counted() {
         let dir = tempfile::tempdir().unwrap();
-        let store = TenantStore::open(&dir.path().join("db")).unwrap();
+        let store = TenantStore::open(dir.path().join("db")).unwrap();
         let (t, _) = store.create(NewTenant::named("a")).unwrap();
         let metrics = crate::metrics::Metrics::new();
         // No writer runs: the disk never answers.

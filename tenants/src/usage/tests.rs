@@ -181,7 +181,7 @@ fn a_fleet_report_sums_each_ledger_once_matching_tenants_by_name() {
 #[test]
 fn a_failed_disk_flush_bills_each_record_once() {
     let dir = tempfile::tempdir().unwrap();
-    let s = TenantStore::open(&dir.path().join("db")).unwrap();
+    let s = TenantStore::open(dir.path().join("db")).unwrap();
     let (a, _) = s.create(NewTenant::named("a")).unwrap();
     let u = s.usage();
     let h = 491_000 * HOUR_MS;
