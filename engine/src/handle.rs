@@ -411,12 +411,26 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
             Ok(mut a) => std::mem::take(&mut *a),
             Err(_) => return,
         };
-        for id in ids {
+        let mut waiting = HashMap::new();
+        for (id, trace) in ids {
             self.streams.remove(&id);
             self.engine.abort(id);
+            if let Some(tx) = trace {
+                waiting.insert(id, tx);
+            }
         }
-        // The abort's own Finished event has nobody to go to.
-        let _ = self.engine.take_events();
+        // The aborts' own Finished events go to no stream; their traces to whoever asked.
+        for ev in self.engine.take_events() {
+            if let EngineEvent::Finished { id, end, .. } = ev {
+                if let Some(tx) = waiting.remove(&id) {
+                    let _ = tx.send(EndTrace {
+                        queued_s: end.queued_s,
+                        preemptions: end.preemptions,
+                        gpu_s: end.gpu_s,
+                    });
+                }
+            }
+        }
     }
 
     /// Sends the step's events to their streams; returns whether it aborted a request whose

@@ -128,6 +128,8 @@ pub struct Generation {
     /// The engine refused the request at submission ([`Generation::refusal`]).
     refused: bool,
     trace: trace::RequestTrace,
+    /// The end trace of an aborted engine request, still to come.
+    late_trace: Option<tokio::sync::oneshot::Receiver<superinfer_engine::EndTrace>>,
 }
 
 impl Generation {
@@ -143,6 +145,7 @@ impl Generation {
     ) -> Generation {
         Generation {
             trace: trace::RequestTrace::new(&ctx.tenant.name, stream.id().0),
+            late_trace: None,
             stream: Some(stream),
             decoder,
             stop,
@@ -256,8 +259,7 @@ impl Generation {
                     let cut = self.stop.push(&piece);
                     let (emit, stopped) = (cut.text, cut.stopped);
                     if stopped {
-                        // Dropping the stream aborts the request in the engine.
-                        self.stream = None;
+                        self.abort();
                         let done = self.outcome("stop", None);
                         return Some(self.emit_then(emit, done));
                     }
@@ -392,20 +394,50 @@ impl Generation {
     /// The end's metrics, statistics and ledger entry; `error`: the client gets an error
     /// answer instead of a `usage`; `unserved`: why, if it ended without a first token (one
     /// of `metrics::UNSERVED_REASONS`): then it is a TTFT miss.
+    /// Aborts the engine request (a stop string, or its client gone); its end's trace comes
+    /// back from the engine later and is recorded then ([`Generation::end_trace`]).
+    fn abort(&mut self) {
+        if let Some(stream) = self.stream.take() {
+            self.late_trace = Some(stream.abort());
+        }
+    }
+
+    /// Writes the end of the request's trace and records its GPU time: now, or once the
+    /// engine has ended an aborted request (its queue time, preemptions and GPU share are
+    /// known only then).
+    fn end_trace(&mut self, reason: &'static str, unserved: Option<&'static str>) {
+        let tokens = (self.prompt_tokens, self.tokens);
+        let e2e_s = self.started.elapsed().as_secs_f64();
+        let gpu = (!self.refused).then(|| self.ctx.metrics.clone());
+        let mut trace = self.trace.clone();
+        let finish = move |trace: &trace::RequestTrace| {
+            trace.end(reason, tokens, e2e_s, unserved);
+            if let Some(m) = gpu {
+                m.gpu_seconds.record(trace.engine.gpu_s);
+            }
+        };
+        match (
+            self.late_trace.take(),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            (Some(late), Ok(rt)) => {
+                rt.spawn(async move {
+                    if let Ok(engine) = late.await {
+                        trace.engine = engine;
+                    }
+                    finish(&trace);
+                });
+            }
+            _ => finish(&trace),
+        }
+    }
+
     fn record_end(&mut self, reason: &'static str, error: bool, unserved: &'static str) {
         if self.finished {
             return;
         }
         self.finished = true;
-        self.trace.end(
-            reason,
-            (self.prompt_tokens, self.tokens),
-            self.started,
-            self.last_token.is_none().then_some(unserved),
-        );
-        if !self.refused {
-            self.ctx.metrics.gpu_seconds.record(self.trace.engine.gpu_s);
-        }
+        self.end_trace(reason, self.last_token.is_none().then_some(unserved));
         if self.last_token.is_none() {
             let m = &self.ctx.metrics;
             let att = self
@@ -468,7 +500,8 @@ impl Generation {
 
 impl Drop for Generation {
     fn drop(&mut self) {
-        // A client that went away: the engine stream is dropped with `self` (abort).
+        // A client that went away: the engine request is aborted.
+        self.abort();
         self.record_end("abort", false, "aborted");
     }
 }

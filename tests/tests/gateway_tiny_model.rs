@@ -189,3 +189,54 @@ async fn a_partial_character_token_reports_its_own_bytes() {
         assert_eq!(top[0]["bytes"], json!([0xE2]), "{text}");
     }
 }
+
+/// The tenant's GPU seconds so far (`superinfer_request_gpu_seconds`): (count, sum).
+async fn gpu_seconds(s: &TestServer) -> (f64, f64) {
+    let text = s.get("/metrics", &s.key).await.text().await.unwrap();
+    let labels = [("tenant", "default")];
+    let get = |name| superinfer_tests::metric_value(&text, name, &labels).unwrap_or(0.0);
+    (
+        get("superinfer_request_gpu_seconds_count"),
+        get("superinfer_request_gpu_seconds_sum"),
+    )
+}
+
+/// Waits until the tenant's GPU-seconds count reaches `count`; the sum then.
+async fn gpu_seconds_after(s: &TestServer, count: f64) -> f64 {
+    for _ in 0..250 {
+        let (n, sum) = gpu_seconds(s).await;
+        if n >= count {
+            return sum;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("no GPU time recorded for request {count}");
+}
+
+/// A request ended by a stop string and one whose client left mid-stream both record the
+/// engine time they took (the engine ends them by an abort, whose trace comes back later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_strings_and_disconnects_record_their_gpu_time() {
+    let s = tiny().await;
+    let body = json!({"model": s.model(), "prompt": "Once upon a time", "max_tokens": 300,
+                      "stop": [" ", "e", "a", "t"], "temperature": 1.0, "seed": 7});
+    let v: Value = s.post_json("/v1/completions", &s.key, &body).await;
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    let after_stop = gpu_seconds_after(&s, 1.0).await;
+    assert!(after_stop > 0.0, "a stopped request took no engine time");
+
+    let body = json!({"model": s.model(), "prompt": "Once upon a time", "max_tokens": 2000,
+                      "ignore_eos": true, "stream": true});
+    let mut resp = s.post("/v1/completions", &s.key, &body).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    for _ in 0..3 {
+        resp.chunk().await.unwrap().expect("a chunk");
+    }
+    drop(resp);
+    let after_leave = gpu_seconds_after(&s, 2.0).await;
+    assert!(
+        after_leave > after_stop,
+        "a request whose client left took no engine time"
+    );
+    s.shutdown().await;
+}

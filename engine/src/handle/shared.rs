@@ -5,10 +5,15 @@ use crate::engine::EngineStats;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
 use superinfer_policies::RequestId;
+use tokio::sync::oneshot;
+
+use super::stream::EndTrace;
 
 pub(super) struct Shared {
     pub(super) stats: Mutex<EngineStats>,
-    pub(super) aborts: Mutex<Vec<RequestId>>,
+    /// Requests whose streams were dropped or aborted, each with where its end's trace goes
+    /// (a stream aborted by [`super::RequestStream::abort`]).
+    pub(super) aborts: Mutex<Vec<(RequestId, Option<oneshot::Sender<EndTrace>>)>>,
     pub(super) running: AtomicBool,
     /// The panic's message once the loop failed; written before `running` turns false.
     pub(super) failure: Mutex<Option<String>>,

@@ -30,6 +30,21 @@ impl RequestStream {
         }
     }
 
+    /// Aborts the request (as dropping the stream does) and answers with its end's trace
+    /// once the engine has ended it: the GPU time, queue time and preemptions of a request
+    /// ended by a stop string or a client that left are recorded like any other's. The
+    /// receiver errs if the request had already ended or the engine stopped.
+    pub fn abort(mut self) -> oneshot::Receiver<EndTrace> {
+        let (tx, rx) = oneshot::channel();
+        if !self.done {
+            self.done = true;
+            if let Ok(mut a) = self.shared.aborts.lock() {
+                a.push((self.id, Some(tx)));
+            }
+        }
+        rx
+    }
+
     /// The engine's id of its request.
     pub fn id(&self) -> RequestId {
         self.id
@@ -68,7 +83,7 @@ impl Drop for RequestStream {
     fn drop(&mut self) {
         if !self.done {
             if let Ok(mut a) = self.shared.aborts.lock() {
-                a.push(self.id);
+                a.push((self.id, None));
             }
         }
     }

@@ -4,13 +4,13 @@
 //! `superinfer::request`, so `RUST_LOG=superinfer::request=debug` follows every request
 //! through the node without a line per request at the default level.
 
-use std::time::Instant;
 use superinfer_engine::EndTrace;
 use tracing::Span;
 
 pub const TARGET: &str = "superinfer::request";
 
 /// The span of one choice of one request and what its end event reports.
+#[derive(Clone)]
 pub struct RequestTrace {
     span: Span,
     /// The engine's account of its life, with its end.
@@ -31,8 +31,7 @@ impl RequestTrace {
     }
 
     /// It ended with `reason` (and `unserved` when it never had a first token).
-    pub fn end(&self, reason: &str, tokens: (u32, u32), started: Instant, unserved: Option<&str>) {
-        let e2e_s = started.elapsed().as_secs_f64();
+    pub fn end(&self, reason: &str, tokens: (u32, u32), e2e_s: f64, unserved: Option<&str>) {
         tracing::debug!(
             target: TARGET,
             parent: &self.span,
