@@ -11,9 +11,12 @@
 //!   write). As uvicorn (vLLM) does, a client that shuts down only its sending side is
 //!   taken as gone too;
 //! - at most `max_connections` connections at once, and `max_connections_per_ip` from one
-//!   address; a connection over a limit is answered once with 503 (total) or 429 (per
-//!   address) in OpenAI's error shape and closed. At most [`MAX_REFUSING`] such answers are
-//!   pending at once; beyond that a connection is closed without one;
+//!   address; the last [`RESERVED_SHARE`]th of the places go only to addresses holding fewer
+//!   than [`LIGHT_SOURCE`] connections (a probe, a light client), so a few addresses opening
+//!   connections by the hundred cannot take them all. A connection over a limit is answered
+//!   once with 503 (total) or 429 (per address) in OpenAI's error shape and closed, except
+//!   that `/healthz` is answered 200 (the process is alive). At most [`MAX_REFUSING`] such
+//!   answers are pending at once; beyond that a connection is closed without one;
 //! - the errors hyper answers by itself (a head it cannot parse) get OpenAI bodies too
 //!   ([`head_errors`]).
 
@@ -97,6 +100,10 @@ fn serve_conn(
 
 /// Connections being answered with a refusal at once, at most.
 pub const MAX_REFUSING: usize = 256;
+/// One place in this many of `--max-connections` is kept for light sources.
+pub const RESERVED_SHARE: usize = 8;
+/// A source holding fewer connections than this is light: it may take a reserved place.
+pub const LIGHT_SOURCE: usize = 4;
 
 /// How many connections are open, in all and per address.
 #[derive(Debug)]
@@ -144,23 +151,40 @@ impl ConnLimits {
         self.max_total - self.total.available_permits()
     }
 
-    /// Takes places for a connection from `ip`, or says which limit it is over.
+    /// Places kept for light sources: the last eighth of `--max-connections`.
+    fn reserved(&self) -> usize {
+        self.max_total
+            .div_ceil(RESERVED_SHARE)
+            .min(self.max_total - 1)
+    }
+
+    /// Takes places for a connection from `ip`, or says which limit it is over. The last
+    /// [`RESERVED_SHARE`]th of the places go only to sources holding fewer than
+    /// [`LIGHT_SOURCE`] connections: a few addresses that open connections by the hundred
+    /// (slow headers, a flood) cannot take the last place from a probe or a light client.
     pub fn admit(&self, ip: IpAddr) -> Result<ConnGuard, GatewayError> {
-        let total = self.total.clone().try_acquire_owned().map_err(|_| {
-            GatewayError::TooManyConnections {
-                limit: self.max_total,
-                per_address: false,
-            }
-        })?;
+        let over_total = || GatewayError::TooManyConnections {
+            limit: self.max_total,
+            per_address: false,
+        };
+        // Admissions are serialized by the map's lock; releases only add places.
         let mut map = self.per_ip.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = map.entry(ip).or_insert(0);
-        if *n >= self.max_per_ip {
+        let n = map.get(&ip).copied().unwrap_or(0);
+        if n >= self.max_per_ip {
             return Err(GatewayError::TooManyConnections {
                 limit: self.max_per_ip,
                 per_address: true,
             });
         }
-        *n += 1;
+        if n >= LIGHT_SOURCE && self.total.available_permits() <= self.reserved() {
+            return Err(over_total());
+        }
+        let total = self
+            .total
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| over_total())?;
+        *map.entry(ip).or_insert(0) += 1;
         Ok(ConnGuard {
             _total: total,
             ip,
@@ -318,8 +342,14 @@ impl Accept {
             GatewayError::TooManyConnections { limit, .. } => limit,
             _ => 0,
         };
-        let svc = hyper::service::service_fn(move |_req| async move {
-            let resp = GatewayError::TooManyConnections { limit, per_address }.into_response();
+        let svc = hyper::service::service_fn(move |req: axum::http::Request<_>| async move {
+            // The process is alive even when its connections are full: liveness is answered
+            // truthfully, so an orchestrator never restarts a node for its load.
+            let resp = if req.uri().path() == crate::server::LIVENESS_PATH {
+                axum::Json(serde_json::json!({"status": "ok"})).into_response()
+            } else {
+                GatewayError::TooManyConnections { limit, per_address }.into_response()
+            };
             Ok::<_, Infallible>(resp)
         });
         let mut b = builder.clone();
@@ -353,5 +383,30 @@ mod tests {
         drop(a1);
         assert_eq!(l.open(), 2);
         assert!(l.admit(a).is_ok());
+    }
+
+    /// Heavy sources fill the unreserved places; a light source (a probe) still gets one.
+    #[test]
+    fn the_last_places_are_kept_for_light_sources() {
+        let l = ConnLimits::new(64, 64);
+        let heavy: Vec<IpAddr> = (1..=3)
+            .map(|i| format!("10.0.1.{i}").parse().unwrap())
+            .collect();
+        let mut held = Vec::new();
+        for ip in heavy.iter().cycle().take(200) {
+            if let Ok(g) = l.admit(*ip) {
+                held.push(g);
+            }
+        }
+        // 64 places, 8 reserved: the heavy three hold 56 (and light ones took none).
+        assert_eq!(l.open(), 56);
+        assert_eq!(l.admit(heavy[0]).unwrap_err().status(), 503);
+        let probe: IpAddr = "10.0.2.1".parse().unwrap();
+        let probes: Vec<_> = (0..LIGHT_SOURCE).map(|_| l.admit(probe).unwrap()).collect();
+        assert_eq!(l.open(), 56 + LIGHT_SOURCE);
+        assert_eq!(l.admit(probe).unwrap_err().status(), 503, "no longer light");
+        drop(probes);
+        drop(held);
+        assert_eq!(l.open(), 0);
     }
 }

@@ -246,7 +246,12 @@ async fn connections_over_the_limits_get_an_answer_and_the_rest_are_served() {
             .collect();
     // Let the server accept them before the third arrives.
     tokio::time::sleep(Duration::from_millis(200)).await;
+    // Liveness is answered even over a limit: the process is alive.
     let r = raw(s.addr(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("an answer");
+    assert_eq!(r.status, 200);
+    let r = raw(s.addr(), b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .expect("an answer");
     assert_eq!(r.status, 429);
@@ -266,9 +271,43 @@ async fn connections_over_the_limits_get_an_answer_and_the_rest_are_served() {
         .await
         .unwrap();
     assert!(
-        text.contains("superinfer_requests_shed_total{reason=\"connections\"} 1"),
+        text.contains("superinfer_requests_shed_total{reason=\"connections\"} 2"),
         "{text}"
     );
+    s.shutdown().await;
+}
+
+/// Slow-header connections by the dozen from a few addresses fill every unreserved place;
+/// the liveness probe and a light client from another address are still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_slow_connections_from_few_addresses_cannot_starve_probes() {
+    let s = server(Settings {
+        max_connections: Some(32),
+        max_connections_per_ip: Some(32),
+        ..Settings::default()
+    })
+    .await;
+    let mut slow = Vec::new();
+    for i in 0..60u8 {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind(format!("127.0.0.{}:0", 2 + i % 3).parse().unwrap())
+            .unwrap();
+        let mut c = sock.connect(s.addr()).await.unwrap();
+        // Headers that never finish.
+        let _ = c.write_all(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n").await;
+        slow.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = raw(s.addr(), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("an answer");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        s.complete(&s.key, 2).await.0,
+        200,
+        "a light client is served"
+    );
+    drop(slow);
     s.shutdown().await;
 }
 
