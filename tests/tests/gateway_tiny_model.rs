@@ -240,3 +240,52 @@ async fn stop_strings_and_disconnects_record_their_gpu_time() {
     );
     s.shutdown().await;
 }
+
+/// On the CPU runner too, a long prompt arriving beside a stream is cut into chunks that keep
+/// each step within the stream's TBT budget (a cost model measured on this CPU), instead of
+/// one step of the whole prompt (a 4,095-token prompt was a 5.7-s gap in every stream).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_prompt_beside_a_stream_is_chunked_on_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("steps.jsonl");
+    let s = TestServer::start_with(TestOptions {
+        sim_profile: None,
+        settings: superinfer_gateway::Settings {
+            step_trace: Some(trace.clone()),
+            ..Default::default()
+        },
+        ..TestOptions::default()
+    })
+    .await;
+    let stream = json!({"model": s.model(), "prompt": "Once upon a time", "max_tokens": 600,
+                        "ignore_eos": true, "stream": true});
+    let mut resp = s.post("/v1/completions", &s.key, &stream).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.chunk().await.unwrap().expect("the stream decodes");
+    let long: Vec<u32> = (0..3500u32).map(|i| 10 + i % 1000).collect();
+    let body = json!({"model": s.model(), "prompt": long, "max_tokens": 1});
+    let done = s.post("/v1/completions", &s.key, &body).await;
+    assert_eq!(done.status(), StatusCode::OK);
+    drop(resp);
+    s.shutdown().await;
+    let steps: Vec<Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let beside: Vec<u64> = steps
+        .iter()
+        .filter(|r| r["decodes"].as_u64() > Some(0))
+        .flat_map(|r| r["chunk_spans"].as_array().unwrap().clone())
+        .map(|span| span[1].as_u64().unwrap())
+        .collect();
+    let covered: u64 = beside.iter().sum();
+    assert!(
+        covered >= 3000,
+        "the prompt ran beside the stream: {beside:?}"
+    );
+    assert!(
+        beside.len() >= 3 && beside.iter().all(|&len| len < 3500),
+        "in chunks: {beside:?}"
+    );
+}

@@ -3,6 +3,7 @@
 //! "HBM" tier is then a host arena with the engine's HBM capacity), but written over candle's
 //! [`Device`]: built with a CUDA device it runs the same code on the GPU.
 
+mod cost;
 #[cfg(test)]
 mod tests;
 
@@ -52,6 +53,8 @@ pub struct CpuRunner {
     geometry: BlockGeometry,
     eos: Vec<u32>,
     rng: ChaCha8Rng,
+    /// The step cost on this CPU, measured at load ([`cost`]); `None` on another device.
+    cost: Option<super::StepCost>,
 }
 
 impl CpuRunner {
@@ -87,12 +90,14 @@ impl CpuRunner {
             Some(s) => ChaCha8Rng::seed_from_u64(s),
             None => ChaCha8Rng::from_os_rng(),
         };
+        let cost = cost::measured(&mc, dtype, &cfg.device);
         Ok(CpuRunner {
             model,
             arena,
             geometry,
             eos,
             rng,
+            cost,
         })
     }
 
@@ -173,6 +178,10 @@ pub(crate) fn hbm_tables(batch: &StepBatch<'_>) -> Result<Vec<Vec<u32>>, EngineE
 impl ModelRunner for CpuRunner {
     fn geometry(&self) -> BlockGeometry {
         self.geometry
+    }
+
+    fn step_cost(&self) -> Option<super::StepCost> {
+        self.cost
     }
 
     fn eos_token_ids(&self) -> &[u32] {
