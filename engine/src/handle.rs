@@ -513,6 +513,35 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 mod shared;
+
+/// What a binary built with the test-only `fault-injection` feature must say at start-up
+/// (cargo unifies features, so `cargo test --release`, `cargo bench -p superinfer-gateway`
+/// or `cargo build --release --all-targets` build `target/release/superinfer` with it): the
+/// variables that make it fail on purpose, and which of them are set. `None` in a build
+/// without the feature.
+pub fn fault_injection_notice() -> Option<String> {
+    #[cfg(feature = "fault-injection")]
+    {
+        let set: Vec<&str> = [fault::PANIC_AT_STEP, fault::MASK_PANIC]
+            .into_iter()
+            .filter(|v| std::env::var_os(v).is_some())
+            .collect();
+        Some(format!(
+            "this binary was built with the test-only fault-injection feature: {} and {} make \
+             it panic on purpose (set now: {}); build the server alone for service \
+             (cargo build --release -p superinfer-gateway)",
+            fault::PANIC_AT_STEP,
+            fault::MASK_PANIC,
+            if set.is_empty() {
+                "none".to_string()
+            } else {
+                set.join(", ")
+            },
+        ))
+    }
+    #[cfg(not(feature = "fault-injection"))]
+    None
+}
 mod step_metrics;
 mod stream;
 use shared::Shared;

@@ -96,6 +96,9 @@ pub const METRICS_PATH: &str = "/metrics";
 
 /// Opens everything and starts listening.
 pub async fn start(cfg: ServeConfig) -> anyhow::Result<RunningServer> {
+    if let Some(notice) = superinfer_engine::handle::fault_injection_notice() {
+        tracing::warn!("{notice}");
+    }
     let metrics = Metrics::new();
     let quota = quota_store(&cfg, &metrics).await?;
     let (registry, default_api_key, changes) = open_tenants(&cfg, metrics.clone(), quota).await?;

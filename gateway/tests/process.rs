@@ -316,3 +316,35 @@ fn flags_override_the_environment_which_overrides_the_config_file() {
     run(Some(&flag_dir));
     assert!(flag_dir.join("tenants").exists() && !file_dir.exists());
 }
+
+/// A binary built with the test-only fault-injection feature (as cargo builds this one for
+/// the tests, and `cargo test --release` or `cargo bench` build `target/release/superinfer`)
+/// says so at start-up, naming the variables that arm it and which are set.
+#[test]
+fn a_binary_with_fault_injection_says_so_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_superinfer"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--sim-profile", "zero"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("RUST_LOG", "warn")
+        .env("SUPERINFER_FAULT_MASK_PANIC", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        if line.starts_with("listening on ") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("the child ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("test-only fault-injection feature"), "{err}");
+    assert!(
+        err.contains("set now: SUPERINFER_FAULT_MASK_PANIC"),
+        "{err}"
+    );
+}
