@@ -19,6 +19,7 @@ mod pool;
 pub use crate::wire::ChatMessage;
 pub use pool::{TextPool, TextPoolConfig};
 
+use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use superinfer_engine::grammar::GrammarCompiler;
 use superinfer_engine::{IncrementalDecoder, TextCodec};
@@ -195,7 +196,19 @@ impl Text {
                 ids.push(word_id("assistant", vocab));
                 Ok(ids)
             }
-            Backend::Model { codec: c, .. } => c.encode_chat(messages).map_err(|e| e.to_string()),
+            Backend::Model { codec: c, .. } => c
+                .encode_chat(&self.template_messages(messages))
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The messages as the chat template gets them without `tools`: a history's tool calls
+    /// and results written as text when the template does not render them itself.
+    fn template_messages<'a>(&self, messages: &'a [ChatMessage]) -> Cow<'a, [ChatMessage]> {
+        if crate::tools::holds_calls(messages) && !self.template_takes_tools() {
+            Cow::Owned(crate::tools::calls_as_text(messages))
+        } else {
+            Cow::Borrowed(messages)
         }
     }
 
@@ -284,7 +297,11 @@ impl Text {
             }
             // Exactly the chat path's encoding: contents' special-token texts are text.
             Backend::Model { codec: c, .. } => c
-                .encode_chat_as(messages, None, add_generation_prompt)
+                .encode_chat_as(
+                    &self.template_messages(messages),
+                    None,
+                    add_generation_prompt,
+                )
                 .and_then(|ids| match add_special_tokens {
                     true => c.with_special_tokens(ids),
                     false => Ok(ids),

@@ -316,7 +316,23 @@ pub fn without_template_support(messages: &[ChatMessage], tools: &[Value]) -> Ve
             messages
         }
     };
-    for m in rest {
+    out.extend(calls_as_text(rest));
+    out
+}
+
+/// Whether a conversation holds tool calls or results (a history sent back without `tools`).
+pub fn holds_calls(messages: &[ChatMessage]) -> bool {
+    messages
+        .iter()
+        .any(|m| m.tool_calls.is_some() || m.role == "tool")
+}
+
+/// The conversation with an assistant's calls written as `<tool_call>` blocks of its text and
+/// a tool's result as a `<tool_response>` block: how a template that does not render calls
+/// sees them (with `tools` or without: a history's calls are never dropped).
+pub fn calls_as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+    let mut out = Vec::with_capacity(messages.len());
+    for m in messages {
         let mut m = m.clone();
         if let Some(Value::Array(calls)) = m.tool_calls.take() {
             for c in calls {

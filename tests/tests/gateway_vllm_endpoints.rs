@@ -204,6 +204,37 @@ async fn tokenize_encodes_as_the_chat_path_and_refuses_past_its_limits() {
     s.shutdown().await;
 }
 
+/// A history with an assistant's tool call, sent back without `tools`, keeps the call in the
+/// prompt (written as text for a template that does not render calls), in
+/// `/tokenize` and in the chat path alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_without_tools_keeps_its_tool_calls() {
+    let (s, codec) = tiny().await;
+    let messages = json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "user", "content": "And tomorrow?"}
+    ]);
+    let (status, v) = post(&s, "/tokenize", json!({"messages": messages})).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let text = codec.decode(&ids(&v["tokens"]));
+    assert!(
+        text.contains("<tool_call>") && text.contains("get_weather"),
+        "{text}"
+    );
+    let chat = s
+        .post(
+            "/v1/chat/completions",
+            &s.key,
+            &json!({"model": s.model(), "messages": messages, "max_tokens": 1}),
+        )
+        .await;
+    let chat: Value = chat.json().await.unwrap();
+    assert_eq!(chat["usage"]["prompt_tokens"], v["count"], "{chat}");
+    s.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fields_not_honoured_are_refused_by_name() {
     let (s, codec) = tiny().await;
