@@ -76,6 +76,9 @@ pub struct RequestEnd {
     /// Seconds of the GPU's steps it took: each step's time split among its entries by the
     /// runner's cost model (`engine/gpu_time.rs`).
     pub gpu_s: f64,
+    /// Seconds of host CPU its grammar's token masks took (charged to its tenant's
+    /// fairness counter beside its GPU share).
+    pub mask_s: f64,
 }
 
 /// The rare parts of a [`EngineEvent::Token`].
@@ -515,6 +518,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 cached: req.cached,
                 queued_s: req.t_admit.unwrap_or(t) - req.t_arr,
                 gpu_s: req.gpu_s,
+                mask_s: req.mask_s,
             }),
         });
     }

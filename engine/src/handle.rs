@@ -427,6 +427,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                         queued_s: end.queued_s,
                         preemptions: end.preemptions,
                         gpu_s: end.gpu_s,
+                        mask_s: end.mask_s,
                     });
                 }
             }
@@ -487,6 +488,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Loop<R, T, C> {
                                 queued_s: end.queued_s,
                                 preemptions: end.preemptions,
                                 gpu_s: end.gpu_s,
+                                mask_s: end.mask_s,
                             },
                         });
                     }

@@ -162,6 +162,8 @@ pub struct Request {
     pub decode_skips: u32,
     /// Seconds of the steps it ran in that were its share (`engine/gpu_time.rs`).
     pub gpu_s: f64,
+    /// Seconds of host CPU its grammar's token masks took (`grammar/mask.rs`).
+    pub mask_s: f64,
     /// What its first admission found in the prefix cache.
     pub cached: PrefixHit,
     pub t_arr: f64,
@@ -214,6 +216,7 @@ impl Request {
             t_admit: None,
             decode_skips: 0,
             gpu_s: 0.0,
+            mask_s: 0.0,
             cached: PrefixHit::default(),
             t_arr,
             rotations: 0,

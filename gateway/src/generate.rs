@@ -414,6 +414,9 @@ impl Generation {
             trace.end(reason, tokens, e2e_s, unserved);
             if let Some(m) = gpu {
                 m.gpu_seconds.record(trace.engine.gpu_s);
+                if trace.engine.mask_s > 0.0 {
+                    m.host_seconds[1].record(trace.engine.mask_s);
+                }
             }
         };
         match (

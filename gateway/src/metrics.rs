@@ -37,6 +37,10 @@ pub const SLO_CHECKS: &str = "superinfer_slo_checks_total";
 pub const SLO_MET: &str = "superinfer_slo_met_total";
 pub const TTFT_UNSERVED: &str = "superinfer_ttft_unserved_total";
 pub const GPU_SECONDS: &str = "superinfer_request_gpu_seconds";
+pub const HOST_SECONDS: &str = "superinfer_request_host_seconds";
+/// What a request's host CPU went to: parsing, templating, tokenizing and compiling its
+/// grammar in the text pool; its grammar's token masks in the engine.
+pub const HOST_WORK: [&str; 2] = ["text", "grammar_mask"];
 
 /// Why an admitted request ended without a first token ([`TTFT_UNSERVED`]'s `reason`): its
 /// client went away, the engine shed it at submission (queue full, would miss its SLO), it was
@@ -116,7 +120,7 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut builder = PrometheusBuilder::new();
-        for name in [TTFT, ITL, E2E, GPU_SECONDS] {
+        for name in [TTFT, ITL, E2E, GPU_SECONDS, HOST_SECONDS] {
             builder = builder
                 .set_buckets_for_metric(Matcher::Full(name.into()), LATENCY_BUCKETS)
                 .expect("the bucket list is a non-empty constant");
@@ -179,6 +183,13 @@ impl Metrics {
                 "GPU time of each sequence the engine ran, per tenant: its share of every step \
                  it was in, by the step's cost model (compute and KV read). The sum over a \
                  window is the tenant's GPU time, the split weighted fairness follows.",
+            ),
+            (
+                HOST_SECONDS,
+                "Host CPU time of each request, per tenant and work: `text` (parsing, chat \
+                 template, tokenizing and grammar compiling in the text pool) and \
+                 `grammar_mask` (its token masks in the engine, also charged to the tenant's \
+                 fairness counter). Billed or not, the sum is the CPU the tenant took.",
             ),
             (
                 STEP_SECONDS,
@@ -342,6 +353,9 @@ impl Metrics {
                 itl: metrics::histogram!(ITL, "tenant" => t.clone()),
                 e2e: metrics::histogram!(E2E, "tenant" => t.clone()),
                 gpu_seconds: metrics::histogram!(GPU_SECONDS, "tenant" => t.clone()),
+                host_seconds: HOST_WORK.map(|work| {
+                    metrics::histogram!(HOST_SECONDS, "tenant" => t.clone(), "work" => work)
+                }),
                 admitted: [
                     metrics::counter!(ADMITTED, "tenant" => t.clone(), "unit" => "requests"),
                     metrics::counter!(ADMITTED, "tenant" => t.clone(), "unit" => "sequences"),
@@ -474,6 +488,8 @@ pub struct TenantMetrics {
     pub e2e: Histogram,
     /// GPU time of each sequence the engine ran (its share of its steps).
     pub gpu_seconds: Histogram,
+    /// Host CPU time of each request, by [`HOST_WORK`].
+    pub host_seconds: [Histogram; 2],
     /// What was submitted to the engine: requests, sequences.
     pub admitted: [Counter; 2],
     /// Prompt tokens of accepted requests, each prompt once (as `usage.prompt_tokens`).

@@ -85,10 +85,17 @@ async fn generate(
     let valid = state
         .text_pool
         .run_sized(ctx.tenant.id.0, size, move || {
-            validate::parse(&bytes)
-                .and_then(|b| validate::validate(endpoint, b, &tenant, &model, &text))
+            let t = Instant::now();
+            let valid = validate::parse(&bytes)
+                .and_then(|b| validate::validate(endpoint, b, &tenant, &model, &text));
+            (valid, t.elapsed().as_secs_f64())
         })
         .await
+        .map(|(valid, seconds)| {
+            // The tenant's CPU, whether the request is then billed or refused.
+            ctx.metrics.host_seconds[0].record(seconds);
+            valid
+        })
         .map_err(|e| {
             if e.status() == StatusCode::SERVICE_UNAVAILABLE {
                 state.metrics.shed("text_pool");

@@ -222,4 +222,8 @@ pub struct Service {
     /// context is ~150, so an equal-weight tenant with long contexts is charged for the GPU
     /// time it takes, not only its token count.
     pub kv_read: u64,
+    /// Host CPU the requests took beside the GPU (their grammars' token masks), in
+    /// prompt-token equivalents likewise (`StepCost::seconds_equivalent`; 0 without a cost
+    /// model): a tenant whose masks are heavy is charged for the time, not only its tokens.
+    pub host: u64,
 }

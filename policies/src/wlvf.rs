@@ -318,7 +318,8 @@ impl Policy for Wlvf {
         let cost = service.prefill as f64
             + self.cfg.decode_cost * service.decode as f64
             + self.cfg.cached_cost * service.cached as f64
-            + service.kv_read as f64;
+            + service.kv_read as f64
+            + service.host as f64;
         self.counters.charge(tenant, weight, cost);
     }
 

@@ -289,3 +289,30 @@ async fn a_long_prompt_beside_a_stream_is_chunked_on_the_cpu() {
         "in chunks: {beside:?}"
     );
 }
+
+/// A constrained request's host CPU is shown per tenant, by work: its text-pool work (parse,
+/// template, tokenize, compile) and its grammar's token masks in the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_cpu_of_text_work_and_grammar_masks_is_shown_per_tenant() {
+    let s = tiny().await;
+    let body = json!({"model": s.model(), "prompt": "Name:", "max_tokens": 8,
+                      "guided_regex": "[a-z]{8}"});
+    let resp = s.post("/v1/completions", &s.key, &body).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut seen = (0.0, 0.0);
+    for _ in 0..250 {
+        let text = s.get("/metrics", &s.key).await.text().await.unwrap();
+        let get = |work| {
+            let labels = [("tenant", "default"), ("work", work)];
+            superinfer_tests::metric_value(&text, "superinfer_request_host_seconds_sum", &labels)
+                .unwrap_or(0.0)
+        };
+        seen = (get("text"), get("grammar_mask"));
+        if seen.0 > 0.0 && seen.1 > 0.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(seen.0 > 0.0 && seen.1 > 0.0, "text and mask CPU: {seen:?}");
+    s.shutdown().await;
+}

@@ -61,7 +61,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
                 ..Default::default()
             });
         }
-        let (out, entries, mask_failed) =
+        let (out, entries, mask_failed, mask_s) =
             step_with_masks(&mut self.runner, &mut self.constraints, entries);
         scratch.entries = recycle(entries);
         for id in scratch.skipped.iter() {
@@ -160,6 +160,8 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             }
             let lp = logprobs.get_mut(k).and_then(Option::take);
             req.gpu_s += shares[k];
+            let mask_s = mask_s.get(id).copied().unwrap_or(0.0);
+            req.mask_s += mask_s;
             let (c, end) = ctx.advance(req, span, (tokens[k], lp));
             if c.decode_step {
                 req.decode_skips = 0;
@@ -180,6 +182,7 @@ impl<R: ModelRunner, T: Transfer, C: Clock> Engine<R, T, C> {
             s.decode += c.service.decode;
             if let Some(cost) = &self.cost {
                 s.kv_read += cost.kv_equivalent(span.pos, span.end);
+                s.host += cost.seconds_equivalent(mask_s);
             }
             if let Some(end) = end {
                 ends.push((*id, end));
@@ -404,7 +407,12 @@ fn step_with_masks<'e, R: ModelRunner>(
     }
     if rows.iter().all(Option::is_none) {
         let batch = StepBatch { entries };
-        return (runner.step(&batch), batch.entries, Vec::new());
+        return (
+            runner.step(&batch),
+            batch.entries,
+            Vec::new(),
+            BTreeMap::new(),
+        );
     }
     let (board, tx) = MaskBoard::new();
     let mut constrained = Vec::new();
@@ -424,20 +432,26 @@ fn step_with_masks<'e, R: ModelRunner>(
         s.spawn(move || MaskBoard::compute(rows, tx));
         runner.step(&StepBatch { entries })
     });
+    let mask_s = constrained
+        .iter()
+        .map(|&(row, id)| (id, board.seconds(row)))
+        .collect();
     let failed = board
         .failures(constrained)
         .into_iter()
         .map(|(id, e)| (id, format!("structured output: {e}")))
         .collect();
     // The entries borrow the mask board, which goes here: nothing of them is kept.
-    (out, Vec::new(), failed)
+    (out, Vec::new(), failed, mask_s)
 }
 
-/// A step's output, its entries to recycle and the requests whose grammar mask failed.
+/// A step's output, its entries to recycle, the requests whose grammar mask failed and the
+/// seconds each constrained request's mask took.
 type StepWithMasks<'e> = (
     Result<StepOutput, EngineError>,
     Vec<BatchEntry<'e>>,
     Vec<(RequestId, String)>,
+    BTreeMap<RequestId, f64>,
 );
 
 /// What one batch entry did: a decode step or prefill, and the service its tenant is charged.

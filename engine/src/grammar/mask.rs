@@ -18,6 +18,7 @@ use rayon::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
 /// The tokens a grammar allows next.
 #[derive(Clone, Debug)]
@@ -56,8 +57,8 @@ const SEQUENTIAL_MASKS: usize = 4;
 
 /// Where a step's masks arrive.
 pub struct MaskBoard {
-    rx: Mutex<Receiver<Masks>>,
-    done: OnceLock<Masks>,
+    rx: Mutex<Receiver<(Masks, Vec<f64>)>>,
+    done: OnceLock<(Masks, Vec<f64>)>,
 }
 
 impl std::fmt::Debug for MaskBoard {
@@ -98,23 +99,27 @@ impl MaskBoard {
         M: Send,
         F: Fn(M) -> Result<TokenMask, String> + Sync,
     {
-        let one = |m: Option<M>| {
-            m.map(|m| {
-                catch_unwind(AssertUnwindSafe(|| mask(m))).unwrap_or_else(|_| {
+        // Each row's mask and the seconds it took (the CPU time its tenant is charged).
+        let one = |m: Option<M>| match m {
+            None => (None, 0.0),
+            Some(m) => {
+                let t = Instant::now();
+                let r = catch_unwind(AssertUnwindSafe(|| mask(m))).unwrap_or_else(|_| {
                     Err("the grammar engine failed on this request's grammar".into())
-                })
-            })
+                });
+                (Some(r), t.elapsed().as_secs_f64())
+            }
         };
         // A few masks: on this thread alone, beside the forward pass's threads; many: also
         // on rayon's pool (which the forward pass uses too, so they share the cores).
         let constrained = rows.iter().filter(|m| m.is_some()).count();
-        let masks: Masks = if constrained <= SEQUENTIAL_MASKS {
-            rows.into_iter().map(one).collect()
+        let done: (Masks, Vec<f64>) = if constrained <= SEQUENTIAL_MASKS {
+            rows.into_iter().map(one).unzip()
         } else {
-            rows.into_par_iter().map(one).collect()
+            rows.into_par_iter().map(one).unzip()
         };
         // The runner may have failed and dropped the board: nothing waits then.
-        let _ = tx.0.send(masks);
+        let _ = tx.0.send(done);
     }
 
     /// Of `rows` (a row and what it stands for, e.g. its request), those whose mask failed,
@@ -125,14 +130,23 @@ impl MaskBoard {
             .collect()
     }
 
-    /// Row `row`'s mask, waiting for the worker. `None`: the row has no matcher.
-    fn get(&self, row: usize) -> Option<&Result<TokenMask, String>> {
-        let masks = self.done.get_or_init(|| {
+    /// Seconds row `row`'s mask took on the worker (0 for a row without a matcher), waiting
+    /// for the worker.
+    pub fn seconds(&self, row: usize) -> f64 {
+        self.masks().1.get(row).copied().unwrap_or(0.0)
+    }
+
+    fn masks(&self) -> &(Masks, Vec<f64>) {
+        self.done.get_or_init(|| {
             let rx = self.rx.lock().expect("the receiver is only read here");
             // A worker that died sends nothing: every row then reports an error below.
             rx.recv().unwrap_or_default()
-        });
-        match masks.get(row) {
+        })
+    }
+
+    /// Row `row`'s mask, waiting for the worker. `None`: the row has no matcher.
+    fn get(&self, row: usize) -> Option<&Result<TokenMask, String>> {
+        match self.masks().0.get(row) {
             Some(m) => m.as_ref(),
             None => Some(&WORKER_GONE),
         }
@@ -142,7 +156,7 @@ impl MaskBoard {
 static WORKER_GONE: Result<TokenMask, String> = Err(String::new());
 
 /// The worker's end of a [`MaskBoard`].
-pub struct MaskSender(SyncSender<Masks>);
+pub struct MaskSender(SyncSender<(Masks, Vec<f64>)>);
 
 /// A batch row's place on its step's board.
 #[derive(Clone, Copy, Debug)]

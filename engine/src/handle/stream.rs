@@ -149,6 +149,8 @@ pub struct EndTrace {
     pub preemptions: u32,
     /// Seconds of the GPU's steps that were its share (`RequestEnd::gpu_s`).
     pub gpu_s: f64,
+    /// Seconds of host CPU its grammar's token masks took (`RequestEnd::mask_s`).
+    pub mask_s: f64,
 }
 
 /// Why a request ended with `FinishReason::Error` ([`StreamEvent::Finished`]).

@@ -149,6 +149,16 @@ impl StepCost {
         // nothing, so short-context fairness is as before.
         (s / self.prompt_token_s).floor() as u64
     }
+
+    /// `seconds` of other work (a grammar's token masks on the host) in prompt-token
+    /// equivalents: the prompt tokens whose GEMMs would take as long, whole tokens only.
+    pub fn seconds_equivalent(&self, seconds: f64) -> u64 {
+        if self.prompt_token_s > 0.0 && seconds > 0.0 {
+            (seconds / self.prompt_token_s).floor() as u64
+        } else {
+            0
+        }
+    }
 }
 
 #[cfg(test)]

@@ -180,12 +180,17 @@ async fn in_text_pool(
     let answer = state
         .text_pool
         .run_sized(ctx.tenant.id.0, size, move || {
-            job(&s, body).and_then(|v| {
+            let t = std::time::Instant::now();
+            let out = job(&s, body).and_then(|v| {
                 serde_json::to_vec(&v).map_err(|e| GatewayError::Internal(e.to_string()))
-            })
+            });
+            (out, t.elapsed().as_secs_f64())
         })
         .await
-        .and_then(|r| r);
+        .and_then(|(r, seconds)| {
+            ctx.metrics.host_seconds[0].record(seconds);
+            r
+        });
     if let Err(e) = &answer {
         if e.status() == StatusCode::SERVICE_UNAVAILABLE {
             state.metrics.shed("text_pool");

@@ -390,3 +390,24 @@ fn running_requests_are_displaced_for_room_but_not_for_a_seat_unless_asked() {
         (vec![1], vec![2])
     );
 }
+
+/// Host CPU a tenant's requests took (their grammars' masks, in prompt-token equivalents) is
+/// service like its tokens: two tenants served the same tokens, one with heavy masks, end
+/// with that much between their counters.
+#[test]
+fn host_work_is_charged_like_tokens() {
+    let mut w = Wlvf::new(WlvfConfig::default());
+    w.on_arrival(TenantId(0), 1.0);
+    w.on_arrival(TenantId(1), 1.0);
+    w.on_service(TenantId(0), 1.0, served(100));
+    let heavy = Service {
+        host: 5_000,
+        ..served(100)
+    };
+    w.on_service(TenantId(1), 1.0, heavy);
+    let (a, b) = (
+        w.counter(TenantId(0)).unwrap(),
+        w.counter(TenantId(1)).unwrap(),
+    );
+    assert!((b - a - 5_000.0).abs() < 1e-6, "{a} {b}");
+}
