@@ -58,6 +58,13 @@ pub enum TenantError {
     Storage(#[from] sled::Error),
 }
 
+/// An I/O error of the store's own files (its verified copy) is a storage fault, as sled's.
+impl From<std::io::Error> for TenantError {
+    fn from(e: std::io::Error) -> Self {
+        TenantError::Storage(sled::Error::Io(e))
+    }
+}
+
 /// Shorthand used throughout the crate.
 pub type Result<T, E = TenantError> = std::result::Result<T, E>;
 

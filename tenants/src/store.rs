@@ -3,6 +3,7 @@
 //! `Ok` survives a crash and a crash never leaves half a write behind.
 
 mod apply;
+pub(crate) mod backup;
 mod check;
 mod layout;
 mod schema;
@@ -37,6 +38,8 @@ pub struct TenantStore {
     trees: Trees,
     usage: UsageLedger,
     path: PathBuf,
+    /// The verified copy beside the store ([`backup`]).
+    backup: PathBuf,
     /// Serializes writes with each other and with snapshots, so a snapshot never sees half of
     /// a concurrent write (sled transactions are atomic, but a scan is many reads).
     writes: Arc<Mutex<()>>,
@@ -45,22 +48,110 @@ pub struct TenantStore {
 impl TenantStore {
     /// Opens (creating if needed) the store in directory `path`, then brings its layout to
     /// [`SCHEMA_VERSION`], running any migrations.
+    ///
+    /// A store sled cannot reopen (its files corrupted by a crash) is rebuilt from its
+    /// verified copy when there is one ([`backup`]): the damaged directory is kept beside it
+    /// as `<store>.corrupt-<unix seconds>` and an error is logged to stderr.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        match Self::open_as_is(&path) {
+            Err(e) if is_corruption(&e) && backup::has_registry(&backup::dir_of(&path)) => {
+                Self::recover(&path, e)
+            }
+            other => other,
+        }
+    }
+
+    fn open_as_is(path: &Path) -> Result<Self> {
         let db = sled::Config::new()
-            .path(&path)
+            .path(path)
             .open()
-            .map_err(|e| open_error(e, &path))?;
+            .map_err(|e| open_error(e, path))?;
         schema::migrate(&db)?;
         let trees = Trees::open(&db)?;
-        let usage = UsageLedger::open(&db)?;
-        Ok(TenantStore {
+        let backup = backup::dir_of(path);
+        let usage = UsageLedger::open(&db, Some(backup.clone()))?;
+        let store = TenantStore {
             db,
             trees,
             usage,
-            path,
+            path: path.to_path_buf(),
+            backup,
             writes: Arc::new(Mutex::new(())),
-        })
+        };
+        // Every entry read once: a damaged registry shows here, not at the first request.
+        store.check()?;
+        // A store that opened but lost acknowledged writes (its recovery dropped a damaged
+        // segment) is behind its verified copy: that is damage too.
+        let copy = backup::registry_generation(&store.backup);
+        let own = store.generation()?;
+        if copy.is_some_and(|g| g > own) {
+            return Err(TenantError::Corrupt(format!(
+                "the store is at write {own} but its verified copy at write {}",
+                copy.unwrap_or_default()
+            )));
+        }
+        store.write_backup()?;
+        store.usage.open_journal()?;
+        Ok(store)
+    }
+
+    /// Rebuilds the store at `path` from its verified copy after `why` kept it from opening.
+    fn recover(path: &Path, why: TenantError) -> Result<Self> {
+        let dir = backup::dir_of(path);
+        let registry = backup::read_registry(&dir)?;
+        let ledger = backup::read_ledger(&dir)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut kept = path.as_os_str().to_os_string();
+        kept.push(format!(".corrupt-{now}"));
+        std::fs::rename(path, &kept)?;
+        eprintln!(
+            "superinfer tenants: the store at {} could not be opened ({why}); rebuilt from its \
+             verified copy in {} ({} ledger rows); the damaged files are kept in {}",
+            path.display(),
+            dir.display(),
+            ledger.len(),
+            std::path::Path::new(&kept).display()
+        );
+        let db = sled::Config::new()
+            .path(path)
+            .open()
+            .map_err(|e| open_error(e, path))?;
+        for (name, entries) in &registry {
+            let tree = db.open_tree(name)?;
+            for (k, v) in entries {
+                tree.insert(k.as_slice(), v.as_slice())?;
+            }
+        }
+        let usage = db.open_tree(crate::usage::USAGE)?;
+        for ((tenant, hour), c) in &ledger {
+            usage.insert(crate::usage::row_key(*tenant, *hour), c.encode().to_vec())?;
+        }
+        db.flush()?;
+        drop(usage);
+        drop(db);
+        Self::open_as_is(path)
+    }
+
+    /// Rewrites the registry's verified copy from the trees (after a write is on disk).
+    fn write_backup(&self) -> Result<()> {
+        let t = &self.trees;
+        let mut dump = Vec::new();
+        for (name, tree) in [
+            (layout::TENANTS, &t.tenants),
+            (layout::NAMES, &t.names),
+            (layout::KEYS, &t.keys),
+            (layout::META, &t.meta),
+        ] {
+            let entries = tree
+                .iter()
+                .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            dump.push((name.to_string(), entries));
+        }
+        backup::write_registry(&self.backup, &dump)
     }
 
     /// Opens the store in directory `path` like [`TenantStore::open`], but only if one is
@@ -344,8 +435,20 @@ impl TenantStore {
                 TransactionError::Storage(e) => TenantError::Storage(e),
             })?;
         self.db.flush()?;
+        // The verified copy holds the write before it is acknowledged.
+        self.write_backup()?;
         Ok(out)
     }
+}
+
+/// Whether `e` says the store's files are damaged (not locked, missing or unreadable).
+fn is_corruption(e: &TenantError) -> bool {
+    matches!(
+        e,
+        TenantError::Corrupt(_)
+            | TenantError::Storage(sled::Error::Corruption { .. })
+            | TenantError::Storage(sled::Error::ReportableBug(_))
+    )
 }
 
 fn open_error(e: sled::Error, path: &Path) -> TenantError {

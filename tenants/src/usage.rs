@@ -35,6 +35,9 @@ pub(crate) const USAGE: &str = "usage";
 /// Bytes of one encoded [`UsageCounts`]: six big-endian u64 counters.
 pub(crate) const VALUE_BYTES: usize = 48;
 
+/// The ledger log is rewritten from the tree (one batch) once it passes this size.
+const JOURNAL_REWRITE_BYTES: u64 = 64 << 20;
+
 /// Milliseconds in one hour bucket.
 const HOUR_MS: u64 = 3_600_000;
 
@@ -63,6 +66,18 @@ impl UsageCounts {
         self.cached_tokens += o.cached_tokens;
         self.completion_tokens += o.completion_tokens;
         self.errors += o.errors;
+    }
+
+    /// Each counter the larger of the two.
+    pub(crate) fn field_max(&self, o: &UsageCounts) -> UsageCounts {
+        UsageCounts {
+            requests: self.requests.max(o.requests),
+            sequences: self.sequences.max(o.sequences),
+            prompt_tokens: self.prompt_tokens.max(o.prompt_tokens),
+            cached_tokens: self.cached_tokens.max(o.cached_tokens),
+            completion_tokens: self.completion_tokens.max(o.completion_tokens),
+            errors: self.errors.max(o.errors),
+        }
     }
 
     pub(crate) fn encode(&self) -> [u8; VALUE_BYTES] {
@@ -140,6 +155,12 @@ pub struct UsageLedger {
     durable: Arc<AtomicU64>,
     /// One flush at a time: each reads, adds and writes rows.
     flushing: Arc<Mutex<()>>,
+    /// The store's backup directory, whose ledger log gets every batch before it is flushed
+    /// (`store/backup.rs`); `None`: no log.
+    journal: Option<std::path::PathBuf>,
+    /// The log lacks a batch (its append failed): it is rewritten whole from the tree at the
+    /// next flush.
+    journal_stale: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Records not yet on disk, and the sequence number of the last record.
@@ -174,14 +195,76 @@ pub(crate) fn decode_key(k: &[u8]) -> Result<(TenantId, u64)> {
 }
 
 impl UsageLedger {
-    pub(crate) fn open(db: &Db) -> Result<UsageLedger> {
+    pub(crate) fn open(db: &Db, journal: Option<std::path::PathBuf>) -> Result<UsageLedger> {
         Ok(UsageLedger {
             db: db.clone(),
             tree: db.open_tree(USAGE)?,
             pending: Arc::default(),
             durable: Arc::default(),
             flushing: Arc::default(),
+            journal,
+            journal_stale: Arc::default(),
         })
+    }
+
+    /// Brings the ledger log and the tree together at open. Without a log (a store from
+    /// before it, or a fresh one) the log starts from the tree. With one, every row the log
+    /// holds more of than the tree (a batch logged before a crash kept it from the disk, or
+    /// a damaged segment sled's recovery dropped) is raised to the log's counts, field by
+    /// field: each is a sum that only grows, so the larger is the more complete.
+    pub(crate) fn open_journal(&self) -> Result<()> {
+        let Some(dir) = &self.journal else {
+            return Ok(());
+        };
+        if crate::store::backup::ledger_bytes(dir) == 0 {
+            crate::store::backup::rewrite_ledger(dir, &self.all_rows()?)?;
+            return Ok(());
+        }
+        let mut raised = false;
+        for ((tenant, hour), logged) in crate::store::backup::read_ledger(dir)? {
+            let key = row_key(tenant, hour);
+            let own = match self.tree.get(key)? {
+                Some(v) => UsageCounts::decode(&v)?,
+                None => UsageCounts::default(),
+            };
+            let most = own.field_max(&logged);
+            if most != own {
+                self.tree.insert(key, most.encode().to_vec())?;
+                raised = true;
+            }
+        }
+        if raised {
+            self.db.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Every row of the tree, as a batch.
+    fn all_rows(&self) -> Result<HashMap<(TenantId, u64), UsageCounts>> {
+        let mut out = HashMap::new();
+        for kv in self.tree.iter() {
+            let (k, v) = kv?;
+            out.insert(decode_key(&k)?, UsageCounts::decode(&v)?);
+        }
+        Ok(out)
+    }
+
+    /// Writes `batch` (applied to the tree) to the ledger log before it is flushed; the whole
+    /// tree instead when the log fell behind or grew past its bound.
+    fn journal(&self, batch: &HashMap<(TenantId, u64), UsageCounts>) -> Result<()> {
+        let Some(dir) = &self.journal else {
+            return Ok(());
+        };
+        let stale = self.journal_stale.load(Ordering::Acquire)
+            || crate::store::backup::ledger_bytes(dir) > JOURNAL_REWRITE_BYTES;
+        let written = if stale {
+            crate::store::backup::rewrite_ledger(dir, &self.all_rows()?)
+        } else {
+            crate::store::backup::append_ledger(dir, batch)
+        };
+        self.journal_stale
+            .store(written.is_err(), Ordering::Release);
+        written.map_err(TenantError::from)
     }
 
     pub(crate) fn tree_iter(&self) -> sled::Iter {
@@ -249,6 +332,8 @@ impl UsageLedger {
                 }
                 return Err(e);
             }
+            // Applied: in the log before it is durable (never queued again).
+            self.journal(&batch)?;
         }
         if self.durable_seq() < upto {
             sync()?;
