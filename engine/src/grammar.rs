@@ -164,11 +164,22 @@ impl GrammarCompiler {
         spec: &GrammarSpec,
         whitespace_pattern: Option<&str>,
     ) -> Result<Grammar, CompileError> {
+        self.compile_for(u32::MAX, spec, whitespace_pattern)
+    }
+
+    /// [`GrammarCompiler::compile`] within `tenant`'s share of the compile threads
+    /// ([`CompilePool::run_for`]).
+    pub fn compile_for(
+        &self,
+        tenant: u32,
+        spec: &GrammarSpec,
+        whitespace_pattern: Option<&str>,
+    ) -> Result<Grammar, CompileError> {
         let top = spec
             .to_llguidance(whitespace_pattern)
             .map_err(CompileError::Invalid)?;
         let factory = self.factory.clone();
-        self.pool.run(move || {
+        self.pool.run_for(tenant, move || {
             let parser = factory.create_parser(top).map_err(|e| e.to_string())?;
             let matcher = Matcher::new(Ok(parser));
             if let Some(e) = matcher.get_error() {

@@ -254,7 +254,12 @@ pub fn validate(
                 ),
             ));
         }
-        sampling.grammar = Some(structured::compile(c, whitespace.as_deref(), text)?);
+        sampling.grammar = Some(structured::compile(
+            c,
+            whitespace.as_deref(),
+            text,
+            tenant.id.0,
+        )?);
     }
     let prompt = prompts.remove(0);
     let more_prompts = prompts;

@@ -13,7 +13,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// The stack of each compile thread: 512 MiB of address space (pages are committed only as
@@ -71,6 +71,41 @@ pub struct CompilePool {
     tx: Mutex<SyncSender<Job>>,
     budget: Duration,
     queue_wait: Duration,
+    /// Compilations of each tenant in the pool (queued or running, until the job ends).
+    shares: Arc<Shares>,
+    /// The most one tenant may have in the pool: half the threads, rounded up.
+    per_tenant: usize,
+}
+
+/// Each tenant's compilations in the pool, and a signal when one ends.
+#[derive(Default)]
+struct Shares {
+    held: Mutex<std::collections::HashMap<u32, usize>>,
+    freed: Condvar,
+}
+
+/// One compilation's place in its tenant's share; given back when dropped (with the job,
+/// when it ends or is skipped).
+struct SharePlace {
+    shares: Arc<Shares>,
+    tenant: u32,
+}
+
+impl Drop for SharePlace {
+    fn drop(&mut self) {
+        let mut held = self
+            .shares
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = held.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.tenant);
+            }
+        }
+        self.shares.freed.notify_all();
+    }
 }
 
 impl std::fmt::Debug for CompilePool {
@@ -115,7 +150,54 @@ impl CompilePool {
             tx: Mutex::new(tx),
             budget,
             queue_wait: budget,
+            shares: Arc::default(),
+            per_tenant: workers.max(1).div_ceil(2),
         }))
+    }
+
+    /// [`CompilePool::run`] for `tenant`, who may have at most half the threads' worth of
+    /// compilations in the pool (queued or running, an over-budget one until it ends): past
+    /// that it waits for one of its own to end, at most the queue wait ([`CompileError::Busy`]
+    /// past it), so one tenant's heavy grammars leave the other threads to the others.
+    pub fn run_for<T: Send + 'static>(
+        &self,
+        tenant: u32,
+        f: impl FnOnce() -> Result<T, String> + Send + 'static,
+    ) -> Result<T, CompileError> {
+        let place = self.take_share(tenant)?;
+        self.run(move || {
+            let _place = place;
+            f()
+        })
+    }
+
+    fn take_share(&self, tenant: u32) -> Result<SharePlace, CompileError> {
+        let deadline = Instant::now() + self.queue_wait;
+        let mut held = self
+            .shares
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            let n = held.entry(tenant).or_insert(0);
+            if *n < self.per_tenant {
+                *n += 1;
+                return Ok(SharePlace {
+                    shares: self.shares.clone(),
+                    tenant,
+                });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(CompileError::Busy);
+            }
+            held = self
+                .shares
+                .freed
+                .wait_timeout(held, left)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
     }
 
     /// The budget of one compilation.
@@ -279,5 +361,38 @@ mod tests {
             "the wait and the run together pass the budget"
         );
         assert_eq!(first.join().unwrap(), Ok(1));
+    }
+
+    /// One tenant holding its share (here one of two threads) waits for its own job to end;
+    /// another tenant takes the other thread at once.
+    #[test]
+    fn a_tenant_has_at_most_its_share_of_the_threads() {
+        let pool = CompilePool::new(2, 8, Duration::from_secs(5)).unwrap();
+        let (started_tx, started) = mpsc::channel::<()>();
+        let (release, gate) = mpsc::channel::<()>();
+        let gate = Arc::new(Mutex::new(gate));
+        let p = pool.clone();
+        let heavy = std::thread::spawn(move || {
+            p.run_for(1, move || {
+                started_tx.send(()).unwrap();
+                gate.lock().unwrap().recv().unwrap();
+                Ok(())
+            })
+        });
+        started.recv().unwrap();
+        // Tenant 2 gets the other thread now.
+        assert_eq!(pool.run_for(2, || Ok(2)), Ok(2));
+        // Tenant 1's second grammar waits for its first: past the queue wait it is Busy.
+        let short = CompilePool {
+            queue_wait: Duration::from_millis(50),
+            tx: Mutex::new(pool.tx.lock().unwrap().clone()),
+            budget: pool.budget,
+            shares: pool.shares.clone(),
+            per_tenant: pool.per_tenant,
+        };
+        assert_eq!(short.run_for(1, || Ok(1)), Err(CompileError::Busy));
+        release.send(()).unwrap();
+        assert_eq!(heavy.join().unwrap(), Ok(()));
+        assert_eq!(pool.run_for(1, || Ok(1)), Ok(1));
     }
 }

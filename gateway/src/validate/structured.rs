@@ -87,32 +87,40 @@ pub(super) fn constraint(body: &mut Body) -> Result<(Option<Constraint>, Option<
 
 /// Compiles the constraint against the served model's tokenizer, once it is within the
 /// grammar limits (`limits`), on the compiler's own threads and time budget.
-pub(crate) fn compile(c: &Constraint, whitespace: Option<&str>, text: &Text) -> Result<Grammar> {
+pub(crate) fn compile(
+    c: &Constraint,
+    whitespace: Option<&str>,
+    text: &Text,
+    tenant: u32,
+) -> Result<Grammar> {
     let field = top_field(&c.field);
     let field = field.as_str();
     super::limits::check(field, &c.spec)?;
     let compiler = text
         .grammar_compiler()
         .map_err(|e| GatewayError::invalid(field, e))?;
-    compiler.compile(&c.spec, whitespace).map_err(|e| match e {
-        CompileError::Invalid(e) => GatewayError::invalid(
-            field,
-            format!("`{}` cannot be compiled to a grammar: {e}", c.field),
-        ),
-        CompileError::Budget(d) => GatewayError::invalid(
-            field,
-            format!(
-                "`{}` did not compile within the limit of {} ms (grammar compile budget); \
-                 send a smaller grammar",
-                c.field,
-                d.as_millis()
+    compiler
+        .compile_for(tenant, &c.spec, whitespace)
+        .map_err(|e| match e {
+            CompileError::Invalid(e) => GatewayError::invalid(
+                field,
+                format!("`{}` cannot be compiled to a grammar: {e}", c.field),
             ),
-        ),
-        CompileError::Busy => GatewayError::Overloaded {
-            message: "every grammar compiler is busy; retry after the Retry-After seconds".into(),
-            retry_after_s: 1,
-        },
-    })
+            CompileError::Budget(d) => GatewayError::invalid(
+                field,
+                format!(
+                    "`{}` did not compile within the limit of {} ms (grammar compile budget); \
+                 send a smaller grammar",
+                    c.field,
+                    d.as_millis()
+                ),
+            ),
+            CompileError::Busy => GatewayError::Overloaded {
+                message: "every grammar compiler is busy; retry after the Retry-After seconds"
+                    .into(),
+                retry_after_s: 1,
+            },
+        })
 }
 
 /// OpenAI's `response_format`: `text` (no constraint), `json_object`, or `json_schema` with
