@@ -18,6 +18,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{GatewayError, Result};
 
+/// The longest a job waits for a worker. Past it the request is refused with a retryable 503
+/// (`Retry-After`): the wait was the pool's contention, not the request's own cost.
+pub const QUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Bodies of at least this many bytes are tokenized at the lowest CPU priority (a 64 KiB
 /// prompt takes ~15 ms to tokenize; shorter jobs are not worth a thread of their own).
 pub const LONG_BODY_BYTES: usize = 64 * 1024;
@@ -56,6 +60,8 @@ pub struct TextPool {
     /// Workers.
     running: Arc<Semaphore>,
     tenants: Mutex<HashMap<u32, Arc<TenantShare>>>,
+    /// The longest a job waits for a worker ([`QUEUE_WAIT`]).
+    queue_wait: std::time::Duration,
 }
 
 /// One tenant's share of the pool.
@@ -77,7 +83,14 @@ impl TextPool {
             places: Arc::new(Semaphore::new(workers + config.queue)),
             running: Arc::new(Semaphore::new(workers)),
             tenants: Mutex::new(HashMap::new()),
+            queue_wait: QUEUE_WAIT,
         }
+    }
+
+    /// The pool with another longest wait for a worker.
+    pub fn with_queue_wait(mut self, wait: std::time::Duration) -> TextPool {
+        self.queue_wait = wait;
+        self
     }
 
     pub fn config(&self) -> TextPoolConfig {
@@ -148,8 +161,21 @@ impl TextPool {
                     ),
                     retry_after_s: 1,
                 })?;
-        let tenant_worker = acquire(&share.running).await?;
-        let worker = acquire(&self.running).await?;
+        let workers = async {
+            let tenant_worker = acquire(&share.running).await?;
+            let worker = acquire(&self.running).await?;
+            Ok::<_, GatewayError>((tenant_worker, worker))
+        };
+        let (tenant_worker, worker) = tokio::time::timeout(self.queue_wait, workers)
+            .await
+            .map_err(|_| GatewayError::Overloaded {
+                message: format!(
+                    "the tokenizer pool had no worker free for {} s; retry after the \
+                     Retry-After seconds",
+                    self.queue_wait.as_secs_f64()
+                ),
+                retry_after_s: 1,
+            })??;
         let held: [OwnedSemaphorePermit; 4] = [tenant_place, place, tenant_worker, worker];
         if bytes < LONG_BODY_BYTES {
             return tokio::task::spawn_blocking(move || {
@@ -269,5 +295,32 @@ mod tests {
             tx.send(()).unwrap();
             h.await.unwrap().unwrap();
         }
+    }
+
+    /// A job that waits past the queue wait for a worker is a retryable 503, and runs not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_waiting_past_the_queue_wait_is_a_retryable_503() {
+        let p = Arc::new(
+            TextPool::new(TextPoolConfig {
+                workers: 1,
+                queue: 4,
+            })
+            .with_queue_wait(Duration::from_millis(100)),
+        );
+        let (release, held) = blocked(&p, 1).await;
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let r = ran.clone();
+        let e = p
+            .run(2, move || {
+                r.store(true, std::sync::atomic::Ordering::Release)
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.status(), 503, "{e}");
+        assert!(e.to_string().contains("no worker free"), "{e}");
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        assert!(!ran.load(std::sync::atomic::Ordering::Acquire));
+        assert!(p.run(2, || 7).await.is_ok());
     }
 }
