@@ -458,7 +458,7 @@ async fn streams_past_the_drain_deadline_end_with_an_error_event_and_done() {
     let TestServer {
         server,
         client,
-        dir: _dir,
+        dir,
         ..
     } = s;
     let stopping = tokio::spawn(server.shutdown());
@@ -472,6 +472,15 @@ async fn streams_past_the_drain_deadline_end_with_an_error_event_and_done() {
     }
     stopping.await.unwrap().unwrap();
     drop(client);
+    // Their records, settled as the engine ended them, reached the ledger before exit.
+    let store = superinfer_tenants::TenantStore::open(dir.path().join("tenants")).unwrap();
+    let rows = store
+        .usage()
+        .rows(&superinfer_tenants::UsageQuery::default())
+        .unwrap();
+    let billed: u64 = rows.iter().map(|r| r.counts.requests).sum();
+    let errors: u64 = rows.iter().map(|r| r.counts.errors).sum();
+    assert_eq!((billed, errors), (3, 3), "{rows:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
