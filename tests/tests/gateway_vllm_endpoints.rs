@@ -23,6 +23,18 @@ async fn post(s: &TestServer, path: &str, body: Value) -> (StatusCode, Value) {
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// A chat completion of `messages` bills `count` prompt tokens (what `/tokenize` said).
+async fn assert_chat_prompt_tokens(s: &TestServer, messages: &Value, count: &Value) {
+    let body = json!({"model": s.model(), "messages": messages, "max_tokens": 1});
+    let chat: Value = s
+        .post("/v1/chat/completions", &s.key, &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(&chat["usage"]["prompt_tokens"], count, "{chat}");
+}
+
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array()
         .unwrap()
@@ -155,15 +167,7 @@ async fn tokenize_encodes_as_the_chat_path_and_refuses_past_its_limits() {
     );
     // The template's two turns (user, assistant): the content opened none.
     assert_eq!(tokens.iter().filter(|&&t| t == im_start).count(), 2);
-    let chat = s
-        .post(
-            "/v1/chat/completions",
-            &s.key,
-            &json!({"model": s.model(), "messages": messages, "max_tokens": 1}),
-        )
-        .await;
-    let chat: Value = chat.json().await.unwrap();
-    assert_eq!(chat["usage"]["prompt_tokens"], v["count"], "{chat}");
+    assert_chat_prompt_tokens(&s, &messages, &v["count"]).await;
 
     // As many messages as the limit allows, one holding a special token's text: each content
     // is found once (this took minutes when every marker was searched over the whole text).
@@ -223,15 +227,7 @@ async fn a_history_without_tools_keeps_its_tool_calls() {
         text.contains("<tool_call>") && text.contains("get_weather"),
         "{text}"
     );
-    let chat = s
-        .post(
-            "/v1/chat/completions",
-            &s.key,
-            &json!({"model": s.model(), "messages": messages, "max_tokens": 1}),
-        )
-        .await;
-    let chat: Value = chat.json().await.unwrap();
-    assert_eq!(chat["usage"]["prompt_tokens"], v["count"], "{chat}");
+    assert_chat_prompt_tokens(&s, &messages, &v["count"]).await;
     s.shutdown().await;
 }
 
