@@ -32,6 +32,9 @@ struct Seen {
     errored: u64,
     /// Requests whose grammar failed, streamed or not.
     grammar_failed: u64,
+    /// Requests the node refused for load at submission (its queue or inbox full, or
+    /// draining): each a TTFT miss of its tenant, never submitted to the engine.
+    shed_at_submit: u64,
 }
 
 struct Op {
@@ -101,16 +104,24 @@ async fn send(s: &TestServer, key: &str, op: &Op, seen: &mut Seen) {
     };
     let resp = s.post(path, key, &body(op, &s.model())).await;
     if resp.status() != StatusCode::OK {
-        seen.grammar_failed += u64::from(op.grammar && resp.status() == StatusCode::BAD_REQUEST);
+        let status = resp.status();
+        seen.grammar_failed += u64::from(op.grammar && status == StatusCode::BAD_REQUEST);
         assert!(
             [
                 StatusCode::BAD_REQUEST,
                 StatusCode::TOO_MANY_REQUESTS,
                 StatusCode::SERVICE_UNAVAILABLE
             ]
-            .contains(&resp.status()),
-            "{}",
-            resp.status()
+            .contains(&status),
+            "{status}"
+        );
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        seen.shed_at_submit += u64::from(
+            status == StatusCode::SERVICE_UNAVAILABLE
+                && (message.contains("queue is full")
+                    || message.contains("inbox is full")
+                    || v["error"]["code"] == "shutting_down"),
         );
         seen.refused += 1;
         return;
@@ -206,6 +217,7 @@ async fn one_mix(seed: u64) -> (u64, u64, u64) {
             e.refused += one.refused;
             e.errored += one.errored;
             e.grammar_failed += one.grammar_failed;
+            e.shed_at_submit += one.shed_at_submit;
         }
     }
     // Dropped streams end within a step or two; then every seat is back.
@@ -239,12 +251,14 @@ async fn one_mix(seed: u64) -> (u64, u64, u64) {
             let c = got("completion_tokens");
             assert!(c >= r[3] && c <= r[3] + d[2], "{ctx}");
         }
-        // The statistics and the TTFT series count every sequence submitted to the engine;
-        // the ledger those the engine accepted: the difference is what the engine refused at
-        // its queue, each a TTFT miss with reason `shed` (no other shedding is on here).
+        // The statistics count every sequence submitted to the engine, the TTFT series those
+        // and the requests the node refused for load at submission; the ledger those the
+        // engine accepted: the difference is what the engine refused at its queue. Both kinds
+        // of refusal are TTFT misses with reason `shed` (no other shedding is on here).
         let st = &stats["stats"];
         let admitted = st["sequences_admitted"].as_u64().expect("a count");
-        assert_eq!(st["ttft"]["count"], admitted, "{ctx}");
+        let at_submit = seen.shed_at_submit;
+        assert_eq!(st["ttft"]["count"], admitted + at_submit, "{ctx}");
         let name = stats["tenant"]["name"]
             .as_str()
             .expect("a name")
@@ -257,7 +271,7 @@ async fn one_mix(seed: u64) -> (u64, u64, u64) {
             &[("tenant", &name), ("reason", "shed")],
         )
         .unwrap_or(0.0) as u64;
-        assert_eq!(admitted - got("sequences"), shed, "{ctx}");
+        assert_eq!(admitted - got("sequences") + at_submit, shed, "{ctx}");
         assert!(
             st["requests_admitted"].as_u64() >= Some(got("requests")),
             "{ctx}"
