@@ -98,6 +98,9 @@ fn serve_conn(
     })
 }
 
+/// Liveness: 200 while the process is up (Kubernetes' `livenessProbe`).
+pub const LIVENESS_PATH: &str = "/healthz";
+
 /// Connections being answered with a refusal at once, at most.
 pub const MAX_REFUSING: usize = 256;
 /// One place in this many of `--max-connections` is kept for light sources.
@@ -345,7 +348,7 @@ impl Accept {
         let svc = hyper::service::service_fn(move |req: axum::http::Request<_>| async move {
             // The process is alive even when its connections are full: liveness is answered
             // truthfully, so an orchestrator never restarts a node for its load.
-            let resp = if req.uri().path() == crate::server::LIVENESS_PATH {
+            let resp = if req.uri().path() == LIVENESS_PATH {
                 axum::Json(serde_json::json!({"status": "ok"})).into_response()
             } else {
                 GatewayError::TooManyConnections { limit, per_address }.into_response()

@@ -87,8 +87,7 @@ impl RunningServer {
     }
 }
 
-/// Liveness: 200 while the process is up (Kubernetes' `livenessProbe`).
-pub const LIVENESS_PATH: &str = "/healthz";
+pub use crate::conn::LIVENESS_PATH;
 /// Readiness: 200 when serving, 503 while draining or with the engine stopped.
 pub const READINESS_PATH: &str = "/readyz";
 /// Prometheus text, on the API listener or on `--metrics-listen`.

@@ -100,7 +100,7 @@ impl TenantStore {
     fn recover(path: &Path, why: TenantError) -> Result<Self> {
         let dir = backup::dir_of(path);
         let registry = backup::read_registry(&dir)?;
-        let ledger = backup::read_ledger(&dir)?;
+        let ledger = crate::usage::journal::read_ledger(&dir)?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());

@@ -162,7 +162,7 @@ async fn grammar_attacks(s: &TestServer, key: &str) {
     refused(
         "tool schema",
         attack(s, key, chat_path, &body).await,
-        Some("tool_choice"),
+        Some("tools"),
         "$ref",
     );
     let choices: Vec<String> = (0..66_000).map(|i| format!("c{i}")).collect();

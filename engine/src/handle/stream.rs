@@ -1,5 +1,6 @@
 //! [`RequestStream`]: one request's events, its acceptance signal, and the abort on drop.
 
+pub use super::shared::EndTrace;
 use super::shared::Shared;
 use crate::error::EngineError;
 use crate::kv::PrefixHit;
@@ -137,20 +138,6 @@ pub enum StreamEvent {
         /// How its life went inside the engine (for traces and logs).
         trace: EndTrace,
     },
-}
-
-/// A request's life inside the engine, with its end ([`StreamEvent::Finished`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct EndTrace {
-    /// Seconds from its arrival at the engine to its first admission (to its end if it was
-    /// never admitted).
-    pub queued_s: f64,
-    /// Times it lost its place in HBM (rotations out and recomputes).
-    pub preemptions: u32,
-    /// Seconds of the GPU's steps that were its share (`RequestEnd::gpu_s`).
-    pub gpu_s: f64,
-    /// Seconds of host CPU its grammar's token masks took (`RequestEnd::mask_s`).
-    pub mask_s: f64,
 }
 
 /// Why a request ended with `FinishReason::Error` ([`StreamEvent::Finished`]).

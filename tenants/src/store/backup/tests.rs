@@ -96,10 +96,10 @@ fn the_ledger_log_raises_a_tree_behind_it_and_skips_a_torn_batch() {
     // A batch in the log that never reached the tree, then half of another.
     let mut batch = std::collections::HashMap::new();
     batch.insert((id, 7), counts(3));
-    super::append_ledger(&backup, &batch).unwrap();
-    let log = backup.join(super::LEDGER);
+    crate::usage::journal::append_ledger(&backup, &batch).unwrap();
+    let log = backup.join(crate::usage::journal::LEDGER);
     let whole = std::fs::read(&log).unwrap();
-    super::append_ledger(&backup, &batch).unwrap();
+    crate::usage::journal::append_ledger(&backup, &batch).unwrap();
     let mut torn = std::fs::read(&log).unwrap();
     torn.truncate(whole.len() + 10);
     std::fs::write(&log, torn).unwrap();
