@@ -25,6 +25,7 @@
 
 #![forbid(unsafe_code)]
 
+mod bytes;
 mod error;
 mod file;
 mod id;

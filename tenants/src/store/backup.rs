@@ -17,6 +17,7 @@ use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use crate::bytes::{take_bytes, take_u32};
 use crate::error::{Result, TenantError};
 
 const REGISTRY: &str = "registry.bin";
@@ -79,22 +80,6 @@ pub(crate) fn write_registry(dir: &Path, trees: &TreeDump) -> Result<()> {
     fs::rename(&tmp, dir.join(REGISTRY))?;
     File::open(dir)?.sync_all()?;
     Ok(())
-}
-
-/// Reads `n` bytes at `*at` of `b`.
-fn take<'a>(b: &'a [u8], at: &mut usize, n: usize) -> Option<&'a [u8]> {
-    let s = b.get(*at..at.checked_add(n)?)?;
-    *at += n;
-    Some(s)
-}
-
-fn take_u32(b: &[u8], at: &mut usize) -> Option<usize> {
-    take(b, at, 4).map(|s| u32::from_be_bytes(s.try_into().expect("4 bytes")) as usize)
-}
-
-fn take_bytes(b: &[u8], at: &mut usize) -> Option<Vec<u8>> {
-    let n = take_u32(b, at)?;
-    take(b, at, n).map(<[u8]>::to_vec)
 }
 
 /// The registry's verified copy; an error when it is missing, torn or fails its checksum.

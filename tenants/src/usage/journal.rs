@@ -9,21 +9,11 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 
 use super::counts::{UsageCounts, VALUE_BYTES};
+use crate::bytes::{take, take_u32};
 use crate::error::Result;
 use crate::model::TenantId;
 
 pub(crate) const LEDGER: &str = "ledger.log";
-
-/// Reads `n` bytes at `*at` of `b`.
-fn take<'a>(b: &'a [u8], at: &mut usize, n: usize) -> Option<&'a [u8]> {
-    let s = b.get(*at..at.checked_add(n)?)?;
-    *at += n;
-    Some(s)
-}
-
-fn take_u32(b: &[u8], at: &mut usize) -> Option<usize> {
-    take(b, at, 4).map(|s| u32::from_be_bytes(s.try_into().expect("4 bytes")) as usize)
-}
 
 /// Bytes of one ledger row in the log: tenant (4), hour (8), counts (48).
 const ROW_BYTES: usize = 4 + 8 + VALUE_BYTES;
