@@ -4,76 +4,64 @@
 //! `#/anyOf/0/…`). Every walk is iterative: a schema is at most 64 levels deep by then, but
 //! its values can be many.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::HashMap;
 
 /// The schema keywords whose arrays a grammar alternates over.
 const WIDE: [&str; 4] = ["enum", "anyOf", "oneOf", "allOf"];
 
-/// Every regular expression of `schema`: `pattern` strings and `patternProperties` keys.
-pub(crate) fn patterns(schema: &Value) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut stack = vec![schema];
+/// Calls `f` on every object inside `v` (`v` too), without recursion.
+fn each_object<'a>(v: &'a Value, mut f: impl FnMut(&'a Map<String, Value>)) {
+    let mut stack = vec![v];
     while let Some(v) = stack.pop() {
         match v {
             Value::Array(a) => stack.extend(a),
             Value::Object(o) => {
-                for (k, v) in o {
-                    match (k.as_str(), v) {
-                        ("pattern", Value::String(p)) => out.push(p.as_str()),
-                        ("patternProperties", Value::Object(p)) => {
-                            out.extend(p.keys().map(String::as_str));
-                            stack.extend(p.values());
-                        }
-                        _ => stack.push(v),
-                    }
-                }
+                f(o);
+                stack.extend(o.values());
             }
             _ => {}
         }
     }
+}
+
+/// Every regular expression of `schema`: `pattern` strings and `patternProperties` keys.
+pub(crate) fn patterns(schema: &Value) -> Vec<&str> {
+    let mut out = Vec::new();
+    each_object(schema, |o| {
+        if let Some(Value::String(p)) = o.get("pattern") {
+            out.push(p.as_str());
+        }
+        if let Some(Value::Object(p)) = o.get("patternProperties") {
+            out.extend(p.keys().map(String::as_str));
+        }
+    });
     out
 }
 
 /// The widest `enum`, `anyOf`, `oneOf` or `allOf` of `schema`: its keyword and length.
 pub(crate) fn widest(schema: &Value) -> Option<(&'static str, usize)> {
     let mut best: Option<(&'static str, usize)> = None;
-    let mut stack = vec![schema];
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::Array(a) => stack.extend(a),
-            Value::Object(o) => {
-                for key in WIDE {
-                    if let Some(Value::Array(a)) = o.get(key) {
-                        if best.is_none_or(|(_, n)| a.len() > n) {
-                            best = Some((key, a.len()));
-                        }
-                    }
+    each_object(schema, |o| {
+        for key in WIDE {
+            if let Some(Value::Array(a)) = o.get(key) {
+                if best.is_none_or(|(_, n)| a.len() > n) {
+                    best = Some((key, a.len()));
                 }
-                stack.extend(o.values());
             }
-            _ => {}
         }
-    }
+    });
     best
 }
 
 /// Every `$ref` string inside `v`.
 fn refs_in(v: &Value) -> Vec<&str> {
     let mut out = Vec::new();
-    let mut stack = vec![v];
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::Array(a) => stack.extend(a),
-            Value::Object(o) => {
-                if let Some(Value::String(r)) = o.get("$ref") {
-                    out.push(r.as_str());
-                }
-                stack.extend(o.values());
-            }
-            _ => {}
+    each_object(v, |o| {
+        if let Some(Value::String(r)) = o.get("$ref") {
+            out.push(r.as_str());
         }
-    }
+    });
     out
 }
 
